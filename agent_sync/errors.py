@@ -1,0 +1,154 @@
+"""Exceptions raised by agent_sync.
+
+Families are grouped by who has to act::
+
+    AgentSyncError
+    ├── UsageError                      the calling code's mistake
+    │   └── ConcurrentInvocationError   invoke/stream on an agent that is already running
+    ├── ModelError                      the model call failed (after retries, if retryable)
+    │   ├── ModelHTTPError              the provider answered with an error status
+    │   │   └── ModelThrottledError     429 / 529 / ThrottlingException: slow down
+    │   ├── ModelConnectionError        connect/read failed, connection dropped
+    │   ├── ModelStreamError            the response stream was malformed or truncated
+    │   └── ContextWindowOverflowError  the conversation no longer fits the model's window
+    └── ToolError                       raised by or for a tool (becomes an error toolResult)
+
+Every :class:`ModelError` carries ``retryable``: the single retry policy in
+:mod:`agent_sync.retry` retries exactly the errors whose ``retryable`` is true and that
+happened before the model streamed any content. Messages never contain API keys:
+providers build them from the provider's error body, not from request headers.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentSyncError",
+    "ConcurrentInvocationError",
+    "ContextWindowOverflowError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelHTTPError",
+    "ModelStreamError",
+    "ModelThrottledError",
+    "ToolError",
+    "UsageError",
+]
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+"""HTTP statuses that a well-behaved client retries (409 is Anthropic's lock conflict)."""
+
+
+class AgentSyncError(Exception):
+    """Base class of every exception agent_sync raises on purpose."""
+
+
+class UsageError(AgentSyncError):
+    """The calling code used the API wrongly (bad argument, wrong state)."""
+
+
+class ConcurrentInvocationError(UsageError):
+    """``invoke``/``stream`` was called on an agent that is already running.
+
+    Raised at once; the running invocation and the history are not touched. Use one agent
+    per conversation, or wait for ``agent.is_running`` to become false.
+    """
+
+
+class ModelError(AgentSyncError):
+    """A model call failed.
+
+    Attributes:
+        provider: Short provider name (``"anthropic"``, ``"bedrock"``, ``"openai"``,
+            ``"scripted"``), or ``None`` when unknown.
+        retryable: Whether the retry policy may try the call again (only before the
+            model has streamed any content).
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self, message: str, *, provider: str | None = None, retryable: bool | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.provider = provider
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class ModelHTTPError(ModelError):
+    """The provider answered with an error status.
+
+    Attributes:
+        status: HTTP status code, when the provider reported one.
+        body: The error body as text (provider's message), truncated; never request headers.
+        retry_after: Seconds the provider asked us to wait before retrying, if it said.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        body: str | None = None,
+        retry_after: float | None = None,
+        provider: str | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        if retryable is None:
+            retryable = status in RETRYABLE_STATUSES
+        super().__init__(message, provider=provider, retryable=retryable)
+        self.status = status
+        self.body = body
+        self.retry_after = retry_after
+
+
+class ModelThrottledError(ModelHTTPError):
+    """The provider is throttling or overloaded (429, 529, ``ThrottlingException``).
+
+    Retryable by default; ``retry_after`` is honoured by the retry policy.
+    """
+
+    def __init__(
+        self,
+        message: str = "the model provider is throttling requests",
+        *,
+        status: int | None = 429,
+        body: str | None = None,
+        retry_after: float | None = None,
+        provider: str | None = None,
+        retryable: bool | None = True,
+    ) -> None:
+        super().__init__(
+            message,
+            status=status,
+            body=body,
+            retry_after=retry_after,
+            provider=provider,
+            retryable=retryable,
+        )
+
+
+class ModelConnectionError(ModelError):
+    """Connecting to or reading from the provider failed (reset, refused, timed out).
+
+    Retryable by default: the retry policy only retries it before any content arrived.
+    """
+
+    retryable = True
+
+
+class ModelStreamError(ModelError):
+    """The provider's response stream was malformed, truncated or reported an error event."""
+
+
+class ContextWindowOverflowError(ModelError):
+    """The request does not fit the model's context window; shorten the history."""
+
+
+class ToolError(AgentSyncError):
+    """Raised by or for a tool.
+
+    A tool may raise it (or any exception) to report failure: the loop turns it into a
+    ``toolResult`` with ``status: "error"`` and the exception's message, and continues.
+    """

@@ -1,0 +1,68 @@
+"""The model interface: what the agent loop needs from a provider.
+
+A provider is any object with a ``stream(request, *, cancel)`` method that yields
+:class:`~agent_sync.messages.StreamEvent` dicts (Bedrock ConverseStream shapes). Providers
+inherit nothing; :class:`Model` is a :class:`typing.Protocol`.
+
+Contract for ``stream``:
+
+* Translate ``request`` to the provider's wire format, send it, and yield events as they
+  arrive. Do not retry: the agent's single retry policy (:mod:`agent_sync.retry`) retries
+  errors whose ``retryable`` is true, raised before the first content event.
+* Raise :class:`~agent_sync.errors.ModelError` subclasses (mapped in one place per
+  provider, ``raise ... from exc``), never SDK exceptions; no secrets in messages.
+* Make ``cancel`` effective while blocked: register an abort callback with
+  ``cancel.register_abort`` that wakes any blocked read or connect (shut the socket down),
+  and unregister it when the stream ends. After an abort, raise anything (the loop knows
+  the scope is cancelled) or simply stop yielding.
+* Release the connection when the generator is closed early (``finally``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..cancel import CancelScope
+from ..messages import Message, StreamEvent, ToolSpec
+
+__all__ = ["Model", "ModelRequest"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequest:
+    """Everything a model call needs, provider-neutral.
+
+    Attributes:
+        messages: The conversation so far (Converse shape), ending with a user message.
+            Treat as read-only.
+        system_prompt: System instructions, or ``None``.
+        tool_specs: Tools the model may call.
+        tool_choice: ``None`` (provider default, "auto"), ``{"auto": {}}``, ``{"any": {}}``
+            or ``{"tool": {"name": ...}}`` (Converse shapes).
+        params: Extra per-invocation parameters, merged over the model's own.
+    """
+
+    messages: Sequence[Message]
+    system_prompt: str | None = None
+    tool_specs: Sequence[ToolSpec] = ()
+    tool_choice: dict[str, Any] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A chat model that streams Converse-shaped events. See the module docstring."""
+
+    def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
+        """Send ``request`` and yield the response as stream events.
+
+        Args:
+            request: The conversation, system prompt and tools.
+            cancel: The invocation's cancel scope; register an abort callback for blocked I/O.
+
+        Raises:
+            agent_sync.errors.ModelError: On any failure, with ``retryable`` set correctly.
+        """
+        ...
