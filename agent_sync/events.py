@@ -1,0 +1,119 @@
+"""Events that ``Agent.stream()`` yields, in the order things happen.
+
+Each event is a frozen dataclass with a stable ``type`` string (handy for SSE or JSON)::
+
+    for event in agent.stream("Weather in Oslo?"):
+        if event.type == "text":
+            print(event.text, end="", flush=True)
+        elif event.type == "done":
+            print(event.result.stop_reason)
+
+``done`` is always the last event of a stream that was not abandoned; it carries the same
+:class:`~agent_sync.AgentResult` that ``invoke()`` returns. A model error surfaces as the
+exception itself, raised from the iteration (the history is already valid by then).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Union
+
+from .messages import Message, ToolResult, ToolUse
+
+if TYPE_CHECKING:
+    from .agent import AgentResult
+
+__all__ = [
+    "AgentEvent",
+    "Done",
+    "MessageComplete",
+    "ModelRetry",
+    "ReasoningDelta",
+    "TextDelta",
+    "ToolEnd",
+    "ToolStart",
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TextDelta:
+    """A piece of the assistant's answer text, as the model streams it."""
+
+    type: ClassVar[str] = "text"
+    text: str
+    """The new text (not the text so far)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReasoningDelta:
+    """A piece of the model's visible reasoning ("thinking")."""
+
+    type: ClassVar[str] = "reasoning"
+    text: str
+    """The new reasoning text."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MessageComplete:
+    """An assistant or tool-result message was appended to the history."""
+
+    type: ClassVar[str] = "message"
+    message: Message
+    """The message as stored in ``agent.messages``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelRetry:
+    """A model call failed with a retryable error; the agent waits, then tries again."""
+
+    type: ClassVar[str] = "retry"
+    attempt: int
+    """The attempt that failed (1 for the first call)."""
+    delay: float
+    """Seconds the agent waits before the next attempt (cut short by cancel)."""
+    error: str
+    """What went wrong, e.g. ``"ModelThrottledError: rate limited"``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolStart:
+    """A tool is about to run."""
+
+    type: ClassVar[str] = "tool_start"
+    tool_use: ToolUse
+    """The model's call: ``toolUseId``, ``name``, ``input``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolEnd:
+    """A tool finished (or was cancelled or abandoned); its result is in the history."""
+
+    type: ClassVar[str] = "tool_end"
+    tool_use: ToolUse
+    """The model's call."""
+    result: ToolResult
+    """What was recorded in the history for it."""
+    duration_s: float
+    """Wall time from start to result, in seconds."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Done:
+    """The invocation ended; always the last event."""
+
+    type: ClassVar[str] = "done"
+    result: AgentResult
+    """The same result ``invoke()`` returns."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary: stop_reason, cancel_reason, usage, text."""
+        return {
+            "stop_reason": self.result.stop_reason,
+            "cancel_reason": self.result.cancel_reason,
+            "usage": dict(self.result.usage),
+            "text": self.result.text,
+        }
+
+
+AgentEvent = Union[TextDelta, ReasoningDelta, MessageComplete, ModelRetry, ToolStart, ToolEnd, Done]
+"""Any event ``Agent.stream()`` yields."""

@@ -1,0 +1,51 @@
+"""Shared fixtures. An autouse guard keeps every test off the real network."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _is_local(address: Any) -> bool:
+    if isinstance(address, (str, bytes)):  # AF_UNIX path
+        return True
+    host = address[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> None:
+    if not _is_local(address):
+        raise OSError(f"tests must not reach the network (tried {address!r})")
+    _real_connect(self, address)
+
+
+def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
+    if not _is_local(address):
+        raise OSError(f"tests must not reach the network (tried {address!r})")
+    return _real_connect_ex(self, address)
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only loopback connections are allowed in tests."""
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
+
+
+@pytest.fixture
+def thread_baseline() -> Iterator[set[threading.Thread]]:
+    """Threads alive before the test; the test checks nothing it started outlives it."""
+    yield set(threading.enumerate())
