@@ -22,7 +22,8 @@ def summarize(samples: Sequence[float]) -> dict[str, float]:
 def report(label: str, samples: Sequence[float]) -> None:
     """Print one row: label, n, median, p90, max (milliseconds)."""
     s = summarize(samples)
-    print(f"{label:<42} n={len(samples):<4} median={ms(s['median'])}  p90={ms(s['p90'])}  max={ms(s['max'])}")
+    figures = f"median={ms(s['median'])}  p90={ms(s['p90'])}  max={ms(s['max'])}"
+    print(f"{label:<42} n={len(samples):<4} {figures}")
 
 
 def time_call(fn: Callable[[], object]) -> float:

@@ -154,7 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.owner._connection_closed()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        logger.debug("test server: " + format, *args)
+        logger.debug("test server: %s", format % args)
 
     # -- wire helpers used by ScriptedServer and its subclasses --
 
@@ -370,9 +370,10 @@ class ScriptedServer:
             for name, value in handler.headers.items()
         }
         with self._changed:
-            self.requests.append(
-                RecordedRequest(method=handler.command, path=handler.path, headers=headers, body=body)
+            recorded = RecordedRequest(
+                method=handler.command, path=handler.path, headers=headers, body=body
             )
+            self.requests.append(recorded)
             self._changed.notify_all()
         if not self.accepts(handler.command, handler.path):
             handler.send_body(404, b'{"message": "not found"}', "application/json")
