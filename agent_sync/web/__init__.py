@@ -1,0 +1,38 @@
+"""Web integration: stream an agent's events to the browser as Server-Sent Events.
+
+Framework-neutral parts live here; the framework glue is in :mod:`agent_sync.web.flask`
+and :mod:`agent_sync.web.django`, imported only when you use them (Flask and Django are
+optional extras: importing this package imports neither).
+
+- :func:`sse_events`: run an agent in a worker thread and yield SSE frames, with
+  keep-alives; closing the iterator (the WSGI server does on disconnect) cancels the run.
+- :class:`ConversationRegistry`: one agent per conversation id, thread-safe and bounded,
+  with ``cancel(conversation_id)`` for a ``POST /cancel`` endpoint.
+
+See ``docs/web.md``.
+"""
+
+from __future__ import annotations
+
+from ._sse import (
+    DISCONNECT_REASON,
+    SSE_HEADERS,
+    SSEStream,
+    StreamingAgent,
+    encode_event,
+    encode_frame,
+    sse_events,
+)
+from .registry import ConversationRegistry, RegistryFullError
+
+__all__ = [
+    "DISCONNECT_REASON",
+    "SSE_HEADERS",
+    "ConversationRegistry",
+    "RegistryFullError",
+    "SSEStream",
+    "StreamingAgent",
+    "encode_event",
+    "encode_frame",
+    "sse_events",
+]
