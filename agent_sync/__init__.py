@@ -1,0 +1,50 @@
+"""agent_sync: LLM agents for plain blocking Python, with a cancel() that really stops.
+
+``agent.invoke()`` runs the model -> tools loop to the end; ``agent.cancel()``, from any
+thread at any moment, stops it within milliseconds and leaves the history valid.
+"""
+
+import logging
+
+from .agent import Agent, AgentStream, Prompt
+from .cancel import CancelScope, CancelledError
+from .errors import (
+    AgentSyncError,
+    ConcurrentInvocationError,
+    ContextWindowOverflowError,
+    ModelError,
+    ModelThrottledError,
+    ToolError,
+    UsageError,
+)
+from .messages import Message, validate_history
+from .result import AgentMetrics, AgentResult
+from .retry import RetryPolicy
+from .tools import Tool, ToolContext, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "AgentMetrics",
+    "AgentResult",
+    "AgentStream",
+    "AgentSyncError",
+    "CancelScope",
+    "CancelledError",
+    "ConcurrentInvocationError",
+    "ContextWindowOverflowError",
+    "Message",
+    "ModelError",
+    "ModelThrottledError",
+    "Prompt",
+    "RetryPolicy",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "UsageError",
+    "tool",
+    "validate_history",
+]
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

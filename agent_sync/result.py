@@ -1,0 +1,55 @@
+"""What an invocation returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .messages import Message, Usage
+
+__all__ = ["AgentMetrics", "AgentResult"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentMetrics:
+    """Counts and timings of one invocation."""
+
+    cycles: int
+    """Model calls made (retries of one call count once)."""
+    tool_calls: int
+    """Tool calls the model asked for."""
+    retries: int
+    """Model calls retried after a retryable error."""
+    duration_s: float
+    """Wall time of the whole invocation, in seconds."""
+    model_duration_s: float
+    """Time spent in model calls (back-off included)."""
+    tool_duration_s: float
+    """Time spent running tools."""
+    time_to_first_token_s: float | None
+    """From the start to the first streamed text or reasoning, if any arrived."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentResult:
+    """The outcome of ``Agent.invoke()`` (and of the ``Done`` stream event)."""
+
+    stop_reason: str
+    """``"end_turn"``, ``"max_tokens"``, ``"stop_sequence"``, ``"max_cycles"`` or
+    ``"cancelled"`` (providers may report others, e.g. ``"content_filtered"``)."""
+    cancel_reason: str | None
+    """``None`` unless cancelled: the reason given to ``cancel()``, ``"timeout"``, or
+    ``"stream closed"`` when a stream was abandoned."""
+    message: Message
+    """The last message of the history (the assistant's answer)."""
+    usage: Usage
+    """Token counts summed over every model call of the invocation."""
+    metrics: AgentMetrics
+    """Counts and timings."""
+
+    @property
+    def text(self) -> str:
+        """The text blocks of :attr:`message`, joined."""
+        return "".join(block["text"] for block in self.message["content"] if "text" in block)
+
+    def __str__(self) -> str:
+        return self.text

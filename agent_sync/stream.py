@@ -1,0 +1,213 @@
+"""Assembling model stream events into an assistant message.
+
+:class:`MessageAssembler` is fed every :data:`~agent_sync.messages.StreamEvent` of one model
+call, in order, and returns the user-facing delta (if any) for each, so the loop does one
+dict lookup per event on its hot path. At the end it builds either
+
+* the complete message (:meth:`MessageAssembler.finish`): text, reasoning and tool-use
+  blocks in index order, tool input JSON parsed from its deltas; input that is not a JSON
+  object is recorded in ``invalid_tool_inputs`` (the block keeps ``input: {}`` so the
+  history stays valid for every provider, and the loop answers it with an error result), or
+* the partial message after a cancel (:meth:`MessageAssembler.partial`): the text streamed
+  so far and completed reasoning, no tool-use blocks (a half-received call can be neither
+  run nor answered honestly).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ModelStreamError
+from .events import ReasoningDelta, TextDelta
+from .messages import ContentBlock, Message, StreamEvent, Usage
+
+__all__ = ["EMPTY_RESPONSE_TEXT", "AssembledMessage", "MessageAssembler"]
+
+EMPTY_RESPONSE_TEXT = "(empty response)"
+"""Stored when a model ends a turn with no content: providers reject empty messages."""
+
+
+@dataclass(kw_only=True)
+class AssembledMessage:
+    """The outcome of one model call.
+
+    Attributes:
+        message: The assistant message, ready for the history.
+        stop_reason: The model's stop reason (``"end_turn"`` if it sent none).
+        usage: Token usage reported by the stream, if any.
+        invalid_tool_inputs: ``toolUseId`` -> why its input could not be used.
+    """
+
+    message: Message
+    stop_reason: str
+    usage: Usage | None
+    invalid_tool_inputs: dict[str, str] = field(default_factory=dict)
+
+
+class _Block:
+    __slots__ = ("done", "kind", "name", "parts", "redacted", "signature", "tool_use_id")
+
+    def __init__(self, kind: str, tool_use_id: str = "", name: str = "") -> None:
+        self.kind = kind  # "text" | "toolUse" | "reasoning"
+        self.parts: list[str] = []
+        self.tool_use_id = tool_use_id
+        self.name = name
+        self.signature: str | None = None
+        self.redacted: bytes | None = None
+        self.done = False
+
+
+class MessageAssembler:
+    """Accumulates one model call's stream events. Not thread-safe (one per call)."""
+
+    __slots__ = ("_blocks", "content_started", "stop_reason", "usage")
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, _Block] = {}
+        self.stop_reason: str | None = None
+        self.usage: Usage | None = None
+        self.content_started = False
+
+    def add(self, event: StreamEvent) -> TextDelta | ReasoningDelta | None:
+        """Record one event; return the delta to show the user, if it carries one.
+
+        Raises:
+            ModelStreamError: The event contradicts earlier ones (e.g. text for a tool block).
+        """
+        delta_event = event.get("contentBlockDelta")
+        if delta_event is not None:
+            return self._add_delta(delta_event["contentBlockIndex"], delta_event["delta"])
+        start = event.get("contentBlockStart")
+        if start is not None:
+            self.content_started = True
+            tool = start["start"].get("toolUse")
+            index = start["contentBlockIndex"]
+            if tool is not None:
+                self._blocks[index] = _Block("toolUse", tool["toolUseId"], tool["name"])
+            return None
+        stop = event.get("contentBlockStop")
+        if stop is not None:
+            block = self._blocks.get(stop["contentBlockIndex"])
+            if block is not None:
+                block.done = True
+            return None
+        message_stop = event.get("messageStop")
+        if message_stop is not None:
+            self.stop_reason = message_stop.get("stopReason") or "end_turn"
+            return None
+        metadata = event.get("metadata")
+        if metadata is not None and "usage" in metadata:
+            self.usage = _normalise_usage(metadata["usage"])
+        return None
+
+    def _add_delta(self, index: int, delta: Any) -> TextDelta | ReasoningDelta | None:
+        self.content_started = True
+        block = self._blocks.get(index)
+        text = delta.get("text")
+        if text is not None:
+            if block is None:
+                block = self._blocks[index] = _Block("text")
+            elif block.kind != "text":
+                raise ModelStreamError(f"text delta for {block.kind} block {index}")
+            block.parts.append(text)
+            return TextDelta(text=text) if text else None
+        tool = delta.get("toolUse")
+        if tool is not None:
+            if block is None or block.kind != "toolUse":
+                raise ModelStreamError(f"tool input delta for block {index} that is not a tool")
+            block.parts.append(tool.get("input", ""))
+            return None
+        reasoning = delta.get("reasoningContent")
+        if reasoning is not None:
+            if block is None:
+                block = self._blocks[index] = _Block("reasoning")
+            elif block.kind != "reasoning":
+                raise ModelStreamError(f"reasoning delta for {block.kind} block {index}")
+            if "signature" in reasoning:
+                block.signature = (block.signature or "") + reasoning["signature"]
+            if "redactedContent" in reasoning:
+                block.redacted = reasoning["redactedContent"]
+            piece = reasoning.get("text")
+            if piece:
+                block.parts.append(piece)
+                return ReasoningDelta(text=piece)
+        return None
+
+    def finish(self) -> AssembledMessage:
+        """The complete message once the stream has ended normally."""
+        content: list[ContentBlock] = []
+        invalid: dict[str, str] = {}
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            if block.kind == "toolUse":
+                tool_input, problem = _parse_tool_input("".join(block.parts))
+                if problem is not None:
+                    invalid[block.tool_use_id] = problem
+                content.append(
+                    {"toolUse": {"toolUseId": block.tool_use_id, "name": block.name, "input": tool_input}}
+                )
+            else:
+                _append_content(content, block)
+        if not content:
+            content.append({"text": EMPTY_RESPONSE_TEXT})
+        return AssembledMessage(
+            message={"role": "assistant", "content": content},
+            stop_reason=self.stop_reason or "end_turn",
+            usage=self.usage,
+            invalid_tool_inputs=invalid,
+        )
+
+    def partial(self, closing_text: str) -> Message:
+        """The message so far, for a cancelled call, ending with ``closing_text``.
+
+        Keeps streamed text (even of an unfinished block) and completed reasoning; drops
+        tool-use blocks and unfinished reasoning.
+        """
+        content: list[ContentBlock] = []
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            if block.kind == "text" or (block.kind == "reasoning" and block.done):
+                _append_content(content, block)
+        content.append({"text": closing_text})
+        return {"role": "assistant", "content": content}
+
+
+def _append_content(content: list[ContentBlock], block: _Block) -> None:
+    text = "".join(block.parts)
+    if block.kind == "text":
+        if text.strip():  # providers reject blank text blocks
+            content.append({"text": text})
+        return
+    if block.redacted is not None:
+        content.append({"reasoningContent": {"redactedContent": block.redacted}})
+        return
+    reasoning: dict[str, Any] = {"text": text}
+    if block.signature is not None:
+        reasoning["signature"] = block.signature
+    content.append({"reasoningContent": {"reasoningText": reasoning}})  # type: ignore[typeddict-item]
+
+
+def _parse_tool_input(raw: str) -> tuple[dict[str, Any], str | None]:
+    if not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        shown = raw if len(raw) <= 200 else raw[:200] + "..."
+        return {}, f"the tool input is not valid JSON ({exc}): {shown}"
+    if not isinstance(value, dict):
+        return {}, f"the tool input must be a JSON object, got {type(value).__name__}"
+    return value, None
+
+
+def _normalise_usage(usage: Any) -> Usage:
+    input_tokens = int(usage.get("inputTokens") or 0)
+    output_tokens = int(usage.get("outputTokens") or 0)
+    total = usage.get("totalTokens")
+    return {
+        "inputTokens": input_tokens,
+        "outputTokens": output_tokens,
+        "totalTokens": int(total) if total is not None else input_tokens + output_tokens,
+    }

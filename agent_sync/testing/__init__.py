@@ -1,0 +1,43 @@
+"""Test doubles for agent_sync users: an offline scripted model and local provider fakes.
+
+``ScriptedModel`` needs nothing; the provider fakes (``AnthropicServer``, ``BedrockServer``,
+``OpenAIServer``) are local HTTP servers speaking each provider's real wire protocol, for
+testing through the real SDK clients offline. They are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._http_server import RecordedRequest, ScriptedServer, ServerTurn
+from .scripted import ScriptedModel, ScriptedTurn
+
+if TYPE_CHECKING:
+    from .anthropic_server import AnthropicServer
+    from .bedrock_server import BedrockServer
+    from .openai_server import OpenAIServer
+
+__all__ = [
+    "AnthropicServer",
+    "BedrockServer",
+    "OpenAIServer",
+    "RecordedRequest",
+    "ScriptedModel",
+    "ScriptedServer",
+    "ScriptedTurn",
+    "ServerTurn",
+]
+
+_LAZY = {
+    "AnthropicServer": ".anthropic_server",
+    "BedrockServer": ".bedrock_server",
+    "OpenAIServer": ".openai_server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)
