@@ -7,7 +7,7 @@ thread at any moment, stops it within milliseconds and leaves the history valid.
 import logging
 
 from .agent import Agent, AgentStream, Prompt
-from .cancel import CancelScope, CancelledError
+from .cancel import CancelledError, CancelScope
 from .errors import (
     AgentSyncError,
     ConcurrentInvocationError,

@@ -32,8 +32,9 @@ def result_from_value(tool_use_id: str, value: Any) -> ToolResult:
     if isinstance(value, dict):
         content = value.get("content")
         if isinstance(content, list) and set(value) <= {"content", "status", "toolUseId"}:
-            status = "error" if value.get("status") == "error" else "success"
-            return {"toolUseId": tool_use_id, "status": status, "content": content}
+            if value.get("status") == "error":
+                return {"toolUseId": tool_use_id, "status": "error", "content": content}
+            return {"toolUseId": tool_use_id, "status": "success", "content": content}
         try:
             json.dumps(value)
         except (TypeError, ValueError):

@@ -15,9 +15,9 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 from .cancel import CancelScope
 from .errors import ConcurrentInvocationError, UsageError
@@ -204,7 +204,9 @@ class Agent:
 
     # -- internals --
 
-    def _begin(self, prompt: Prompt, timeout: float | None) -> tuple[Invocation, threading.Timer | None]:
+    def _begin(
+        self, prompt: Prompt, timeout: float | None
+    ) -> tuple[Invocation, threading.Timer | None]:
         if not self._invocation_lock.acquire(blocking=False):
             raise ConcurrentInvocationError(
                 "this agent is already running; use one agent per conversation or wait for it"

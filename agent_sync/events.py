@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Union
 from .messages import Message, ToolResult, ToolUse
 
 if TYPE_CHECKING:
-    from .agent import AgentResult
+    from .result import AgentResult
 
 __all__ = [
     "AgentEvent",

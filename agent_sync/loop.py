@@ -80,7 +80,7 @@ class Invocation:
         self._first_token: float | None = None
         self._last_stop_reason = "end_turn"
 
-    def run(self) -> Iterator[AgentEvent]:
+    def run(self) -> Generator[AgentEvent, None, None]:
         """Run to the end, yielding events; the last one is :class:`~agent_sync.events.Done`."""
         step: Step | None = self._model_step
         try:
@@ -190,7 +190,9 @@ class Invocation:
             scope=self.scope,
             agent=self.agent,
             available=sorted(self.settings.tools),
-            max_workers=self.settings.max_tool_workers if self.settings.tool_executor == "concurrent" else 1,
+            max_workers=self.settings.max_tool_workers
+            if self.settings.tool_executor == "concurrent"
+            else 1,
             grace_period=self.settings.tool_grace_period,
         )
         try:
@@ -206,7 +208,9 @@ class Invocation:
     def _max_cycles_step(self) -> Generator[AgentEvent, None, Step | None]:
         limit = self.settings.max_cycles
         logger.debug("max_cycles=<%d> | stopping the loop", limit)
-        close_turn(self.messages, f"Stopped: reached the limit of {limit} model calls (max_cycles).")
+        close_turn(
+            self.messages, f"Stopped: reached the limit of {limit} model calls (max_cycles)."
+        )
         yield MessageComplete(message=self.messages[-1])
         self._set_result("max_cycles")
         return None
@@ -223,7 +227,7 @@ class Invocation:
             stop_reason=stop_reason,
             cancel_reason=cancel_reason,
             message=message,
-            usage=dict(self._usage),  # type: ignore[typeddict-item]
+            usage=self._usage.copy(),
             metrics=AgentMetrics(
                 cycles=self._cycles,
                 tool_calls=self._tool_calls,
@@ -237,8 +241,9 @@ class Invocation:
 
     def _add_usage(self, usage: Usage | None) -> None:
         if usage is not None:
-            for key in ("inputTokens", "outputTokens", "totalTokens"):
-                self._usage[key] += usage[key]  # type: ignore[literal-required]
+            self._usage["inputTokens"] += usage["inputTokens"]
+            self._usage["outputTokens"] += usage["outputTokens"]
+            self._usage["totalTokens"] += usage["totalTokens"]
 
 
 def _tool_calls(assembled: AssembledMessage, tools: dict[str, Tool[Any]]) -> list[ToolCall]:
@@ -275,4 +280,3 @@ def _close(stream: Iterator[Any]) -> None:
     close = getattr(stream, "close", None)
     if close is not None:
         close()
-

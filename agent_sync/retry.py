@@ -17,8 +17,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
-from tenacity import stop_when_event_set
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_when_event_set,
+)
 from tenacity.wait import wait_base
 
 from .cancel import CancelScope
@@ -56,10 +61,10 @@ class RetryPolicy:
 
     def delay_for(self, retry_number: int, error: BaseException | None = None) -> float:
         """Seconds to wait before retry number ``retry_number`` (1-based) after ``error``."""
-        delay = self.initial_delay * (2 ** (retry_number - 1))
+        delay = self.initial_delay * 2.0 ** (retry_number - 1)
         if self.jitter:
             delay += random.uniform(0, self.jitter)
-        retry_after = getattr(error, "retry_after", None)
+        retry_after: object = getattr(error, "retry_after", None)
         if isinstance(retry_after, (int, float)) and retry_after > delay:
             delay = float(retry_after)
         return min(delay, self.max_delay)

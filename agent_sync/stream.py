@@ -146,7 +146,13 @@ class MessageAssembler:
                 if problem is not None:
                     invalid[block.tool_use_id] = problem
                 content.append(
-                    {"toolUse": {"toolUseId": block.tool_use_id, "name": block.name, "input": tool_input}}
+                    {
+                        "toolUse": {
+                            "toolUseId": block.tool_use_id,
+                            "name": block.name,
+                            "input": tool_input,
+                        }
+                    }
                 )
             else:
                 _append_content(content, block)

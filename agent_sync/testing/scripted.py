@@ -128,11 +128,14 @@ class ScriptedModel:
             self._next += 1
             if index >= len(self._turns):
                 raise ModelError(
-                    f"ScriptedModel has no turn left ({len(self._turns)} scripted, call {self._next})",
+                    f"ScriptedModel has no turn left "
+                    f"({len(self._turns)} scripted, call {self._next})",
                     provider="scripted",
                 )
             turn = self._turns[index]
-            tool_ids = [str(c.get("id") or f"tooluse_{next(self._ids):04d}") for c in turn.tool_calls]
+            tool_ids = [
+                str(c.get("id") or f"tooluse_{next(self._ids):04d}") for c in turn.tool_calls
+            ]
         return self._play(turn, tool_ids, request, cancel)
 
     def _play(
@@ -148,23 +151,45 @@ class ScriptedModel:
             if turn.reasoning:
                 for piece in _chunks(turn.reasoning, turn.chunk_size):
                     player.before_delta()
-                    yield {"contentBlockDelta": {"contentBlockIndex": index, "delta": {"reasoningContent": {"text": piece}}}}
-                yield {"contentBlockDelta": {"contentBlockIndex": index, "delta": {"reasoningContent": {"signature": "scripted-signature"}}}}
+                    yield {
+                        "contentBlockDelta": {
+                            "contentBlockIndex": index,
+                            "delta": {"reasoningContent": {"text": piece}},
+                        }
+                    }
+                yield {
+                    "contentBlockDelta": {
+                        "contentBlockIndex": index,
+                        "delta": {"reasoningContent": {"signature": "scripted-signature"}},
+                    }
+                }
                 yield {"contentBlockStop": {"contentBlockIndex": index}}
                 index += 1
             if turn.text:
                 for piece in _chunks(turn.text, turn.chunk_size):
                     player.before_delta()
-                    yield {"contentBlockDelta": {"contentBlockIndex": index, "delta": {"text": piece}}}
+                    yield {
+                        "contentBlockDelta": {"contentBlockIndex": index, "delta": {"text": piece}}
+                    }
                 yield {"contentBlockStop": {"contentBlockIndex": index}}
                 index += 1
-            for call, tool_use_id in zip(turn.tool_calls, tool_ids):
-                yield {"contentBlockStart": {"contentBlockIndex": index, "start": {"toolUse": {"toolUseId": tool_use_id, "name": str(call["name"])}}}}
+            for call, tool_use_id in zip(turn.tool_calls, tool_ids, strict=True):
+                yield {
+                    "contentBlockStart": {
+                        "contentBlockIndex": index,
+                        "start": {"toolUse": {"toolUseId": tool_use_id, "name": str(call["name"])}},
+                    }
+                }
                 raw = call.get("raw_input")
                 raw_input = raw if isinstance(raw, str) else json.dumps(call.get("input", {}))
                 for piece in _chunks(raw_input, turn.chunk_size):
                     player.before_delta()
-                    yield {"contentBlockDelta": {"contentBlockIndex": index, "delta": {"toolUse": {"input": piece}}}}
+                    yield {
+                        "contentBlockDelta": {
+                            "contentBlockIndex": index,
+                            "delta": {"toolUse": {"input": piece}},
+                        }
+                    }
                 yield {"contentBlockStop": {"contentBlockIndex": index}}
                 index += 1
             player.before_end()

@@ -61,7 +61,9 @@ def schema_for(annotation: Any, where: str) -> dict[str, Any]:
     raise UsageError(f"{where}: unsupported type annotation {annotation!r} for a tool parameter")
 
 
-_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Raises|Yields|Example|Examples|Note|Notes):\s*$")
+_SECTION = re.compile(
+    r"^\s*(Args|Arguments|Parameters|Returns|Raises|Yields|Example|Examples|Note|Notes):\s*$"
+)
 _PARAM = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
@@ -92,7 +94,9 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return "\n".join(description).strip(), params
 
 
-def input_schema(fn: Callable[..., Any], hints: dict[str, Any], skip: set[str], docs: dict[str, str]) -> dict[str, Any]:
+def input_schema(
+    fn: Callable[..., Any], hints: dict[str, Any], skip: set[str], docs: dict[str, str]
+) -> dict[str, Any]:
     """The arguments-object schema of ``fn``, leaving out parameters named in ``skip``."""
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -101,7 +105,9 @@ def input_schema(fn: Callable[..., Any], hints: dict[str, Any], skip: set[str], 
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise UsageError(f"tool {fn.__name__}: *args/**kwargs parameters are not supported")
-        prop = schema_for(hints.get(name, param.annotation), f"tool {fn.__name__}, parameter {name}")
+        prop = schema_for(
+            hints.get(name, param.annotation), f"tool {fn.__name__}, parameter {name}"
+        )
         if name in docs:
             prop = {**prop, "description": docs[name]}
         if param.default is param.empty:
@@ -147,7 +153,8 @@ def validate(value: Any, schema: dict[str, Any], path: str = "input") -> list[st
             if properties is not None and name in properties:
                 problems += validate(item, properties[name], f"{path}.{name}")
             elif properties is not None:
-                problems.append(f"{path}: unknown parameter {name!r} (expected: {', '.join(properties) or 'none'})")
+                expected = ", ".join(properties) or "none"
+                problems.append(f"{path}: unknown parameter {name!r} (expected: {expected})")
             elif isinstance(schema.get("additionalProperties"), dict):
                 problems += validate(item, schema["additionalProperties"], f"{path}.{name}")
     return problems
@@ -172,5 +179,12 @@ def _matches(value: Any, kind: str) -> bool:
 
 
 def _describe(value: Any) -> str:
-    names = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+    names = {
+        str: "string",
+        int: "integer",
+        float: "number",
+        bool: "boolean",
+        list: "array",
+        dict: "object",
+    }
     return "null" if value is None else names.get(type(value), type(value).__name__)

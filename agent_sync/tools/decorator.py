@@ -38,7 +38,11 @@ class Tool(Generic[R]):
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
-        if not self.name or len(self.name) > 64 or not all(c.isalnum() or c in "_-" for c in self.name):
+        if (
+            not self.name
+            or len(self.name) > 64
+            or not all(c.isalnum() or c in "_-" for c in self.name)
+        ):
             raise UsageError(f"tool name {self.name!r} is invalid: use {_NAME_RULE}")
         try:
             hints = typing.get_type_hints(fn)
@@ -51,7 +55,7 @@ class Tool(Generic[R]):
         self.description = description or summary or self.name
         skip = {self.context_param} if self.context_param else set()
         self.input_schema = input_schema(fn, hints, skip, param_docs)
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     @property
     def spec(self) -> ToolSpec:

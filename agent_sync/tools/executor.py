@@ -107,7 +107,7 @@ class ToolBatch:
             self._abandoned = True
             self._not_started.clear()
         results: list[ToolResult] = []
-        for call, result in zip(self._calls, self._results):
+        for call, result in zip(self._calls, self._results, strict=True):
             if result is None:
                 logger.debug("tool=<%s> | abandoned after the grace period", call.tool_use["name"])
                 result = error_result(call.tool_use["toolUseId"], CANCELLED_TEXT)
@@ -156,7 +156,7 @@ class ToolBatch:
                 late = self._abandoned
             if late:
                 logger.warning(
-                    "tool=<%s>, duration_s=<%.2f> | discarding the late result of an abandoned tool",
+                    "tool=<%s>, duration_s=<%.2f> | discarding late result of an abandoned tool",
                     call.tool_use["name"],
                     duration,
                 )
@@ -178,7 +178,9 @@ class ToolBatch:
             )
         problems = call.tool.validate_input(tool_use["input"])
         if problems:
-            return error_result(tool_use_id, f"Invalid input for tool {name!r}: " + "; ".join(problems))
+            return error_result(
+                tool_use_id, f"Invalid input for tool {name!r}: " + "; ".join(problems)
+            )
         context = ToolContext(tool_use=tool_use, agent=self._agent, _scope=self._scope)
         try:
             value = call.tool.run(tool_use["input"], context)
