@@ -1,0 +1,249 @@
+"""Amazon Bedrock, through boto3's ``bedrock-runtime`` Converse API.
+
+``BedrockModel`` sends the Converse-shaped history almost as is (see
+:mod:`._bedrock_format`), streams ``ConverseStream`` events (or replays a non-streaming
+``Converse`` response as events), and maps every failure in :mod:`._bedrock_errors`.
+
+Cancellation: each call binds a :class:`~._botocore_abort.RequestAbort` to the calling
+thread and registers its ``abort`` with the invocation's cancel scope. The client's
+connection pools are instrumented (:func:`~._botocore_abort.install`) so the abort reaches
+the request's own socket while connecting, while waiting for headers and while the stream
+is silent; other threads sharing the client are not touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..cancel import CancelScope
+from ..errors import ModelStreamError, UsageError
+from ..messages import StreamEvent
+from ._bedrock_errors import PROVIDER, map_error
+from ._bedrock_format import build_request, converse_to_events, normalize_event, split_params
+from ._botocore_abort import RequestAbort, attach_response, bind, install
+from .base import ModelRequest
+
+__all__ = ["BedrockModel"]
+
+logger = logging.getLogger(__name__)
+
+
+class BedrockModel:
+    """A Bedrock model called through the Converse API.
+
+    Thread-safe: one instance (and its boto3 client) may serve many agents in many threads;
+    ``cancel()`` of one invocation aborts only that invocation's HTTP request.
+
+    Example::
+
+        model = BedrockModel("us.anthropic.claude-sonnet-4-20250514-v1:0",
+                             region_name="us-west-2", max_tokens=1024)
+        agent = Agent(model, tools=[get_weather])
+    """
+
+    provider = PROVIDER
+
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+        boto_session: Any | None = None,
+        client: Any | None = None,
+        streaming: bool = True,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 120.0,
+        max_pool_connections: int = 50,
+        **params: Any,
+    ) -> None:
+        """Configure the model. No network call happens here.
+
+        Args:
+            model_id: Bedrock model id or inference profile id/ARN.
+            region_name: AWS region; defaults to the session's (``AWS_REGION``, profile).
+            endpoint_url: Override the Bedrock runtime endpoint (VPC endpoint, local fake).
+            boto_session: A ``boto3.Session`` supplying credentials and region.
+            client: A ready ``bedrock-runtime`` client; the other connection arguments are
+                then ignored. Its botocore retries should be off (``total_max_attempts=1``): the
+                agent retries, cancel-aware.
+            streaming: Use ``ConverseStream`` (default) or ``Converse``.
+            connect_timeout: Seconds to establish a connection.
+            read_timeout: Seconds a read may stay silent before failing.
+            max_pool_connections: Connections kept per endpoint (threads sharing the model).
+            **params: ``max_tokens``, ``temperature``, ``top_p``, ``stop_sequences``,
+                ``additional_model_request_fields`` and other Converse request members
+                (camelCase spellings work too).
+
+        Raises:
+            UsageError: Unknown parameter, or no region could be determined.
+        """
+        split_params(params)  # fail fast on a typo, not at the first call
+        self.model_id = model_id
+        self.streaming = streaming
+        self.params = dict(params)
+        self._client = client
+        self._owns_client = client is None
+        self._client_lock = threading.Lock()
+        self._instrumented = client is not None and install(client)
+        self._endpoint_url = endpoint_url
+        self._timeouts = (connect_timeout, read_timeout)
+        self._max_pool_connections = max_pool_connections
+        self._session = boto_session
+        self.region_name = region_name
+        if client is None:
+            self._session, self.region_name = _resolve_session(boto_session, region_name)
+
+    def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
+        """Send ``request`` and yield Converse stream events as they arrive.
+
+        Args:
+            request: The conversation, system prompt, tools and per-call parameters.
+            cancel: The invocation's cancel scope; cancelling it aborts the HTTP request.
+
+        Yields:
+            Stream events (``messageStart`` ... ``messageStop``, ``metadata``).
+
+        Raises:
+            agent_sync.errors.ModelError: The call failed (see ``retryable``).
+            agent_sync.cancel.CancelledError: The scope was cancelled.
+            UsageError: Unknown parameter in ``request.params``.
+        """
+        body = build_request(
+            self.model_id,
+            request.messages,
+            request.system_prompt,
+            request.tool_specs,
+            request.tool_choice,
+            {**self.params, **request.params},
+        )
+        client = self._get_client()
+        cancel.raise_if_cancelled()
+        handle = RequestAbort()
+        unregister = cancel.register_abort(handle.abort)
+        response_stream: Any = None
+        finished = False
+        started = time.monotonic()
+        logger.debug(
+            "model_id=<%s>, streaming=<%s>, messages=<%d> | bedrock request",
+            self.model_id,
+            self.streaming,
+            len(body["messages"]),
+        )
+        try:
+            try:
+                with bind(handle):
+                    if self.streaming:
+                        response = client.converse_stream(**body)
+                    else:
+                        response = client.converse(**body)
+            except Exception as exc:
+                cancel.raise_if_cancelled()
+                raise map_error(exc) from exc
+            if not self.streaming:
+                yield from converse_to_events(response)
+                finished = True
+                return
+            response_stream = response["stream"]
+            attach_response(handle, getattr(response_stream, "_raw_stream", None))
+            yield from self._events(response_stream, cancel)
+            finished = True
+        finally:
+            unregister()
+            handle.detach()
+            if response_stream is not None and not finished:
+                # Closing the urllib3 response also closes its connection, so a cut-short
+                # stream never goes back to the pool.
+                response_stream.close()
+            logger.debug(
+                "model_id=<%s>, finished=<%s>, cancelled=<%s>, duration_ms=<%.1f> | "
+                "bedrock request done",
+                self.model_id,
+                finished,
+                cancel.cancelled,
+                (time.monotonic() - started) * 1000,
+            )
+
+    def _events(self, response_stream: Any, cancel: CancelScope) -> Iterator[StreamEvent]:
+        saw_stop = False
+        try:
+            for raw in response_stream:
+                cancel.raise_if_cancelled()
+                event = normalize_event(raw)
+                if event is None:
+                    continue
+                saw_stop = saw_stop or "messageStop" in event
+                yield event
+        except Exception as exc:
+            cancel.raise_if_cancelled()
+            raise map_error(exc) from exc
+        cancel.raise_if_cancelled()  # an abort can look like a clean end of stream
+        if not saw_stop:
+            raise ModelStreamError(
+                "Bedrock stream ended before messageStop (truncated response)",
+                provider=PROVIDER,
+                retryable=True,
+            )
+
+    def close(self) -> None:
+        """Close the connection pools of a client this model created. Idempotent."""
+        with self._client_lock:
+            client, owned = self._client, self._owns_client
+            if owned:
+                self._client = None
+        if client is not None and owned:
+            client.close()
+
+    def _get_client(self) -> Any:
+        # Created on first use: boto3 resolves credentials when it builds a client, and
+        # that may mean a network call (instance metadata), which construction must avoid.
+        with self._client_lock:
+            if self._client is None:
+                self._client = self._create_client()
+                self._instrumented = install(self._client)
+            return self._client
+
+    def _create_client(self) -> Any:
+        from botocore.config import Config
+
+        connect_timeout, read_timeout = self._timeouts
+        config = Config(
+            # One attempt in total: the agent's retry policy retries, with cancel-aware
+            # back-off. (botocore's "max_attempts" counts *retries*, so max_attempts=1
+            # would still retry once, sleeping in a way cancel() cannot interrupt.)
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_pool_connections=self._max_pool_connections,
+            user_agent_extra="agent_sync",
+        )
+        assert self._session is not None
+        return self._session.client(
+            "bedrock-runtime",
+            region_name=self.region_name,
+            endpoint_url=self._endpoint_url,
+            config=config,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"BedrockModel(model_id={self.model_id!r}, region_name={self.region_name!r}, "
+            f"streaming={self.streaming!r})"
+        )
+
+
+def _resolve_session(boto_session: Any | None, region_name: str | None) -> tuple[Any, str]:
+    import boto3
+
+    session = boto_session if boto_session is not None else boto3.Session()
+    region = region_name or session.region_name
+    if not region:
+        raise UsageError(
+            "BedrockModel needs an AWS region: pass region_name=, a boto_session with a "
+            "region, or set AWS_REGION"
+        )
+    return session, str(region)
