@@ -1,0 +1,345 @@
+"""Translation between Converse shapes and the OpenAI Chat Completions wire format.
+
+Requests: :func:`build_request_body`. Responses: :class:`ChunkTranslator` turns
+``chat.completion.chunk`` objects into Converse stream events.
+
+Choices made for compatibility with the many OpenAI-compatible servers:
+
+* ``reasoningContent`` blocks are dropped from requests: most servers reject unknown
+  message fields, and none accept another provider's reasoning signature.
+* Tool calls are buffered by ``index`` and emitted as whole blocks when the choice
+  finishes: servers differ in how they split them (interleaved indices, a name or id in a
+  later fragment, Ollama's one-piece calls without ``index``), and the agent does not show
+  tool input while it streams. Text and reasoning stream as they arrive.
+* A ``finish_reason`` of ``"stop"`` with tool calls present is reported as ``tool_use``
+  (vLLM and Ollama do this), so the agent runs the tools instead of dropping them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..messages import ContentBlock, Message, StreamEvent, ToolSpec
+
+__all__ = ["ChunkTranslator", "build_request_body", "map_finish_reason"]
+
+_FINISH_REASONS = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "content_filtered",
+}
+
+_IMAGE_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "jpg": "image/jpeg",
+                "gif": "image/gif", "webp": "image/webp"}  # fmt: skip
+
+
+def map_finish_reason(reason: str) -> str:
+    """OpenAI ``finish_reason`` -> Converse ``stopReason`` (unknown reasons pass through)."""
+    return _FINISH_REASONS.get(reason, reason)
+
+
+def build_request_body(
+    model_id: str,
+    messages: Sequence[Message],
+    *,
+    system_prompt: str | None,
+    tool_specs: Sequence[ToolSpec],
+    tool_choice: dict[str, Any] | None,
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    """The JSON body of a streaming ``POST /chat/completions``.
+
+    Args:
+        model_id: The server's model name.
+        messages: Converse history, ending with a user message.
+        system_prompt: System instructions, or ``None``.
+        tool_specs: Tools the model may call.
+        tool_choice: Converse ``{"auto"|"any"|"tool": ...}``, or ``None``.
+        params: Passed through as top-level fields (``temperature``, ``max_tokens``...),
+            after the fields built here, so a caller can override them.
+
+    Returns:
+        The request body.
+    """
+    wire: list[dict[str, Any]] = []
+    if system_prompt:
+        wire.append({"role": "system", "content": system_prompt})
+    for message in messages:
+        if message["role"] == "assistant":
+            assistant = _assistant_message(message["content"])
+            if assistant is not None:
+                wire.append(assistant)
+        else:
+            wire.extend(_user_messages(message["content"]))
+    body: dict[str, Any] = {
+        "model": model_id,
+        "messages": wire,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if tool_specs:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": spec["name"],
+                    "description": spec["description"],
+                    "parameters": spec["inputSchema"]["json"],
+                },
+            }
+            for spec in tool_specs
+        ]
+        if tool_choice is not None:
+            body["tool_choice"] = _tool_choice(tool_choice)
+    body.update(params)
+    return body
+
+
+def _tool_choice(choice: dict[str, Any]) -> Any:
+    if "any" in choice:
+        return "required"
+    if "tool" in choice:
+        return {"type": "function", "function": {"name": choice["tool"]["name"]}}
+    if "none" in choice:
+        return "none"
+    return "auto"
+
+
+def _assistant_message(blocks: Sequence[ContentBlock]) -> dict[str, Any] | None:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in blocks:
+        if "text" in block:
+            texts.append(block["text"])
+        elif "toolUse" in block:
+            use = block["toolUse"]
+            calls.append(
+                {
+                    "id": use["toolUseId"],
+                    "type": "function",
+                    "function": {"name": use["name"], "arguments": json.dumps(use["input"])},
+                }
+            )
+        # reasoningContent (and anything else) is dropped: see the module docstring.
+    if not texts and not calls:
+        return None
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _user_messages(blocks: Sequence[ContentBlock]) -> list[dict[str, Any]]:
+    """Tool results first (they must follow the assistant's tool calls), then the user turn."""
+    tool_messages: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        if "toolResult" in block:
+            result = block["toolResult"]
+            tool_messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": result["toolUseId"],
+                    "content": _tool_result_text(result),
+                }
+            )
+        elif "text" in block:
+            parts.append({"type": "text", "text": block["text"]})
+        elif "image" in block:
+            parts.append(_image_part(block["image"]))
+        elif "document" in block:
+            document = block["document"]
+            name = document.get("name", "document")
+            data = document.get("source", {}).get("bytes", b"")
+            text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data)
+            parts.append({"type": "text", "text": f"[document {name}]\n{text}"})
+    messages = tool_messages
+    if parts:
+        if all(part["type"] == "text" for part in parts):
+            # Plain string content: the form every compatible server accepts.
+            content: Any = "\n".join(part["text"] for part in parts)
+        else:
+            content = parts
+        messages.append({"role": "user", "content": content})
+    return messages
+
+
+def _tool_result_text(result: Any) -> str:
+    pieces: list[str] = []
+    for item in result.get("content", []):
+        if "text" in item:
+            pieces.append(item["text"])
+        elif "json" in item:
+            pieces.append(json.dumps(item["json"]))
+    text = "\n".join(pieces)
+    if result.get("status") == "error":
+        # Chat Completions has no error flag on tool messages: say it in the text.
+        return f"Error: {text}" if text else "Error"
+    return text
+
+
+def _image_part(image: dict[str, Any]) -> dict[str, Any]:
+    fmt = str(image.get("format", "png")).lower()
+    data = image.get("source", {}).get("bytes", b"")
+    if isinstance(data, str):  # already base64 (e.g. a history loaded from JSON)
+        encoded = data
+    else:
+        encoded = base64.b64encode(data).decode("ascii")
+    mime = _IMAGE_TYPES.get(fmt, f"image/{fmt}")
+    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{encoded}"}}
+
+
+class _ToolCall:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
+class ChunkTranslator:
+    """Turns one response's ``chat.completion.chunk`` objects into Converse stream events.
+
+    Not thread-safe: one per response. Feed every chunk to :meth:`add`, then call
+    :meth:`finish` when the stream ends (``[DONE]`` or end of body).
+
+    Attributes:
+        finished: Whether a ``finish_reason`` has been seen.
+    """
+
+    __slots__ = ("_calls", "_next_index", "_open", "_open_kind", "_started", "finished", "usage")
+
+    def __init__(self) -> None:
+        self._started = False
+        self._next_index = 0
+        self._open: int | None = None  # index of the streaming text/reasoning block
+        self._open_kind = ""
+        self._calls: dict[int, _ToolCall] = {}
+        self.finished = False
+        self.usage: dict[str, int] | None = None
+
+    def add(self, chunk: dict[str, Any]) -> Iterator[StreamEvent]:
+        """Events for one chunk (an iterator: usually zero or one event)."""
+        if not self._started:
+            self._started = True
+            yield {"messageStart": {"role": "assistant"}}
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage  # some servers repeat it in every chunk: keep the last
+        choices = chunk.get("choices") or ()
+        for choice in choices:
+            if choice.get("index", 0) != 0:
+                continue  # n > 1 is not supported: the agent keeps one answer
+            delta = choice.get("delta") or {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning:
+                yield from self._stream_piece("reasoning", reasoning)
+            content = delta.get("content")
+            if content:
+                yield from self._stream_piece("text", content)
+            for call in delta.get("tool_calls") or ():
+                self._add_tool_call(call)
+            finish = choice.get("finish_reason")
+            if finish and not self.finished:
+                yield from self._finish_choice(finish)
+
+    def finish(self) -> Iterator[StreamEvent]:
+        """Events that close the message (stop, usage) once the stream has ended."""
+        if not self._started:
+            self._started = True
+            yield {"messageStart": {"role": "assistant"}}
+        if not self.finished:
+            yield from self._finish_choice("stop")
+        if self.usage is not None:
+            prompt = int(self.usage.get("prompt_tokens") or 0)
+            completion = int(self.usage.get("completion_tokens") or 0)
+            total = int(self.usage.get("total_tokens") or prompt + completion)
+            yield {
+                "metadata": {
+                    "usage": {
+                        "inputTokens": prompt,
+                        "outputTokens": completion,
+                        "totalTokens": total,
+                    }
+                }
+            }
+
+    # -- internals --
+
+    def _stream_piece(self, kind: str, piece: str) -> Iterator[StreamEvent]:
+        if self._open is None or self._open_kind != kind:
+            yield from self._close_open()
+            self._open = self._next_index
+            self._open_kind = kind
+            self._next_index += 1
+        if kind == "text":
+            yield {"contentBlockDelta": {"contentBlockIndex": self._open, "delta": {"text": piece}}}
+        else:
+            yield {
+                "contentBlockDelta": {
+                    "contentBlockIndex": self._open,
+                    "delta": {"reasoningContent": {"text": piece}},
+                }
+            }
+
+    def _close_open(self) -> Iterator[StreamEvent]:
+        if self._open is not None:
+            yield {"contentBlockStop": {"contentBlockIndex": self._open}}
+            self._open = None
+
+    def _add_tool_call(self, fragment: dict[str, Any]) -> None:
+        index = fragment.get("index")
+        if not isinstance(index, int):
+            # Servers that omit "index" send each call whole, in order.
+            index = max(self._calls, default=-1) + 1
+        call = self._calls.get(index)
+        if call is None:
+            call = self._calls[index] = _ToolCall()
+        if fragment.get("id"):
+            call.id = fragment["id"]
+        function = fragment.get("function") or {}
+        if function.get("name"):
+            call.name = function["name"]
+        arguments = function.get("arguments")
+        if arguments:
+            call.arguments.append(
+                arguments if isinstance(arguments, str) else json.dumps(arguments)
+            )
+
+    def _finish_choice(self, finish: str) -> Iterator[StreamEvent]:
+        self.finished = True
+        yield from self._close_open()
+        for position in sorted(self._calls):
+            call = self._calls[position]
+            index = self._next_index
+            self._next_index += 1
+            yield {
+                "contentBlockStart": {
+                    "contentBlockIndex": index,
+                    "start": {
+                        "toolUse": {
+                            "toolUseId": call.id or f"call_{uuid.uuid4().hex[:24]}",
+                            "name": call.name,
+                        }
+                    },
+                }
+            }
+            if call.arguments:
+                yield {
+                    "contentBlockDelta": {
+                        "contentBlockIndex": index,
+                        "delta": {"toolUse": {"input": "".join(call.arguments)}},
+                    }
+                }
+            yield {"contentBlockStop": {"contentBlockIndex": index}}
+        reason = map_finish_reason(finish)
+        if self._calls and reason == "end_turn":
+            reason = "tool_use"
+        yield {"messageStop": {"stopReason": reason}}

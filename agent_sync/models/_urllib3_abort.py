@@ -1,0 +1,378 @@
+"""Abort one in-flight urllib3 request from another thread, by shutting its socket down.
+
+Why
+---
+A thread blocked in urllib3 (connecting, waiting for response headers, or reading a silent
+body) cannot be woken by closing the response object from another thread (measured: the
+read keeps blocking until the read timeout). ``socket.shutdown(SHUT_RDWR)`` does wake it,
+in every state: on Linux it aborts a connect still in ``SYN_SENT``, a TLS handshake, a
+``recv`` waiting for headers and a ``recv`` waiting for the next body chunk.
+
+Design
+------
+Three small pieces, usable with ``requests`` (:class:`AbortableHTTPAdapter`) and with any
+other urllib3 user such as botocore (:func:`make_pool_manager_abortable`,
+:func:`abortable_pool_class`):
+
+* :class:`RequestAbort` is the handle of *one* logical request. :func:`abort_on_cancel`
+  creates it and registers :meth:`RequestAbort.abort` as the cancel scope's abort
+  callback. While :meth:`RequestAbort.capture` is active, a context variable points at
+  the handle, so the connection that urllib3 picks (new or pooled) *claims* it in the
+  requesting thread: when its socket is created (before ``connect()``) and when a request
+  is sent on it. Only the capture needs the context variable; the body is read on the
+  already-claimed connection, so a generator can yield outside ``capture()``.
+* :class:`AbortableConnectionMixin` keeps a ``dup()`` of the connection's socket, made
+  before ``connect()``. Shutting the duplicate down acts on the shared kernel socket, so
+  it also works during the TLS handshake, when the plain socket object has already been
+  detached by ``ssl.wrap_socket`` and ``conn.sock`` is not yet set.
+* :class:`AbortablePoolMixin` releases the claim when urllib3 puts the connection back
+  into the pool. A ``requests.Session`` shared by threads is therefore safe: an abort only
+  ever shuts down a connection while *its own* request owns it.
+
+Known races, and why they are harmless
+--------------------------------------
+* Abort before the socket exists: the handle remembers it was aborted and the connection
+  shuts its socket down as soon as it claims the handle (``connect()`` then fails at once).
+* Abort racing the release to the pool: both take the connection's lock. If the abort
+  wins, a connection with a shut socket goes back into the pool, and urllib3's
+  ``is_connection_dropped`` check discards it before reuse; if the release wins, the
+  abort is a no-op. A broken connection is never handed to another request as healthy.
+* DNS resolution (``getaddrinfo``) cannot be interrupted; it is bounded by the resolver.
+* SOCKS proxies use their own connection classes and are not made abortable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import socket
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from requests.adapters import HTTPAdapter
+from urllib3 import PoolManager
+from urllib3.connectionpool import HTTPConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
+from urllib3.util.connection import allowed_gai_family
+from urllib3.util.timeout import _DEFAULT_TIMEOUT
+
+from ..cancel import CancelScope
+
+if TYPE_CHECKING:
+    from urllib3.connection import HTTPConnection
+
+    _ConnectionBase = HTTPConnection
+    _PoolBase = HTTPConnectionPool
+else:
+    _ConnectionBase = object
+    _PoolBase = object
+
+__all__ = [
+    "AbortableConnectionMixin",
+    "AbortableHTTPAdapter",
+    "AbortablePoolMixin",
+    "RequestAbort",
+    "abort_on_cancel",
+    "abortable_pool_class",
+    "make_pool_manager_abortable",
+]
+
+logger = logging.getLogger(__name__)
+
+_current: contextvars.ContextVar[RequestAbort | None] = contextvars.ContextVar(
+    "agent_sync_request_abort", default=None
+)
+
+
+class RequestAbort:
+    """Abort handle of one logical request. Thread-safe.
+
+    :meth:`abort` may be called from any thread, any number of times, before, during or
+    after the request; it shuts down the sockets of the connections this request owns at
+    that moment, and any socket it claims afterwards.
+    """
+
+    __slots__ = ("_aborted", "_connections", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._aborted = False
+        self._connections: list[AbortableConnectionMixin] = []
+
+    @property
+    def aborted(self) -> bool:
+        """Whether :meth:`abort` has been called."""
+        return self._aborted
+
+    def abort(self) -> None:
+        """Shut down the socket of every connection this request owns (idempotent)."""
+        with self._lock:
+            self._aborted = True
+            connections = list(self._connections)
+        logger.debug("connections=<%d> | aborting in-flight request", len(connections))
+        for connection in connections:
+            connection._abort_shutdown(self)
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[RequestAbort]:
+        """Let connections used inside this block claim the handle.
+
+        Wrap the call that connects, sends and reads headers (``session.post(...,
+        stream=True)``, ``client.converse_stream(...)``). Reading the body afterwards needs
+        no capture. Do not ``yield`` from a generator inside it: the context variable would
+        leak into the consumer while the generator is suspended.
+        """
+        token = _current.set(self)
+        try:
+            yield self
+        finally:
+            _current.reset(token)
+
+    def _attach(self, connection: AbortableConnectionMixin) -> None:
+        with self._lock:
+            if connection not in self._connections:
+                self._connections.append(connection)
+            aborted = self._aborted
+        if aborted:  # the abort came before this socket existed: apply it now
+            connection._abort_shutdown(self)
+
+
+@contextlib.contextmanager
+def abort_on_cancel(scope: CancelScope) -> Iterator[RequestAbort]:
+    """Abort the request made in this block when ``scope`` is cancelled.
+
+    Example::
+
+        with abort_on_cancel(scope) as abort:
+            with abort.capture():
+                response = session.post(url, json=body, stream=True)
+            for line in response.iter_lines():
+                ...
+
+    The session must use :class:`AbortableHTTPAdapter` (or a pool manager passed to
+    :func:`make_pool_manager_abortable`). If the scope is already cancelled, the handle
+    starts aborted and the request fails as soon as it opens or claims a socket.
+
+    Args:
+        scope: The invocation's cancel scope.
+
+    Yields:
+        The request's :class:`RequestAbort` handle (check ``aborted`` when mapping errors).
+    """
+    handle = RequestAbort()
+    unregister = scope.register_abort(handle.abort)
+    try:
+        yield handle
+    finally:
+        unregister()
+
+
+class AbortableConnectionMixin(_ConnectionBase):
+    """Mixin for a urllib3 ``HTTPConnection`` subclass: lets a :class:`RequestAbort` shut it.
+
+    Put it first in the bases, before the urllib3 (or botocore) connection class.
+    """
+
+    _abort_lock: threading.Lock
+    _abort_owner: RequestAbort | None
+    _abort_socket: socket.socket | None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._abort_lock = threading.Lock()
+        self._abort_owner = None
+        self._abort_socket = None
+        super().__init__(*args, **kwargs)
+
+    def _new_conn(self) -> socket.socket:
+        # Same as urllib3's, except that the socket is registered before connect(), so a
+        # connect stuck in SYN_SENT can be aborted too.
+        try:
+            sock = _create_connection(
+                (self._dns_host, self.port),
+                self.timeout,
+                source_address=self.source_address,
+                socket_options=self.socket_options,
+                on_socket=self._abort_track,
+            )
+        except socket.gaierror as e:
+            raise NameResolutionError(self.host, cast(Any, self), e) from e
+        except TimeoutError as e:
+            raise ConnectTimeoutError(
+                self, f"Connection to {self.host} timed out. (connect timeout={self.timeout})"
+            ) from e
+        except OSError as e:
+            raise NewConnectionError(
+                cast(Any, self), f"Failed to establish a new connection: {e}"
+            ) from e
+        sys.audit("http.client.connect", self, self.host, self.port)
+        return sock
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        # A pooled connection is reused without _new_conn: claim it here, in the
+        # requesting thread, before anything can block.
+        self._abort_claim()
+        super().request(*args, **kwargs)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._abort_track(None)
+
+    # -- internals --
+
+    def _abort_track(self, sock: socket.socket | None) -> None:
+        """Keep a duplicate of ``sock`` (``None``: forget it) and claim the current handle."""
+        duplicate = sock.dup() if sock is not None else None
+        with self._abort_lock:
+            previous, self._abort_socket = self._abort_socket, duplicate
+            if sock is None:
+                self._abort_owner = None
+        if previous is not None:
+            previous.close()
+        if sock is not None:
+            handle = self._abort_claim()
+            if handle is not None and handle.aborted:
+                # shutdown() of a socket that is not connecting yet does not stop a
+                # later connect(): refuse to start it.
+                raise ConnectionAbortedError("request aborted before connecting")
+
+    def _abort_claim(self) -> RequestAbort | None:
+        handle = _current.get()
+        with self._abort_lock:
+            self._abort_owner = handle
+        if handle is not None:
+            handle._attach(self)
+        return handle
+
+    def _abort_release(self) -> None:
+        with self._abort_lock:
+            self._abort_owner = None
+
+    def _abort_shutdown(self, handle: RequestAbort) -> None:
+        with self._abort_lock:
+            if self._abort_owner is not handle or self._abort_socket is None:
+                return  # released to the pool, or reused by another request: not ours
+            try:
+                self._abort_socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # not connected yet on some platforms, or already closed by the peer
+
+
+class AbortablePoolMixin(_PoolBase):
+    """Mixin for a urllib3 connection pool: releases a connection's claim when it is pooled."""
+
+    def _put_conn(self, conn: Any) -> None:
+        if isinstance(conn, AbortableConnectionMixin):
+            conn._abort_release()
+        super()._put_conn(conn)
+
+
+_pool_classes: dict[type[Any], type[Any]] = {}
+_pool_classes_lock = threading.Lock()
+
+
+def abortable_pool_class(pool_cls: type[Any]) -> type[Any]:
+    """Subclass of ``pool_cls`` (and of its ``ConnectionCls``) with the abort mixins.
+
+    Works for urllib3's and botocore's pool classes. Cached: one subclass per class.
+
+    Args:
+        pool_cls: A urllib3 ``HTTPConnectionPool`` subclass.
+
+    Returns:
+        The abortable subclass (``pool_cls`` itself if it already is one).
+    """
+    if issubclass(pool_cls, AbortablePoolMixin):
+        return pool_cls
+    with _pool_classes_lock:
+        cached = _pool_classes.get(pool_cls)
+        if cached is None:
+            connection_cls = pool_cls.ConnectionCls
+            if not issubclass(connection_cls, AbortableConnectionMixin):
+                connection_cls = type(
+                    f"Abortable{connection_cls.__name__}",
+                    (AbortableConnectionMixin, connection_cls),
+                    {"__module__": __name__},
+                )
+            cached = type(
+                f"Abortable{pool_cls.__name__}",
+                (AbortablePoolMixin, pool_cls),
+                {"ConnectionCls": connection_cls, "__module__": __name__},
+            )
+            _pool_classes[pool_cls] = cached
+        return cached
+
+
+def make_pool_manager_abortable(manager: PoolManager) -> PoolManager:
+    """Make the pools ``manager`` creates from now on abortable (in place).
+
+    Args:
+        manager: A urllib3 ``PoolManager`` or ``ProxyManager`` (e.g. botocore's).
+
+    Returns:
+        ``manager``.
+    """
+    manager.pool_classes_by_scheme = {
+        scheme: abortable_pool_class(cls) for scheme, cls in manager.pool_classes_by_scheme.items()
+    }
+    return manager
+
+
+class AbortableHTTPAdapter(HTTPAdapter):
+    """A ``requests`` transport adapter whose requests :func:`abort_on_cancel` can abort.
+
+    Mount it on a session (``session.mount("https://", AbortableHTTPAdapter())``). Requests
+    made outside :func:`abort_on_cancel` behave exactly like with ``HTTPAdapter``.
+    """
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        make_pool_manager_abortable(self.poolmanager)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if not proxy.lower().startswith("socks"):
+            make_pool_manager_abortable(manager)
+        return manager
+
+
+def _create_connection(
+    address: tuple[str, int],
+    timeout: Any,
+    *,
+    source_address: tuple[str, int] | None,
+    socket_options: Sequence[tuple[int, int, int | bytes]] | None,
+    on_socket: Any,
+) -> socket.socket:
+    """urllib3's ``create_connection`` with a hook called with each socket before connect."""
+    host, port = address
+    if host.startswith("["):
+        host = host.strip("[]")
+    error: OSError | None = None
+    for family, socktype, proto, _name, sockaddr in socket.getaddrinfo(
+        host, port, allowed_gai_family(), socket.SOCK_STREAM
+    ):
+        sock = None
+        try:
+            sock = socket.socket(family, socktype, proto)
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+            if timeout is not _DEFAULT_TIMEOUT:
+                sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
+            on_socket(sock)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            error = exc
+            on_socket(None)
+            if sock is not None:
+                sock.close()
+    if error is not None:
+        raise error
+    raise OSError("getaddrinfo returns an empty list")
