@@ -1,0 +1,179 @@
+"""A raw-socket HTTP/1.1 client that reads SSE frames and can drop the connection.
+
+Real sockets, so tests see exactly what a browser would: chunked bodies, comment frames,
+and a disconnect the server only notices when it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+
+__all__ = ["Frame", "SSEConnection", "request_json", "serve"]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One SSE frame: ``event`` is ``"comment"`` for ``: ...`` lines (keep-alives)."""
+
+    event: str
+    data: Any
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        return None
+
+
+@contextmanager
+def serve(app: Any) -> Iterator[BaseWSGIServer]:
+    """Serve a WSGI app on 127.0.0.1 with werkzeug's threaded server, in a named thread."""
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="test-wsgi-server", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+class SSEConnection:
+    """POST a JSON body and read the response as it streams."""
+
+    def __init__(
+        self,
+        port: int,
+        path: str,
+        body: Mapping[str, Any],
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        payload = json.dumps(body).encode()
+        lines = [
+            f"POST {path} HTTP/1.1",
+            f"Host: 127.0.0.1:{port}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(payload)}",
+            "Accept: text/event-stream",
+        ]
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
+        self._file = self.sock.makefile("rb")
+        status_line = self._file.readline().decode()
+        self.status = int(status_line.split()[1])
+        self.headers: dict[str, str] = {}
+        while (line := self._file.readline().decode().strip()) != "":
+            name, _, value = line.partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+        self._chunked = self.headers.get("transfer-encoding", "").lower() == "chunked"
+        self._buffer = b""
+        self._eof = False
+
+    def read_body(self) -> bytes:
+        """The whole (non-streamed) body."""
+        data = b""
+        while (chunk := self._read_chunk()) is not None:
+            data += chunk
+        return data
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.read_body())
+
+    def frames(self) -> Iterator[Frame]:
+        """Yield SSE frames as they arrive, until the server ends the body."""
+        while True:
+            while b"\n\n" not in self._buffer:
+                chunk = self._read_chunk()
+                if chunk is None:
+                    return
+                self._buffer += chunk
+            raw, self._buffer = self._buffer.split(b"\n\n", 1)
+            yield _parse(raw.decode())
+
+    def next_frame(self, *, skip_comments: bool = True) -> Frame | None:
+        """The next frame (by default the next that is not a comment), or ``None`` at end."""
+        for frame in self.frames():
+            if not (skip_comments and frame.event == "comment"):
+                return frame
+        return None
+
+    def drop(self, *, reset: bool = False) -> None:
+        """Go away like a closed browser tab (FIN) or a crashed one (``reset``: TCP RST)."""
+        if reset:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self._file.close()
+        self.sock.close()
+
+    close = drop
+
+    def _read_chunk(self) -> bytes | None:
+        if self._eof:
+            return None
+        if not self._chunked:
+            data = self._file.read1(65536)
+            if not data:
+                self._eof = True
+                return None
+            return data
+        size_line = self._file.readline()
+        if not size_line:
+            self._eof = True
+            return None
+        size = int(size_line.strip().split(b";")[0], 16)
+        if size == 0:
+            self._file.readline()
+            self._eof = True
+            return None
+        data = self._file.read(size)
+        self._file.readline()  # the CRLF after the chunk
+        return data
+
+
+def _parse(raw: str) -> Frame:
+    event, data_lines, comment = "message", [], None
+    for line in raw.split("\n"):
+        if line.startswith(":"):
+            comment = line[1:].strip()
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data_lines.append(line[5:].strip())
+    if not data_lines:
+        return Frame("comment", comment)
+    return Frame(event, json.loads("\n".join(data_lines)))
+
+
+def request_json(
+    port: int,
+    method: str,
+    path: str,
+    body: Mapping[str, Any] | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, Any]:
+    """One plain JSON request over a fresh connection; returns (status, parsed body)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        payload = None if body is None else json.dumps(body)
+        all_headers = {"Content-Type": "application/json", **(headers or {})}
+        conn.request(method, path, body=payload, headers=all_headers)
+        response = conn.getresponse()
+        data = response.read()
+        return response.status, json.loads(data) if data else None
+    finally:
+        conn.close()

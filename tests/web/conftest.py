@@ -1,0 +1,79 @@
+"""Fixtures for the web tests: the example apps served by real threaded WSGI servers."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class CloseRecorder:
+    """WSGI middleware: sets ``closed`` once the server has closed a response body.
+
+    Tests wait on it instead of sleeping: when the server has called ``close()`` on the
+    SSE body, the agent has been cancelled and joined.
+    """
+
+    def __init__(self, app: WSGIApp) -> None:
+        self.app = app
+        self.closed = threading.Event()
+        self.count = 0
+        self._changed = threading.Condition()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        return _Recorded(self.app(environ, start_response), self)
+
+    def wait_for_closes(self, count: int, timeout: float = 5.0) -> bool:
+        """Wait until the server has closed ``count`` response bodies in all."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.count >= count, timeout)
+
+    def _on_close(self) -> None:
+        with self._changed:
+            self.count += 1
+            self._changed.notify_all()
+        self.closed.set()
+
+
+@dataclass
+class _Recorded:
+    body: Iterable[bytes]
+    recorder: CloseRecorder
+    _iter: Iterator[bytes] | None = field(default=None)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.recorder._on_close()
+
+
+@pytest.fixture(scope="session")
+def flask_example() -> Any:
+    """The Flask example's module (examples/flask_chat/chat_app.py)."""
+    sys.path.insert(0, str(EXAMPLES / "flask_chat"))
+    import chat_app
+
+    return chat_app
+
+
+@pytest.fixture
+def no_sse_threads_left() -> Iterator[None]:
+    """Fail if an SSE worker thread outlives the test."""
+    yield
+    leaked = [t.name for t in threading.enumerate() if t.name.startswith("agent-sync-sse")]
+    assert leaked == []

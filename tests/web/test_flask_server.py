@@ -1,0 +1,222 @@
+"""The Flask example served by werkzeug's threaded server, driven over real sockets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from agent_sync import Agent
+from agent_sync.messages import validate_history
+from agent_sync.testing import ScriptedModel
+from agent_sync.web import ConversationRegistry
+
+from ._client import SSEConnection, request_json, serve
+from .conftest import CloseRecorder
+
+pytestmark = pytest.mark.usefixtures("no_sse_threads_left")
+
+CANCELLED = {"text": "Cancelled by user"}
+STREAMING = {"text": "abcdefghij" * 30, "chunk_size": 2, "chunk_delay": 0.01}
+STALLING = {"text": "abcdefghij" * 30, "chunk_size": 2, "stall_after": 3}
+
+
+@dataclass
+class Served:
+    port: int
+    registry: ConversationRegistry[Agent]
+    recorder: CloseRecorder
+
+    def chat(self, message: str, cid: str = "c1") -> SSEConnection:
+        return SSEConnection(self.port, "/chat", {"conversation_id": cid, "message": message})
+
+    def agent(self, cid: str = "c1") -> Agent:
+        agent = self.registry.peek(cid)
+        assert agent is not None
+        return agent
+
+
+@contextmanager
+def served(flask_example: Any, *turns: Any, **options: Any) -> Iterator[Served]:
+    app = flask_example.create_app(lambda: ScriptedModel(list(turns)), **options)
+    recorder = CloseRecorder(app.wsgi_app)
+    app.wsgi_app = recorder
+    with serve(app) as server:
+        yield Served(server.server_port, app.extensions["agent_sync.registry"], recorder)
+
+
+def read_text(conn: SSEConnection, frames: int) -> str:
+    text = ""
+    for _ in range(frames):
+        frame = conn.next_frame()
+        assert frame is not None and frame.event == "text"
+        text += frame.data["text"]
+    return text
+
+
+def assert_stopped_validly(agent: Agent, streamed: str) -> None:
+    assert not agent.is_running
+    assert validate_history(agent.messages) == []
+    last = agent.messages[-1]
+    assert last["role"] == "assistant"
+    assert last["content"][-1] == CANCELLED
+    assert last["content"][0]["text"].startswith(streamed)
+
+
+def test_answer_streams_as_sse_and_ends_with_done(flask_example: Any) -> None:
+    with served(flask_example, {"text": "Hello there", "chunk_size": 4}) as app:
+        conn = app.chat("hi")
+        frames = list(conn.frames())
+        conn.close()
+
+    assert conn.status == 200
+    assert conn.headers["content-type"].startswith("text/event-stream")
+    assert conn.headers["cache-control"] == "no-cache"
+    assert conn.headers["x-accel-buffering"] == "no"
+    assert frames[0].event == "comment"
+    text = "".join(f.data["text"] for f in frames if f.event == "text")
+    assert text == "Hello there"
+    assert frames[-1].event == "done"
+    assert frames[-1].data["stop_reason"] == "end_turn"
+    assert frames[-1].data["usage"]["totalTokens"] > 0
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "rst"])
+def test_disconnect_while_streaming_cancels_and_leaves_history_valid(
+    flask_example: Any, reset: bool
+) -> None:
+    with served(flask_example, STREAMING, "second answer") as app:
+        conn = app.chat("hi")
+        streamed = read_text(conn, 3)
+        conn.drop(reset=reset)
+
+        assert app.recorder.closed.wait(5), "the server never closed the response"
+        agent = app.agent()
+        assert_stopped_validly(agent, streamed)
+        assert agent.messages[0] == {"role": "user", "content": [{"text": "hi"}]}
+
+        # The conversation goes on: the next message gets an answer.
+        conn = app.chat("again")
+        frames = list(conn.frames())
+        conn.close()
+        assert frames[-1].data["stop_reason"] == "end_turn"
+        assert validate_history(agent.messages) == []
+
+
+def test_disconnect_while_model_is_silent_is_noticed_through_keepalives(
+    flask_example: Any,
+) -> None:
+    with served(flask_example, STALLING, keepalive=0.05) as app:
+        conn = app.chat("hi")
+        streamed = read_text(conn, 3)
+        assert conn.next_frame(skip_comments=False) == conn_frame_keepalive()
+        conn.drop()
+
+        assert app.recorder.closed.wait(5), "silent stream: disconnect never noticed"
+        assert_stopped_validly(app.agent(), streamed)
+
+
+def conn_frame_keepalive() -> Any:
+    from ._client import Frame
+
+    return Frame("comment", "keep-alive")
+
+
+def test_stop_button_cancel_endpoint_ends_stream_with_cancelled_done(
+    flask_example: Any,
+) -> None:
+    with served(flask_example, STALLING) as app:
+        conn = app.chat("hi")
+        streamed = read_text(conn, 3)
+
+        status, body = request_json(app.port, "POST", "/cancel", {"conversation_id": "c1"})
+        assert (status, body) == (200, {"cancelled": True})
+        done = conn.next_frame()
+        assert done is not None and done.event == "done"
+        assert done.data["stop_reason"] == "cancelled"
+        assert done.data["cancel_reason"] == "stopped by user"
+        assert conn.next_frame() is None
+        conn.close()
+        assert app.recorder.closed.wait(5)
+        assert_stopped_validly(app.agent(), streamed)
+
+        # Cancelling an idle conversation is a harmless no-op.
+        status, body = request_json(app.port, "POST", "/cancel", {"conversation_id": "c1"})
+        assert (status, body) == (200, {"cancelled": False})
+
+
+def test_timeout_cancels_with_reason_timeout(flask_example: Any) -> None:
+    with served(flask_example, STALLING, timeout=0.2) as app:
+        conn = app.chat("hi")
+        frames = list(conn.frames())
+        conn.close()
+
+        assert frames[-1].event == "done"
+        assert frames[-1].data["stop_reason"] == "cancelled"
+        assert frames[-1].data["cancel_reason"] == "timeout"
+        assert_stopped_validly(app.agent(), "")
+
+
+def test_second_message_while_answering_gets_409_and_changes_nothing(
+    flask_example: Any,
+) -> None:
+    with served(flask_example, STALLING, keepalive=0.05) as app:
+        conn = app.chat("first")
+        read_text(conn, 3)
+        agent = app.agent()
+        before = agent.messages
+
+        status, body = request_json(
+            app.port, "POST", "/chat", {"conversation_id": "c1", "message": "second"}
+        )
+        assert status == 409
+        assert body["error"] == "busy"
+        assert agent.is_running
+        assert agent.messages == before
+
+        # Another conversation is independent.
+        other = app.chat("elsewhere", cid="c2")
+        assert other.status == 200
+        other.drop()
+        conn.drop()
+        # three bodies: the two streams and the 409
+        assert app.recorder.wait_for_closes(3), "the server never closed the responses"
+    assert validate_history(agent.messages) == []
+    assert all(b.get("text") != "second" for m in agent.messages for b in m["content"])
+
+
+def test_tool_calls_stream_tool_frames_without_tool_output(flask_example: Any) -> None:
+    turns = [{"tool_calls": [{"name": "roll_dice", "input": {"sides": 6}}]}, "Rolled."]
+    with served(flask_example, *turns) as app:
+        conn = app.chat("roll the dice")
+        frames = [f for f in conn.frames() if f.event != "comment"]
+        conn.close()
+
+    kinds = [f.event for f in frames]
+    assert kinds[:2] == ["tool_start", "tool_end"]
+    assert frames[0].data["name"] == "roll_dice"
+    assert frames[0].data["input"] == {"sides": 6}
+    assert frames[1].data["status"] == "success"
+    assert frames[1].data["id"] == frames[0].data["id"]
+    assert "content" not in frames[1].data
+    assert kinds[-1] == "done"
+
+
+def test_history_endpoint_and_input_validation(flask_example: Any) -> None:
+    with served(flask_example, "Hi!") as app:
+        conn = app.chat("hello")
+        list(conn.frames())
+        conn.close()
+        status, body = request_json(app.port, "GET", "/history?conversation_id=c1")
+        assert status == 200
+        assert [m["role"] for m in body["messages"]] == ["user", "assistant"]
+
+        status, _ = request_json(
+            app.port, "POST", "/chat", {"conversation_id": "../etc", "message": "x"}
+        )
+        assert status == 400
+        status, _ = request_json(app.port, "POST", "/chat", {"conversation_id": "c1"})
+        assert status == 400
