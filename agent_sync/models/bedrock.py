@@ -4,11 +4,12 @@
 :mod:`._bedrock_format`), streams ``ConverseStream`` events (or replays a non-streaming
 ``Converse`` response as events), and maps every failure in :mod:`._bedrock_errors`.
 
-Cancellation: each call binds a :class:`~._botocore_abort.RequestAbort` to the calling
-thread and registers its ``abort`` with the invocation's cancel scope. The client's
-connection pools are instrumented (:func:`~._botocore_abort.install`) so the abort reaches
-the request's own socket while connecting, while waiting for headers and while the stream
-is silent; other threads sharing the client are not touched.
+Cancellation: botocore sits on urllib3, so the generic per-request socket abort of
+:mod:`._urllib3_abort` applies. :func:`_make_abortable` swaps the client's connection-pool
+classes for abortable subclasses; each call captures a
+:class:`~._urllib3_abort.RequestAbort` registered with the invocation's cancel scope, so
+``cancel()`` shuts down *that request's* socket while connecting, while waiting for headers
+and while the stream is silent. Other threads sharing the client are not touched.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..cancel import CancelScope
@@ -24,7 +25,7 @@ from ..errors import ModelStreamError, UsageError
 from ..messages import StreamEvent
 from ._bedrock_errors import PROVIDER, map_error
 from ._bedrock_format import build_request, converse_to_events, normalize_event, split_params
-from ._botocore_abort import RequestAbort, attach_response, bind, install
+from ._urllib3_abort import abort_on_cancel, abortable_pool_class
 from .base import ModelRequest
 
 __all__ = ["BedrockModel"]
@@ -89,7 +90,7 @@ class BedrockModel:
         self._client = client
         self._owns_client = client is None
         self._client_lock = threading.Lock()
-        self._instrumented = client is not None and install(client)
+        self._instrumented = client is not None and _make_abortable(client)
         self._endpoint_url = endpoint_url
         self._timeouts = (connect_timeout, read_timeout)
         self._max_pool_connections = max_pool_connections
@@ -123,9 +124,8 @@ class BedrockModel:
         )
         client = self._get_client()
         cancel.raise_if_cancelled()
-        handle = RequestAbort()
-        unregister = cancel.register_abort(handle.abort)
         response_stream: Any = None
+        unregister_fallback: Callable[[], None] = _noop
         finished = False
         started = time.monotonic()
         logger.debug(
@@ -134,39 +134,40 @@ class BedrockModel:
             self.streaming,
             len(body["messages"]),
         )
-        try:
+        with abort_on_cancel(cancel) as abort:
             try:
-                with bind(handle):
-                    if self.streaming:
-                        response = client.converse_stream(**body)
-                    else:
-                        response = client.converse(**body)
-            except Exception as exc:
-                cancel.raise_if_cancelled()
-                raise map_error(exc) from exc
-            if not self.streaming:
-                yield from converse_to_events(response)
+                try:
+                    with abort.capture():
+                        if self.streaming:
+                            response = client.converse_stream(**body)
+                        else:
+                            response = client.converse(**body)
+                except Exception as exc:
+                    cancel.raise_if_cancelled()
+                    raise map_error(exc) from exc
+                if not self.streaming:
+                    yield from converse_to_events(response)
+                    finished = True
+                    return
+                response_stream = response["stream"]
+                if not self._instrumented:
+                    unregister_fallback = _abort_response_on_cancel(response_stream, cancel)
+                yield from self._events(response_stream, cancel)
                 finished = True
-                return
-            response_stream = response["stream"]
-            attach_response(handle, getattr(response_stream, "_raw_stream", None))
-            yield from self._events(response_stream, cancel)
-            finished = True
-        finally:
-            unregister()
-            handle.detach()
-            if response_stream is not None and not finished:
-                # Closing the urllib3 response also closes its connection, so a cut-short
-                # stream never goes back to the pool.
-                response_stream.close()
-            logger.debug(
-                "model_id=<%s>, finished=<%s>, cancelled=<%s>, duration_ms=<%.1f> | "
-                "bedrock request done",
-                self.model_id,
-                finished,
-                cancel.cancelled,
-                (time.monotonic() - started) * 1000,
-            )
+            finally:
+                unregister_fallback()
+                if response_stream is not None and not finished:
+                    # Closing the urllib3 response also closes its connection, so a
+                    # cut-short stream never goes back to the pool.
+                    response_stream.close()
+                logger.debug(
+                    "model_id=<%s>, finished=<%s>, cancelled=<%s>, duration_ms=<%.1f> | "
+                    "bedrock request done",
+                    self.model_id,
+                    finished,
+                    cancel.cancelled,
+                    (time.monotonic() - started) * 1000,
+                )
 
     def _events(self, response_stream: Any, cancel: CancelScope) -> Iterator[StreamEvent]:
         saw_stop = False
@@ -204,7 +205,7 @@ class BedrockModel:
         with self._client_lock:
             if self._client is None:
                 self._client = self._create_client()
-                self._instrumented = install(self._client)
+                self._instrumented = _make_abortable(self._client)
             return self._client
 
     def _create_client(self) -> Any:
@@ -247,3 +248,49 @@ def _resolve_session(boto_session: Any | None, region_name: str | None) -> tuple
             "region, or set AWS_REGION"
         )
     return session, str(region)
+
+
+def _make_abortable(client: Any) -> bool:
+    """Make the pools ``client`` creates from now on abortable per request.
+
+    Returns:
+        ``False`` if the client's HTTP session is not botocore's ``URLLib3Session``.
+    """
+    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    pool_classes = getattr(session, "_pool_classes_by_scheme", None)
+    if not isinstance(pool_classes, dict):
+        logger.warning(
+            "session=<%s> | unknown botocore http session; cancel() can only abort a "
+            "request after its response headers arrived",
+            type(session).__name__,
+        )
+        return False
+    # botocore's PoolManager and its proxy managers share this very dict, so updating it
+    # in place covers every pool created from now on (pools that already exist keep
+    # their classes: see _abort_response_on_cancel).
+    for scheme, pool_cls in list(pool_classes.items()):
+        pool_classes[scheme] = abortable_pool_class(pool_cls)
+    return True
+
+
+def _abort_response_on_cancel(response_stream: Any, cancel: CancelScope) -> Callable[[], None]:
+    """Fallback for clients we could not instrument (returns the unregister function).
+
+    urllib3's ``HTTPResponse.shutdown()`` shuts the socket's read side, which wakes a
+    blocked read, once the response headers are in.
+    """
+    shutdown = getattr(getattr(response_stream, "_raw_stream", None), "shutdown", None)
+    if not callable(shutdown):
+        return _noop
+
+    def abort() -> None:
+        try:
+            shutdown()
+        except (ValueError, RuntimeError, OSError):
+            pass  # already released or closed: nothing to wake
+
+    return cancel.register_abort(abort)
+
+
+def _noop() -> None:
+    return None

@@ -119,6 +119,10 @@ class BedrockServer(ScriptedServer):
         super().__init__((), host=host)
         self.add_turns(*turns)
 
+    def __enter__(self) -> BedrockServer:
+        super().__enter__()
+        return self
+
     def add_turns(self, *turns: TurnSpec) -> None:
         """Queue more scripted responses (dicts may use :class:`BedrockTurn` keys)."""
         super().add_turns(*(BedrockTurn.of(t) for t in turns))
