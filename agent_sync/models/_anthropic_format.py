@@ -1,0 +1,352 @@
+"""Translation between Converse shapes and the Anthropic Messages API.
+
+Two directions, no I/O:
+
+* :func:`build_body` turns a :class:`~agent_sync.models.base.ModelRequest` into the JSON
+  body of ``POST /v1/messages``. It is forgiving where Anthropic is strict: blank text
+  blocks are dropped (the API rejects them), consecutive messages of one role are merged,
+  ``toolResult`` blocks go first in their message (the API requires it), and reasoning
+  without a signature (from another provider) is dropped, since Anthropic cannot verify it.
+* :class:`EventTranslator` turns the SDK's raw stream events (``message_start``,
+  ``content_block_*``, ``message_delta``, ``message_stop``) into Converse
+  :data:`~agent_sync.messages.StreamEvent` dicts, one call per event on the hot path.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..errors import ModelError
+from ..messages import Message, StreamEvent, ToolSpec, Usage
+from .base import ModelRequest
+
+__all__ = ["CALL_OPTIONS", "EventTranslator", "build_body", "map_stop_reason"]
+
+logger = logging.getLogger(__name__)
+
+CALL_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
+"""Parameters that are SDK call options, not fields of the request body."""
+
+_PARAM_ALIASES = {  # Converse inferenceConfig spellings -> Anthropic
+    "maxTokens": "max_tokens",
+    "topP": "top_p",
+    "topK": "top_k",
+    "stopSequences": "stop_sequences",
+}
+
+_STOP_REASONS = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "refusal": "content_filtered",
+    # The answer was cut off by the window rather than by max_tokens: same remedy for users.
+    "model_context_window_exceeded": "max_tokens",
+}
+
+_IMAGE_TYPES = {
+    "png": "image/png",
+    "jpeg": "image/jpeg",
+    "jpg": "image/jpeg",
+    "gif": "image/gif",
+    "webp": "image/webp",
+}
+_TEXT_DOCUMENTS = frozenset({"txt", "md", "csv", "html"})
+
+
+def map_stop_reason(reason: str | None) -> str:
+    """Anthropic stop reason -> Converse stop reason; unknown ones pass through as-is."""
+    if reason is None:
+        return "end_turn"
+    return _STOP_REASONS.get(reason, reason)
+
+
+# --- request -----------------------------------------------------------------------------
+
+
+def build_body(
+    request: ModelRequest, *, model_id: str, max_tokens: int, params: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Build the request body and the SDK call options.
+
+    Args:
+        request: The provider-neutral request.
+        model_id: Anthropic model id.
+        max_tokens: Default ``max_tokens`` (a ``max_tokens`` param overrides it).
+        params: The model's own parameters; ``request.params`` are merged over them.
+
+    Returns:
+        ``(body, options)``: the JSON body, and SDK options (``extra_headers``...).
+
+    Raises:
+        ModelError: A block cannot be expressed for Anthropic (e.g. a ``docx`` document).
+    """
+    merged: dict[str, Any] = {}
+    for source in (params, request.params):
+        for key, value in source.items():
+            merged[_PARAM_ALIASES.get(key, key)] = value
+    options = {key: merged.pop(key) for key in CALL_OPTIONS if key in merged}
+    body: dict[str, Any] = {
+        "model": model_id,
+        "max_tokens": merged.pop("max_tokens", max_tokens),
+        "messages": convert_messages(request.messages),
+    }
+    if request.system_prompt and request.system_prompt.strip():
+        body["system"] = request.system_prompt
+    if request.tool_specs:
+        body["tools"] = [_tool(spec) for spec in request.tool_specs]
+        if request.tool_choice:
+            body["tool_choice"] = _tool_choice(request.tool_choice)
+    body.update(merged)
+    return body, options
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    tool: dict[str, Any] = {"name": spec["name"], "input_schema": spec["inputSchema"]["json"]}
+    if spec.get("description"):
+        tool["description"] = spec["description"]
+    return tool
+
+
+def _tool_choice(choice: Mapping[str, Any]) -> dict[str, Any]:
+    if "tool" in choice:
+        return {"type": "tool", "name": choice["tool"]["name"]}
+    if "any" in choice:
+        return {"type": "any"}
+    return {"type": "auto"}
+
+
+def convert_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Converse messages -> Anthropic messages (merged by role, blank blocks dropped)."""
+    converted: list[dict[str, Any]] = []
+    message: Mapping[str, Any]
+    for message in messages:
+        blocks = [b for b in (_block(block) for block in message["content"]) if b is not None]
+        if not blocks:
+            continue  # Anthropic rejects empty messages; nothing of value is lost
+        if converted and converted[-1]["role"] == message["role"]:
+            converted[-1]["content"].extend(blocks)
+        else:
+            converted.append({"role": message["role"], "content": blocks})
+    for merged in converted:
+        content = merged["content"]
+        if any(block["type"] == "tool_result" for block in content):
+            # Anthropic requires tool results before any other block of the message.
+            content.sort(key=lambda block: block["type"] != "tool_result")
+    return converted
+
+
+def _block(block: Mapping[str, Any]) -> dict[str, Any] | None:
+    if "text" in block:
+        text = block["text"]
+        return {"type": "text", "text": text} if text.strip() else None
+    if "toolUse" in block:
+        use = block["toolUse"]
+        return {
+            "type": "tool_use",
+            "id": use["toolUseId"],
+            "name": use["name"],
+            "input": use["input"],
+        }
+    if "toolResult" in block:
+        return _tool_result(block["toolResult"])
+    if "reasoningContent" in block:
+        return _reasoning(block["reasoningContent"])
+    if "image" in block:
+        return _image(block["image"])
+    if "document" in block:
+        return _document(block["document"])
+    logger.debug("block=<%s> | dropping block type anthropic does not take", ",".join(block))
+    return None
+
+
+def _tool_result(result: Mapping[str, Any]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    for item in result.get("content", ()):
+        if "text" in item:
+            if item["text"].strip():
+                content.append({"type": "text", "text": item["text"]})
+        elif "json" in item:
+            content.append({"type": "text", "text": json.dumps(item["json"])})
+        elif "image" in item:
+            content.append(_image(item["image"]))
+        elif "document" in item:
+            content.append(_document(item["document"]))
+    converted: dict[str, Any] = {"type": "tool_result", "tool_use_id": result["toolUseId"]}
+    if content:
+        converted["content"] = content
+    if result.get("status") == "error":
+        converted["is_error"] = True
+    return converted
+
+
+def _reasoning(reasoning: Mapping[str, Any]) -> dict[str, Any] | None:
+    redacted = reasoning.get("redactedContent")
+    if redacted is not None:
+        data = redacted.decode("utf-8") if isinstance(redacted, bytes) else str(redacted)
+        return {"type": "redacted_thinking", "data": data}
+    text = reasoning.get("reasoningText") or {}
+    if not text.get("signature"):
+        return None  # unsigned reasoning (another provider's) would be rejected
+    return {"type": "thinking", "thinking": text.get("text", ""), "signature": text["signature"]}
+
+
+def _base64(data: Any) -> str:
+    # bytes from the SDKs; a str is taken as already base64 (a history reloaded from JSON).
+    return base64.b64encode(data).decode("ascii") if isinstance(data, bytes) else str(data)
+
+
+def _image(image: Mapping[str, Any]) -> dict[str, Any]:
+    media_type = _IMAGE_TYPES.get(str(image.get("format", "")).lower())
+    data = image.get("source", {}).get("bytes")
+    if media_type is None or data is None:
+        raise ModelError(
+            f"image format {image.get('format')!r} or source is not supported by Anthropic",
+            provider="anthropic",
+            retryable=False,
+        )
+    source = {"type": "base64", "media_type": media_type, "data": _base64(data)}
+    return {"type": "image", "source": source}
+
+
+def _document(document: Mapping[str, Any]) -> dict[str, Any]:
+    kind = str(document.get("format", "")).lower()
+    data = document.get("source", {}).get("bytes")
+    if data is None or (kind != "pdf" and kind not in _TEXT_DOCUMENTS):
+        raise ModelError(
+            f"document format {kind!r} is not supported by Anthropic (use pdf or text)",
+            provider="anthropic",
+            retryable=False,
+        )
+    if kind == "pdf":
+        source = {"type": "base64", "media_type": "application/pdf", "data": _base64(data)}
+    else:
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+        source = {"type": "text", "media_type": "text/plain", "data": text}
+    converted: dict[str, Any] = {"type": "document", "source": source}
+    if document.get("name"):
+        converted["title"] = document["name"]
+    return converted
+
+
+# --- response stream ---------------------------------------------------------------------
+
+
+class EventTranslator:
+    """Anthropic raw stream events -> Converse stream events. One per model call.
+
+    Attributes:
+        finished: ``message_stop`` was seen (a stream ending without it was truncated).
+        stop_reason: Anthropic's raw stop reason, once ``message_delta`` reported it.
+    """
+
+    __slots__ = (
+        "_ignored",
+        "_input_tokens",
+        "_output_tokens",
+        "_started",
+        "finished",
+        "stop_reason",
+    )
+
+    def __init__(self) -> None:
+        self._ignored: set[int] = set()  # indexes of block types we do not surface
+        self._input_tokens = 0
+        self._output_tokens = 0
+        self._started = time.monotonic()
+        self.finished = False
+        self.stop_reason: str | None = None
+
+    def translate(self, event: Any) -> Iterable[StreamEvent]:
+        """The Converse events for one SDK event (often exactly one, sometimes none)."""
+        kind = event.type
+        if kind == "content_block_delta":
+            return self._delta(event.index, event.delta)
+        if kind == "content_block_start":
+            return self._start(event.index, event.content_block)
+        if kind == "content_block_stop":
+            if event.index in self._ignored:
+                return ()
+            return ({"contentBlockStop": {"contentBlockIndex": event.index}},)
+        if kind == "message_start":
+            usage = event.message.usage
+            self._input_tokens = _tokens(usage, "input_tokens", self._input_tokens)
+            self._output_tokens = _tokens(usage, "output_tokens", self._output_tokens)
+            return ({"messageStart": {"role": "assistant"}},)
+        if kind == "message_delta":
+            self.stop_reason = event.delta.stop_reason or self.stop_reason
+            self._input_tokens = _tokens(event.usage, "input_tokens", self._input_tokens)
+            self._output_tokens = _tokens(event.usage, "output_tokens", self._output_tokens)
+            return ()
+        if kind == "message_stop":
+            self.finished = True
+            return self._stop()
+        logger.debug("event=<%s> | ignoring unknown anthropic stream event", kind)
+        return ()
+
+    def _delta(self, index: int, delta: Any) -> Iterable[StreamEvent]:
+        kind = delta.type
+        if kind == "text_delta":
+            return (_delta(index, {"text": delta.text}),)
+        if kind == "input_json_delta":
+            return (_delta(index, {"toolUse": {"input": delta.partial_json}}),)
+        if kind == "thinking_delta":
+            return (_delta(index, {"reasoningContent": {"text": delta.thinking}}),)
+        if kind == "signature_delta":
+            return (_delta(index, {"reasoningContent": {"signature": delta.signature}}),)
+        return ()  # citations and future delta types: not part of the Converse text
+
+    def _start(self, index: int, block: Any) -> Iterable[StreamEvent]:
+        kind = block.type
+        if kind == "text":
+            return (_delta(index, {"text": block.text}),) if block.text else ()
+        if kind == "tool_use":
+            start: StreamEvent = {
+                "contentBlockStart": {
+                    "contentBlockIndex": index,
+                    "start": {"toolUse": {"toolUseId": block.id, "name": block.name}},
+                }
+            }
+            if block.input:  # normally {} with the JSON in deltas; some proxies send it whole
+                return (start, _delta(index, {"toolUse": {"input": json.dumps(block.input)}}))
+            return (start,)
+        if kind == "thinking":
+            reasoning: dict[str, Any] = {}
+            if block.thinking:
+                reasoning["text"] = block.thinking
+            if getattr(block, "signature", None):
+                reasoning["signature"] = block.signature
+            # A delta even when empty: it declares the block as reasoning for the assembler.
+            return (_delta(index, {"reasoningContent": reasoning or {"text": ""}}),)
+        if kind == "redacted_thinking":
+            redacted = {"redactedContent": block.data.encode("utf-8")}
+            return (_delta(index, {"reasoningContent": redacted}),)
+        self._ignored.add(index)  # server tools and other blocks the loop cannot act on
+        logger.debug("block_type=<%s> | ignoring anthropic content block", kind)
+        return ()
+
+    def _stop(self) -> Iterable[StreamEvent]:
+        usage: Usage = {
+            "inputTokens": self._input_tokens,
+            "outputTokens": self._output_tokens,
+            "totalTokens": self._input_tokens + self._output_tokens,
+        }
+        latency_ms = int((time.monotonic() - self._started) * 1000)
+        return (
+            {"messageStop": {"stopReason": map_stop_reason(self.stop_reason)}},
+            {"metadata": {"usage": usage, "metrics": {"latencyMs": latency_ms}}},
+        )
+
+
+def _delta(index: int, delta: Any) -> StreamEvent:
+    return {"contentBlockDelta": {"contentBlockIndex": index, "delta": delta}}
+
+
+def _tokens(usage: Any, name: str, default: int) -> int:
+    value = getattr(usage, name, None) if usage is not None else None
+    return int(value) if value is not None else default

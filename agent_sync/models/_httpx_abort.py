@@ -1,0 +1,337 @@
+"""Abortable sockets for httpx2: how ``cancel()`` reaches a read blocked in the Anthropic SDK.
+
+Design
+------
+Closing an ``httpx2.Response`` from another thread does not wake a ``recv`` blocked on its
+socket; ``socket.shutdown(SHUT_RDWR)`` does (and also wakes a blocking ``connect`` on
+Linux). So we need the socket of *this* request, at the moment it blocks.
+
+httpcore2 creates sockets through a *network backend* (a public extension point:
+``httpcore2.NetworkBackend`` / ``NetworkStream``). :class:`AbortableBackend` creates plain
+sockets itself, and its streams report every blocking operation (connect, TLS handshake,
+read, write) to the :class:`AbortSlot` bound to the calling thread's context by
+:func:`bound`. A slot is one in-flight request: ``abort()`` shuts down the socket that
+request is blocked on, or, between operations, marks the slot so that the next operation
+shuts its socket down first and fails at once.
+
+Because a slot only ever holds a socket *while its own request is inside a blocking call
+on it*, an abort can never hit a connection that went back to the pool and now serves
+another request (one model shared by several agents in several threads is safe). The
+aborted connection fails with a read/write error, which makes httpcore2 close it rather
+than return it to the pool.
+
+:class:`AbortableTransport` is an ``httpx2.HTTPTransport`` whose pool uses the backend.
+``HTTPTransport`` takes no ``network_backend`` argument, so we hand ours to the pool it
+built; that is the single private attribute this module touches (``_pool``), checked at
+construction.
+
+Known limits: DNS resolution (``getaddrinfo``) cannot be interrupted; HTTP/2 (off by
+default) multiplexes requests on one socket, so an abort would fail its neighbours too.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import httpcore2
+import httpx2
+
+__all__ = ["AbortSlot", "AbortableBackend", "AbortableTransport", "bound", "is_abortable"]
+
+logger = logging.getLogger(__name__)
+
+SocketOption = Any  # httpcore2's SOCKET_OPTION tuple shapes
+
+_current_slot: ContextVar[AbortSlot | None] = ContextVar(
+    "agent_sync_httpx_abort_slot", default=None
+)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        # socket.socket.shutdown, not SSLSocket.shutdown: the latter also drops the SSL
+        # object under the feet of the thread still reading it.
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed or never connected: nothing is blocked on it
+
+
+class AbortSlot:
+    """The abort handle of one in-flight request. Thread-safe.
+
+    ``abort()`` may be called from any thread at any time, any number of times, also after
+    :meth:`close` (then it does nothing).
+    """
+
+    __slots__ = ("_aborted", "_closed", "_lock", "_pinned", "_sock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._pinned: socket.socket | None = None
+        self._aborted = False
+        self._closed = False
+
+    @property
+    def aborted(self) -> bool:
+        """Whether :meth:`abort` was called before :meth:`close`."""
+        return self._aborted
+
+    def abort(self) -> None:
+        """Shut down the socket the request is blocked on, and any later one it uses."""
+        with self._lock:
+            if self._closed or self._aborted:
+                return
+            self._aborted = True
+            targets = [s for s in (self._sock, self._pinned) if s is not None]
+            # shutdown() does not block, so it is done under the lock: close() cannot
+            # release the socket to someone else half-way through.
+            for sock in targets:
+                _shutdown(sock)
+        if targets:
+            logger.debug("sockets=<%d> | aborted in-flight request", len(targets))
+
+    def enter(self, sock: socket.socket) -> None:
+        """Record that the request is about to block on ``sock`` (shut it if aborted)."""
+        with self._lock:
+            if self._aborted:
+                _shutdown(sock)
+            else:
+                self._sock = sock
+
+    def leave(self) -> None:
+        """The blocking operation returned: the socket is no longer ours to shut."""
+        with self._lock:
+            self._sock = None
+
+    def pin(self, sock: socket.socket | None) -> None:
+        """Hold ``sock`` until :meth:`unpin`: for transports we do not own (see model).
+
+        ``None`` unpins.
+        """
+        with self._lock:
+            if sock is not None and self._aborted:
+                _shutdown(sock)
+            self._pinned = sock
+
+    def close(self) -> None:
+        """The request is over: later aborts do nothing."""
+        with self._lock:
+            self._closed = True
+            self._sock = None
+            self._pinned = None
+
+
+@contextmanager
+def bound(slot: AbortSlot) -> Iterator[None]:
+    """Bind ``slot`` to the current context for the duration of the block.
+
+    Bind it around each call into the SDK (not across a ``yield``), so that two streams
+    consumed alternately in one thread never see each other's slot.
+    """
+    token = _current_slot.set(slot)
+    try:
+        yield
+    finally:
+        _current_slot.reset(token)
+
+
+def current_slot() -> AbortSlot | None:
+    """The slot bound to the current context, if any."""
+    return _current_slot.get()
+
+
+def is_abortable(network_stream: object) -> bool:
+    """Whether a response's ``network_stream`` extension comes from :class:`AbortableBackend`."""
+    return isinstance(network_stream, _AbortableStream)
+
+
+def _is_readable(sock: socket.socket) -> bool:
+    # httpcore2 asks this of idle pooled connections: readable means the server closed it.
+    fd = sock.fileno()
+    if fd == -1:
+        return True
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
+
+
+class _AbortableStream(httpcore2.NetworkStream):
+    """A blocking socket stream that reports blocking calls to the bound slot."""
+
+    __slots__ = ("_sock",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        slot = _current_slot.get()
+        if slot is not None:
+            slot.enter(self._sock)
+        try:
+            self._sock.settimeout(timeout)
+            return self._sock.recv(max_bytes)
+        except TimeoutError as exc:
+            raise httpcore2.ReadTimeout(exc) from exc
+        except OSError as exc:
+            raise httpcore2.ReadError(exc) from exc
+        finally:
+            if slot is not None:
+                slot.leave()
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        slot = _current_slot.get()
+        if slot is not None:
+            slot.enter(self._sock)
+        try:
+            self._sock.settimeout(timeout)
+            self._sock.sendall(buffer)
+        except TimeoutError as exc:
+            raise httpcore2.WriteTimeout(exc) from exc
+        except OSError as exc:
+            raise httpcore2.WriteError(exc) from exc
+        finally:
+            if slot is not None:
+                slot.leave()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore2.NetworkStream:
+        slot = _current_slot.get()
+        if slot is not None:
+            slot.enter(self._sock)
+        try:
+            self._sock.settimeout(timeout)
+            tls = ssl_context.wrap_socket(self._sock, server_hostname=server_hostname)
+        except TimeoutError as exc:
+            self._sock.close()
+            raise httpcore2.ConnectTimeout(exc) from exc
+        except OSError as exc:
+            self._sock.close()
+            raise httpcore2.ConnectError(exc) from exc
+        finally:
+            if slot is not None:
+                slot.leave()
+        return _AbortableStream(tls)
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "ssl_object":
+            # httpcore2 only calls selected_alpn_protocol() on it, which SSLSocket has.
+            return self._sock if isinstance(self._sock, ssl.SSLSocket) else None
+        if info == "client_addr":
+            return self._sock.getsockname()
+        if info == "server_addr":
+            return self._sock.getpeername()
+        if info == "socket":
+            return self._sock
+        if info == "is_readable":
+            return _is_readable(self._sock)
+        return None
+
+
+class AbortableBackend(httpcore2.NetworkBackend):
+    """A network backend whose sockets can be shut down by the request's :class:`AbortSlot`."""
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore2.NetworkStream:
+        """Connect like ``socket.create_connection``, with the socket exposed to the slot."""
+        options = list(socket_options or ())
+        source = None if local_address is None else (local_address, 0)
+        last_error: OSError | None = None
+        try:
+            addresses = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+        except OSError as exc:
+            raise httpcore2.ConnectError(exc) from exc
+        for family, kind, proto, _, address in addresses:
+            sock = socket.socket(family, kind, proto)
+            try:
+                for option in options:
+                    sock.setsockopt(*option)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if source is not None:
+                    sock.bind(source)
+                self._connect(sock, address, timeout)
+                return _AbortableStream(sock)
+            except TimeoutError as exc:
+                sock.close()
+                raise httpcore2.ConnectTimeout(exc) from exc
+            except OSError as exc:
+                sock.close()
+                last_error = exc
+        error = last_error or OSError(f"no address found for {host!r}")
+        raise httpcore2.ConnectError(error) from last_error
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[SocketOption] | None = None,
+    ) -> httpcore2.NetworkStream:
+        """Connect to a Unix socket, exposed to the slot like TCP sockets."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+            self._connect(sock, path, timeout)
+        except TimeoutError as exc:
+            sock.close()
+            raise httpcore2.ConnectTimeout(exc) from exc
+        except OSError as exc:
+            sock.close()
+            raise httpcore2.ConnectError(exc) from exc
+        return _AbortableStream(sock)
+
+    def sleep(self, seconds: float) -> None:
+        """httpcore2's connect-retry pause (unused: retries are 0)."""
+        time.sleep(seconds)
+
+    @staticmethod
+    def _connect(sock: socket.socket, address: Any, timeout: float | None) -> None:
+        slot = _current_slot.get()
+        if slot is not None:
+            slot.enter(sock)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+        finally:
+            if slot is not None:
+                slot.leave()
+
+
+class AbortableTransport(httpx2.HTTPTransport):
+    """``httpx2.HTTPTransport`` whose connections can be aborted per request.
+
+    Takes the same arguments as ``httpx2.HTTPTransport`` (``limits``, ``verify``,
+    ``proxy``, ``socket_options``...).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        pool = getattr(self, "_pool", None)
+        if not hasattr(pool, "_network_backend"):
+            raise TypeError(
+                "this httpx2 version's HTTPTransport has no pool to give a network backend"
+            )
+        pool._network_backend = AbortableBackend()  # type: ignore[union-attr]

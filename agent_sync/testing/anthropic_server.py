@@ -1,0 +1,221 @@
+"""A local, protocol-faithful Anthropic Messages API server for tests and benchmarks.
+
+``POST /v1/messages`` with ``"stream": true`` answers with the real server-sent event
+sequence (``message_start`` with usage, ``content_block_start``/``delta``/``stop`` for text,
+``tool_use`` with ``input_json_delta``, ``thinking`` with ``thinking_delta`` and
+``signature_delta``, ``redacted_thinking``, ``ping``, ``message_delta`` with the stop reason
+and output usage, ``message_stop``). Faults come from :class:`ServerTurn` (stalls, drops,
+corrupt frames, error statuses with ``retry-after``) plus :class:`AnthropicTurn`'s
+``error_event_after`` (an ``event: error`` mid-stream, e.g. ``overloaded_error``).
+
+Like the real API, it rejects requests Anthropic rejects (blank text blocks, empty
+messages, tool results after other blocks) with a 400 ``invalid_request_error``, so tests
+catch translation mistakes the real service would.
+
+Example::
+
+    with AnthropicServer(["Hello!", {"tool_calls": [{"name": "f", "input": {}}]}]) as server:
+        model = AnthropicModel("claude-x", client_args={"base_url": server.base_url,
+                                                        "api_key": "test"})
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._http_server import ScriptedServer, ServerTurn, TurnSpec
+
+__all__ = ["AnthropicServer", "AnthropicTurn"]
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+@dataclass(kw_only=True)
+class AnthropicTurn(ServerTurn):
+    """A :class:`ServerTurn` with Anthropic-only features.
+
+    Attributes:
+        error_event_after: After that many frames, send ``event: error`` (type
+            ``error_type``, default ``overloaded_error``; message ``error_message``) and end.
+        signature: The ``signature_delta`` sent after reasoning.
+        redacted_thinking: If set, a ``redacted_thinking`` block with this data comes first.
+        stop_sequence: The ``stop_sequence`` reported with ``stop_reason="stop_sequence"``.
+        ping: Send a ``ping`` event after the first block starts, as the API does.
+    """
+
+    error_event_after: int | None = None
+    signature: str = "c2lnbmF0dXJl"
+    redacted_thinking: str | None = None
+    stop_sequence: str | None = None
+    ping: bool = True
+
+
+class AnthropicServer(ScriptedServer):
+    """Fake Anthropic Messages API (SSE streaming). See the module docstring.
+
+    Args:
+        turns: Scripted responses, one per ``/v1/messages`` call (``str``, dict of
+            :class:`AnthropicTurn` attributes, or a turn).
+        host: Interface to bind (loopback).
+    """
+
+    provider = "anthropic"
+    content_type = "text/event-stream; charset=utf-8"
+
+    def __init__(self, turns: Iterable[TurnSpec] = (), *, host: str = "127.0.0.1") -> None:
+        super().__init__((AnthropicTurn.of(t) for t in turns), host=host)
+
+    def add_turns(self, *turns: TurnSpec) -> None:
+        """Queue more scripted responses."""
+        super().add_turns(*(AnthropicTurn.of(t) for t in turns))
+
+    # -- ScriptedServer hooks --
+
+    def accepts(self, method: str, path: str) -> bool:
+        """``POST /v1/messages`` (with or without a query string)."""
+        return method == "POST" and path.split("?", 1)[0] == "/v1/messages"
+
+    def respond(self, handler: Any, turn: ServerTurn, request: Any, path: str) -> None:
+        """Validate the request like the API does, then stream ``turn``."""
+        problem = _validate(request)
+        if problem is not None:
+            body = _error_body("invalid_request_error", problem)
+            handler.send_body(400, body, "application/json", {"request-id": _request_id()})
+            return
+        super().respond(handler, turn, request, path)
+
+    def render_frames(self, turn: ServerTurn, request: Any, path: str) -> Sequence[bytes]:
+        """The SSE events of ``turn``, one frame per event."""
+        extra = turn if isinstance(turn, AnthropicTurn) else AnthropicTurn()
+        model = request.get("model", "claude-test") if isinstance(request, dict) else "?"
+        usage = turn.derived_usage()
+        frames = [_event("message_start", {"type": "message_start", "message": {
+            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
+            "model": model, "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": usage["inputTokens"], "output_tokens": 1}}})]  # fmt: skip
+        index = 0
+        if extra.redacted_thinking is not None:
+            frames += _block(index, {"type": "redacted_thinking",
+                                     "data": extra.redacted_thinking}, [])  # fmt: skip
+            index += 1
+        if turn.reasoning is not None:
+            deltas = [{"type": "thinking_delta", "thinking": turn.reasoning[i : i + 16]}
+                      for i in range(0, len(turn.reasoning), 16)]  # fmt: skip
+            deltas.append({"type": "signature_delta", "signature": extra.signature})
+            frames += _block(index, {"type": "thinking", "thinking": ""}, deltas)
+            index += 1
+        if turn.text:
+            deltas = [{"type": "text_delta", "text": piece} for piece in turn.text_chunks()]
+            frames += _block(index, {"type": "text", "text": ""}, deltas)
+            index += 1
+        for position, call in enumerate(turn.tool_calls):
+            raw = turn.tool_input_json(position)
+            deltas = [{"type": "input_json_delta", "partial_json": raw[i : i + 12]}
+                      for i in range(0, len(raw), 12)]  # fmt: skip
+            start = {"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:20]}",
+                     "name": call["name"], "input": {}}  # fmt: skip
+            frames += _block(index, start, deltas)
+            index += 1
+        if extra.ping and len(frames) > 1:
+            frames.insert(2, _event("ping", {"type": "ping"}))
+        stop_reason = turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn")
+        stop_sequence = extra.stop_sequence if stop_reason == "stop_sequence" else None
+        frames.append(_event("message_delta", {"type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+            "usage": {"output_tokens": usage["outputTokens"]}}))  # fmt: skip
+        frames.append(_event("message_stop", {"type": "message_stop"}))
+        if extra.error_event_after is not None:
+            error_type = turn.error_type or "overloaded_error"
+            error = {"type": "error", "error": {"type": error_type,
+                                                "message": turn.error_message}}  # fmt: skip
+            frames = frames[: extra.error_event_after] + [_event("error", error)]
+        return frames
+
+    def render_error(self, turn: ServerTurn, path: str) -> tuple[bytes, str]:
+        """``{"type": "error", "error": {"type": ..., "message": ...}, "request_id": ...}``."""
+        error_type = turn.error_type or _ERROR_TYPES.get(turn.status, "api_error")
+        return _error_body(error_type, turn.error_message), "application/json"
+
+    def error_headers(self, turn: ServerTurn) -> dict[str, str]:
+        """``request-id``, ``x-should-retry`` and ``retry-after`` as the API sends them."""
+        headers = super().error_headers(turn)
+        headers["request-id"] = _request_id()
+        retry = turn.status in (408, 409, 429) or turn.status >= 500
+        headers["x-should-retry"] = "true" if retry else "false"
+        return headers
+
+    def corrupt_frame(self) -> bytes:
+        """An event whose JSON data is cut short."""
+        return b'event: content_block_delta\ndata: {"type": "content_block_delta", "ind\n\n'
+
+
+def _event(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _block(index: int, start: dict[str, Any], deltas: list[dict[str, Any]]) -> list[bytes]:
+    opening = {"type": "content_block_start", "index": index, "content_block": start}
+    frames = [_event("content_block_start", opening)]
+    for delta in deltas:
+        data = {"type": "content_block_delta", "index": index, "delta": delta}
+        frames.append(_event("content_block_delta", data))
+    frames.append(_event("content_block_stop", {"type": "content_block_stop", "index": index}))
+    return frames
+
+
+def _request_id() -> str:
+    return f"req_{uuid.uuid4().hex[:24]}"
+
+
+def _error_body(error_type: str, message: str) -> bytes:
+    return json.dumps({"type": "error", "error": {"type": error_type, "message": message},
+                       "request_id": _request_id()}).encode()  # fmt: skip
+
+
+def _validate(body: Any) -> str | None:
+    """The subset of the API's request validation that translation mistakes trip."""
+    if not isinstance(body, dict):
+        return "request body must be JSON"
+    for field in ("model", "max_tokens", "messages"):
+        if field not in body:
+            return f"{field}: Field required"
+    messages = body["messages"]
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    for number, message in enumerate(messages):
+        content = message.get("content")
+        if isinstance(content, str):
+            if not content.strip():
+                return f"messages.{number}: content must be non-empty"
+            continue
+        if not content:
+            return f"messages.{number}: all messages must have non-empty content"
+        seen_other = False
+        for position, block in enumerate(content):
+            where = f"messages.{number}.content.{position}"
+            kind = block.get("type")
+            if kind == "text" and not str(block.get("text", "")).strip():
+                return f"{where}: text content blocks must contain non-whitespace text"
+            if kind == "tool_result":
+                if seen_other:
+                    return f"{where}: tool_result blocks must come first in the message"
+            else:
+                seen_other = True
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None and not body.get("tools"):
+        return "tool_choice may only be specified while providing tools"
+    return None
