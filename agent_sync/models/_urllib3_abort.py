@@ -45,11 +45,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import logging
+import os
+import selectors
 import socket
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from requests.adapters import HTTPAdapter
@@ -224,7 +227,7 @@ class AbortableConnectionMixin(_ConnectionBase):
 
     # -- internals --
 
-    def _abort_track(self, sock: socket.socket | None) -> None:
+    def _abort_track(self, sock: socket.socket | None) -> RequestAbort | None:
         """Keep a duplicate of ``sock`` (``None``: forget it) and claim the current handle."""
         duplicate = sock.dup() if sock is not None else None
         with self._abort_lock:
@@ -233,12 +236,14 @@ class AbortableConnectionMixin(_ConnectionBase):
                 self._abort_owner = None
         if previous is not None:
             previous.close()
-        if sock is not None:
-            handle = self._abort_claim()
-            if handle is not None and handle.aborted:
-                # shutdown() of a socket that is not connecting yet does not stop a
-                # later connect(): refuse to start it.
-                raise ConnectionAbortedError("request aborted before connecting")
+        if sock is None:
+            return None
+        handle = self._abort_claim()
+        if handle is not None and handle.aborted:
+            # shutdown() of a socket that is not connecting yet does not stop a later
+            # connect(): refuse to start it.
+            raise ConnectionAbortedError("request aborted before connecting")
+        return handle
 
     def _abort_claim(self) -> RequestAbort | None:
         handle = _current.get()
@@ -339,6 +344,20 @@ class AbortableHTTPAdapter(HTTPAdapter):
             make_pool_manager_abortable(manager)
         return manager
 
+    def close(self) -> None:
+        """Close idle pooled connections, then forget the pools.
+
+        urllib3 2.8's ``PoolManager.clear()`` only drops its pools (no ``dispose_func``),
+        which leaves idle keep-alive sockets open until garbage collection. Closing a pool
+        only closes the connections *in* it, so requests still in flight are not touched.
+        """
+        for manager in (self.poolmanager, *self.proxy_manager.values()):
+            for key in list(manager.pools.keys()):
+                pool = manager.pools.get(key)
+                if pool is not None:
+                    pool.close()
+        super().close()
+
 
 def _create_connection(
     address: tuple[str, int],
@@ -346,7 +365,7 @@ def _create_connection(
     *,
     source_address: tuple[str, int] | None,
     socket_options: Sequence[tuple[int, int, int | bytes]] | None,
-    on_socket: Any,
+    on_socket: Callable[[socket.socket | None], RequestAbort | None],
 ) -> socket.socket:
     """urllib3's ``create_connection`` with a hook called with each socket before connect."""
     host, port = address
@@ -365,8 +384,8 @@ def _create_connection(
                 sock.settimeout(timeout)
             if source_address:
                 sock.bind(source_address)
-            on_socket(sock)
-            sock.connect(sockaddr)
+            handle = on_socket(sock)
+            _connect(sock, sockaddr, handle)
             return sock
         except OSError as exc:
             error = exc
@@ -376,3 +395,33 @@ def _create_connection(
     if error is not None:
         raise error
     raise OSError("getaddrinfo returns an empty list")
+
+
+_IN_PROGRESS = frozenset({errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN, 10035})
+
+
+def _connect(sock: socket.socket, address: Any, handle: RequestAbort | None) -> None:
+    """``sock.connect(address)`` that an abort can interrupt at any moment.
+
+    A plain blocking ``connect`` has a window between the abort check and the moment the
+    kernel starts the handshake: a ``shutdown()`` in that window is a no-op and the connect
+    then blocks until its timeout. Starting the connect non-blocking and checking the
+    handle *after* the SYN is out closes the window: either the abort saw a connecting
+    socket (and woke the wait below), or this check sees the abort.
+    """
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        code = sock.connect_ex(address)
+        if code in _IN_PROGRESS:
+            if handle is not None and handle.aborted:
+                raise ConnectionAbortedError("request aborted while connecting")
+            with selectors.DefaultSelector() as selector:
+                selector.register(sock, selectors.EVENT_WRITE)
+                if not selector.select(timeout):
+                    raise TimeoutError("timed out")
+            code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code:
+            raise OSError(code, os.strerror(code))
+    finally:
+        sock.settimeout(timeout)
