@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -145,7 +146,10 @@ def test_late_abort_does_not_touch_the_pooled_connection_reused_by_another_reque
 
 def test_abort_only_hits_its_own_request_in_a_shared_session(session: requests.Session) -> None:
     slow_text = "x" * 400
-    turns = [{"stall_headers": True}, {"text": slow_text, "chunk_size": 10, "chunk_delay": 0.005}]
+    turns: list[dict[str, Any]] = [
+        {"stall_headers": True},
+        {"text": slow_text, "chunk_size": 10, "chunk_delay": 0.005},
+    ]
     with OpenAIServer(turns) as server:
         scope = CancelScope()
         outcome: dict[str, object] = {}
@@ -226,7 +230,7 @@ def test_abort_wakes_a_connect_that_gets_no_answer(
         connecting = threading.Event()
         guarded_connect_ex = socket.socket.connect_ex
 
-        def observed_connect_ex(sock: socket.socket, target: object) -> int:
+        def observed_connect_ex(sock: socket.socket, target: Any) -> int:
             code = guarded_connect_ex(sock, target)
             connecting.set()
             return code
