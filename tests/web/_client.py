@@ -174,6 +174,8 @@ def request_json(
         conn.request(method, path, body=payload, headers=all_headers)
         response = conn.getresponse()
         data = response.read()
-        return response.status, json.loads(data) if data else None
+        if response.getheader("Content-Type", "").startswith("application/json"):
+            return response.status, json.loads(data)
+        return response.status, data.decode(errors="replace")
     finally:
         conn.close()
