@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -91,6 +92,9 @@ class AnthropicServer(ScriptedServer):
 
     def respond(self, handler: Any, turn: ServerTurn, request: Any, path: str) -> None:
         """Validate the request like the API does, then stream ``turn``."""
+        # Without TCP_NODELAY, Nagle's algorithm holds small SSE frames back until the
+        # client's delayed ACK (~40 ms): timings would measure the kernel, not the code.
+        handler.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         problem = _validate(request)
         if problem is not None:
             body = _error_body("invalid_request_error", problem)
