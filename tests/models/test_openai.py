@@ -414,11 +414,15 @@ def test_cancel_while_stream_is_silent(server: OpenAIServer, model: OpenAIModel)
     scope = CancelScope()
     cancelled_at: list[float] = []
     seen: list[StreamEvent] = []
-    canceller = _cancel_on_stall(server, scope, cancelled_at)
+    canceller: threading.Thread | None = None
     with pytest.raises(CancelledError):
         for event in model.stream(PROMPT, cancel=scope):
             seen.append(event)
+            if canceller is None and "contentBlockDelta" in event:
+                # Cancel once this thread has consumed content and the server went silent.
+                canceller = _cancel_on_stall(server, scope, cancelled_at)
     returned_at = time.monotonic()
+    assert canceller is not None
     canceller.join(5)
     assert returned_at - cancelled_at[0] < 2  # milliseconds in practice; see bench/
     assert any("contentBlockDelta" in e for e in seen)
