@@ -23,7 +23,7 @@ def report(label: str, samples: Sequence[float]) -> None:
     """Print one row: label, n, median, p90, max (milliseconds)."""
     s = summarize(samples)
     figures = f"median={ms(s['median'])}  p90={ms(s['p90'])}  max={ms(s['max'])}"
-    print(f"{label:<42} n={len(samples):<4} {figures}")
+    print(f"{label:<46} n={len(samples):<4} {figures}")
 
 
 def time_call(fn: Callable[[], object]) -> float:
