@@ -6,6 +6,8 @@ optional extras: importing this package imports neither).
 
 - :func:`sse_events`: run an agent in a worker thread and yield SSE frames, with
   keep-alives; closing the iterator (the WSGI server does on disconnect) cancels the run.
+- :func:`socket_from_environ`: the client socket, when the server exposes it, so that a
+  disconnect is noticed at once even while the model is silent.
 - :class:`ConversationRegistry`: one agent per conversation id, thread-safe and bounded,
   with ``cancel(conversation_id)`` for a ``POST /cancel`` endpoint.
 
@@ -14,6 +16,7 @@ See ``docs/web.md``.
 
 from __future__ import annotations
 
+from ._disconnect import socket_from_environ
 from ._sse import (
     DISCONNECT_REASON,
     SSE_HEADERS,
@@ -34,5 +37,6 @@ __all__ = [
     "StreamingAgent",
     "encode_event",
     "encode_frame",
+    "socket_from_environ",
     "sse_events",
 ]

@@ -37,8 +37,11 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from ..errors import ModelError, ModelHTTPError, UsageError
 from ..events import Done, ModelRetry, ReasoningDelta, TextDelta, ToolEnd, ToolStart
+from ._disconnect import DisconnectWatch
 
 if TYPE_CHECKING:
+    import socket
+
     from ..events import AgentEvent
 
 __all__ = [
@@ -174,6 +177,8 @@ class _Failure:
 
 
 _END: Final = object()
+_TIMEOUT: Final = object()
+_GONE: Final = object()
 
 
 class SSEStream:
@@ -189,6 +194,7 @@ class SSEStream:
         events: Iterator[AgentEvent],
         *,
         keepalive: float | None,
+        client_socket: socket.socket | None = None,
         cancel_reason: str = DISCONNECT_REASON,
     ) -> None:
         self._agent = agent
@@ -202,6 +208,7 @@ class SSEStream:
         self._closed = False
         self._opened = False
         self._finished = False
+        self._watch = None if client_socket is None else DisconnectWatch(client_socket)
         self._thread = threading.Thread(
             target=self._pump, name=f"agent-sync-sse-{next(_thread_ids)}", daemon=True
         )
@@ -222,10 +229,13 @@ class SSEStream:
             self._opened = True
             return _OPEN_FRAME
         while not self._finished:
-            try:
-                item = self._queue.get(timeout=self._keepalive)
-            except queue.Empty:
+            item = self._next_item()
+            if item is _TIMEOUT:
                 return _KEEPALIVE_FRAME
+            if item is _GONE:
+                logger.debug("thread=<%s> | client went away while silent", self._thread.name)
+                self.close()
+                break
             if item is _END:
                 self._finished = True
                 self._thread.join(_JOIN_TIMEOUT_S)
@@ -236,6 +246,30 @@ class SSEStream:
             if frame is not None:
                 return frame
         raise StopIteration
+
+    def _next_item(self) -> object:
+        """The next queued item, or _TIMEOUT after ``keepalive`` s, or _GONE."""
+        watch = self._watch
+        if watch is None:
+            try:
+                return self._queue.get(timeout=self._keepalive)
+            except queue.Empty:
+                return _TIMEOUT
+        deadline = None if self._keepalive is None else time.monotonic() + self._keepalive
+        while True:
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return _TIMEOUT
+            try:
+                outcome = watch.wait(remaining)
+            except (OSError, ValueError):  # close() from another thread released the watch
+                return _END
+            if outcome == "gone":
+                return _GONE
 
     def close(self) -> None:
         """Stop the agent if it is still running, and join the worker thread.
@@ -253,6 +287,8 @@ class SSEStream:
             self._stop.set()
             self._cancel_until_released()
         self._thread.join(_JOIN_TIMEOUT_S)
+        if self._watch is not None:
+            self._watch.close()  # a late notify() from a stuck worker is harmless
         if self._thread.is_alive():
             logger.warning(
                 "thread=<%s> | agent did not stop after the client left", self._thread.name
@@ -273,13 +309,13 @@ class SSEStream:
         events = self._events
         try:
             for event in events:
-                self._queue.put(event)
+                self._put(event)
                 if self._stop.is_set():
                     break
         except Exception as exc:
             if not isinstance(exc, ModelError):
                 logger.exception("agent stream failed")
-            self._queue.put(_Failure(exc))
+            self._put(_Failure(exc))
         finally:
             close = getattr(events, "close", None)
             try:
@@ -289,7 +325,12 @@ class SSEStream:
                 logger.exception("closing the agent stream failed")
             finally:
                 self._released.set()
-                self._queue.put(_END)
+                self._put(_END)
+
+    def _put(self, item: object) -> None:
+        self._queue.put(item)
+        if self._watch is not None:
+            self._watch.notify()
 
 
 def sse_events(
@@ -298,6 +339,7 @@ def sse_events(
     *,
     timeout: float | None = None,
     keepalive: float | None = 15.0,
+    client_socket: socket.socket | None = None,
 ) -> SSEStream:
     """Run ``agent`` on ``prompt`` and return its events as SSE frames.
 
@@ -318,6 +360,10 @@ def sse_events(
             ends normally, with a ``done`` frame whose ``cancel_reason`` is ``"timeout"``).
         keepalive: Seconds of silence before a keep-alive comment; ``None`` disables them
             (then a disconnect is only noticed at the next event).
+        client_socket: The client's socket, when the server exposes it (see
+            :func:`agent_sync.web.socket_from_environ`): a disconnect is then noticed at
+            once even while nothing is written; the stream ends and the run is cancelled.
+            The socket is only watched (peeked), never read or closed.
 
     Returns:
         An iterator of ``bytes`` with a ``close()`` method; use it as a WSGI body.
@@ -329,4 +375,4 @@ def sse_events(
     if keepalive is not None and keepalive <= 0:
         raise UsageError("keepalive must be a positive number of seconds, or None")
     events = agent.stream(prompt, timeout=timeout)
-    return SSEStream(agent, events, keepalive=keepalive)
+    return SSEStream(agent, events, keepalive=keepalive, client_socket=client_socket)

@@ -8,9 +8,14 @@ threads (``runserver``, gunicorn ``--worker-class gthread``, uwsgi ``--threads``
 
 from __future__ import annotations
 
-from django.http import JsonResponse, StreamingHttpResponse  # type: ignore[import-untyped]
+from django.http import (  # type: ignore[import-untyped]
+    HttpRequest,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 
 from ..errors import ConcurrentInvocationError
+from ._disconnect import socket_from_environ
 from ._sse import SSE_HEADERS, StreamingAgent, sse_events
 
 __all__ = ["busy_response", "sse_response"]
@@ -22,6 +27,7 @@ def sse_response(
     agent: StreamingAgent,
     prompt: str,
     *,
+    request: HttpRequest | None = None,
     timeout: float | None = None,
     keepalive: float | None = 15.0,
 ) -> StreamingHttpResponse | JsonResponse:
@@ -35,6 +41,9 @@ def sse_response(
     Args:
         agent: The conversation's agent.
         prompt: The user's message.
+        request: The view's request: with it, the client socket is watched when the
+            server exposes it (werkzeug, gunicorn), so a disconnect is noticed at once
+            even while nothing is written.
         timeout: Seconds before the run is cancelled with reason ``"timeout"``.
         keepalive: Seconds of silence before a keep-alive comment (bounds how long a
             disconnect goes unnoticed while the model is silent); ``None`` disables them.
@@ -44,7 +53,8 @@ def sse_response(
         ...}``) if the agent is already answering a message.
     """
     try:
-        body = sse_events(agent, prompt, timeout=timeout, keepalive=keepalive)
+        client = None if request is None else socket_from_environ(request.META)
+        body = sse_events(agent, prompt, timeout=timeout, keepalive=keepalive, client_socket=client)
     except ConcurrentInvocationError:
         return busy_response()
     response = StreamingHttpResponse(body, content_type=EVENT_STREAM)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import flask
 
 from ..errors import ConcurrentInvocationError
+from ._disconnect import socket_from_environ
 from ._sse import SSE_HEADERS, StreamingAgent, sse_events
 
 __all__ = ["busy_response", "sse_response"]
@@ -23,6 +24,7 @@ def sse_response(
     *,
     timeout: float | None = None,
     keepalive: float | None = 15.0,
+    watch_disconnect: bool = True,
 ) -> flask.Response:
     """Run ``agent`` on ``prompt`` and stream its events to the client as SSE.
 
@@ -36,13 +38,17 @@ def sse_response(
         timeout: Seconds before the run is cancelled with reason ``"timeout"``.
         keepalive: Seconds of silence before a keep-alive comment (bounds how long a
             disconnect goes unnoticed while the model is silent); ``None`` disables them.
+        watch_disconnect: Also watch the client socket when the server exposes it
+            (werkzeug, gunicorn), so a disconnect is noticed at once while nothing is
+            written. Call from inside the view (it reads ``flask.request``).
 
     Returns:
         A streaming ``text/event-stream`` response, or a 409 JSON response
         (``{"error": "busy", ...}``) if the agent is already answering a message.
     """
     try:
-        body = sse_events(agent, prompt, timeout=timeout, keepalive=keepalive)
+        client = socket_from_environ(flask.request.environ) if watch_disconnect else None
+        body = sse_events(agent, prompt, timeout=timeout, keepalive=keepalive, client_socket=client)
     except ConcurrentInvocationError:
         return busy_response()
     return flask.Response(body, mimetype=EVENT_STREAM, headers=SSE_HEADERS)

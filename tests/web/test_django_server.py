@@ -21,7 +21,7 @@ import pytest
 from agent_sync.messages import validate_history
 from agent_sync.testing import ScriptedModel
 
-from ._client import SSEConnection, request_json
+from ._client import Frame, SSEConnection, request_json, serve
 from .conftest import EXAMPLES, CloseRecorder
 
 pytestmark = pytest.mark.usefixtures("no_sse_threads_left")
@@ -78,21 +78,30 @@ class Site:
 
 
 @contextmanager
-def serve_site(views: Any, *turns: Any) -> Iterator[Site]:
+def serve_site(views: Any, *turns: Any, server: str = "wsgiref") -> Iterator[Site]:
     from chat_site.wsgi import application
 
     views.configure(lambda: ScriptedModel(list(turns)))
     recorder = CloseRecorder(application)
+    with _serve(recorder, server) as port:
+        csrf = _csrf(port)
+        assert recorder.wait_for_closes(1)  # the page itself
+        yield Site(port, recorder, views, csrf, base=recorder.count)
+
+
+@contextmanager
+def _serve(app: Any, kind: str) -> Iterator[int]:
+    if kind == "werkzeug":
+        with serve(app) as werkzeug_server:
+            yield werkzeug_server.server_port
+        return
     server = make_server(
-        "127.0.0.1", 0, recorder, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
+        "127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
     )
     thread = threading.Thread(target=server.serve_forever, name="test-wsgiref", daemon=True)
     thread.start()
     try:
-        port = server.server_address[1]
-        csrf = _csrf(port)
-        assert recorder.wait_for_closes(1)  # the page itself
-        yield Site(port, recorder, views, csrf, base=recorder.count)
+        yield server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()
@@ -179,6 +188,37 @@ def test_cancel_endpoint_and_409_while_busy(django_views: Any) -> None:
         agent = site.agent()
         assert validate_history(agent.messages) == []
         assert [m["role"] for m in agent.messages] == ["user", "assistant"]
+
+
+def test_silent_disconnect_is_noticed_through_keepalives(django_views: Any) -> None:
+    # wsgiref does not expose the client socket: keep-alive writes reveal the drop.
+    from django.test import override_settings
+
+    with serve_site(django_views, STALLING) as site, override_settings(CHAT_KEEPALIVE=0.05):
+        conn = site.chat("hi")
+        read_text(conn, 3)
+        assert conn.next_frame(skip_comments=False) == Frame("comment", "keep-alive")
+        conn.drop()
+        assert site.wait_for_closes(1), "the server never noticed the drop"
+        agent = site.agent()
+        assert not agent.is_running
+        assert validate_history(agent.messages) == []
+
+
+def test_silent_disconnect_is_noticed_at_once_under_werkzeug(django_views: Any) -> None:
+    # werkzeug exposes the client socket in request.META: no keep-alive needed.
+    from django.test import override_settings
+
+    with (
+        serve_site(django_views, STALLING, server="werkzeug") as site,
+        override_settings(CHAT_KEEPALIVE=60),
+    ):
+        conn = site.chat("hi")
+        read_text(conn, 3)
+        conn.drop()
+        assert site.wait_for_closes(1), "the server never noticed the drop"
+        assert not site.agent().is_running
+        assert validate_history(site.agent().messages) == []
 
 
 def test_timeout_setting_cancels_with_reason_timeout(django_views: Any) -> None:

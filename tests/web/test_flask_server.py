@@ -119,6 +119,36 @@ def test_disconnect_while_model_is_silent_is_noticed_through_keepalives(
         assert_stopped_validly(app.agent(), streamed)
 
 
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "rst"])
+def test_disconnect_while_silent_is_noticed_at_once_through_the_socket(
+    flask_example: Any, reset: bool
+) -> None:
+    # Keep-alives every 60 s could not reveal the drop within the 5 s below: werkzeug
+    # exposes the client socket, and the stream watches it.
+    with served(flask_example, STALLING, keepalive=60) as app:
+        conn = app.chat("hi")
+        streamed = read_text(conn, 3)
+        conn.drop(reset=reset)
+
+        assert app.recorder.closed.wait(5), "silent stream: disconnect never noticed"
+        assert_stopped_validly(app.agent(), streamed)
+
+
+def test_client_bytes_during_the_stream_are_not_taken_for_a_disconnect(
+    flask_example: Any,
+) -> None:
+    with served(flask_example, STALLING, keepalive=0.05) as app:
+        conn = app.chat("hi")
+        read_text(conn, 3)
+        conn.sock.sendall(b"GET / HTTP/1.1\r\n")  # a stray pipelined request line
+        frames = [conn.next_frame(skip_comments=False) for _ in range(3)]
+        assert frames == [conn_frame_keepalive()] * 3
+        assert app.agent().is_running
+        conn.drop()
+        assert app.recorder.closed.wait(5)
+        assert not app.agent().is_running
+
+
 def conn_frame_keepalive() -> Any:
     from ._client import Frame
 

@@ -120,7 +120,11 @@ def chat(request: HttpRequest) -> HttpResponse:
     except RegistryFullError:
         return JsonResponse({"error": "full", "message": "server busy, try later"}, status=503)
     return sse_response(
-        agent, message, timeout=settings.CHAT_TIMEOUT, keepalive=settings.CHAT_KEEPALIVE
+        agent,
+        message,
+        request=request,
+        timeout=settings.CHAT_TIMEOUT,
+        keepalive=settings.CHAT_KEEPALIVE,
     )
 
 
