@@ -204,6 +204,10 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     owner: ScriptedServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients that abort mid-request are what the fakes are for: log, do not print.
+        logger.debug("client=<%s> | request ended with an error", client_address, exc_info=True)
+
 
 class ScriptedServer:
     """Base of the local provider fakes. Use as a context manager.
