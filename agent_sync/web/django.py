@@ -8,7 +8,7 @@ threads (``runserver``, gunicorn ``--worker-class gthread``, uwsgi ``--threads``
 
 from __future__ import annotations
 
-from django.http import (  # type: ignore[import-untyped]
+from django.http import (  # type: ignore[import-untyped,unused-ignore]
     HttpRequest,
     JsonResponse,
     StreamingHttpResponse,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -166,8 +167,8 @@ def test_tool_frames_carry_name_input_and_status_not_output() -> None:
         """
         return "internal-only data"
 
-    turns = [{"tool_calls": [{"name": "lookup", "input": {"city": "Oslo"}}]}, "Found it."]
-    agent = Agent(ScriptedModel(turns), tools=[lookup])
+    call: dict[str, Any] = {"tool_calls": [{"name": "lookup", "input": {"city": "Oslo"}}]}
+    agent = Agent(ScriptedModel([call, "Found it."]), tools=[lookup])
     stream = sse_events(agent, "hi")
     raw = b"".join(stream)
     stream.close()
