@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import anthropic
@@ -147,7 +147,9 @@ class AnthropicModel:
         """Close the SDK client and its connection pool."""
         self._client.close()
 
-    def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
+    def stream(
+        self, request: ModelRequest, *, cancel: CancelScope
+    ) -> Generator[StreamEvent, None, None]:
         """Send ``request`` and yield the response as Converse stream events.
 
         ``cancel.cancel()`` from any thread aborts the request's socket within milliseconds,

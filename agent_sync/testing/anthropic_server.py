@@ -80,6 +80,10 @@ class AnthropicServer(ScriptedServer):
     def __init__(self, turns: Iterable[TurnSpec] = (), *, host: str = "127.0.0.1") -> None:
         super().__init__((AnthropicTurn.of(t) for t in turns), host=host)
 
+    def __enter__(self) -> AnthropicServer:
+        super().__enter__()
+        return self
+
     def add_turns(self, *turns: TurnSpec) -> None:
         """Queue more scripted responses."""
         super().add_turns(*(AnthropicTurn.of(t) for t in turns))

@@ -105,7 +105,10 @@ def test_tool_use_input_is_assembled_from_json_deltas(
     events = collect(model, ModelRequest(messages=HELLO, tool_specs=[WEATHER]))
     starts = [e["contentBlockStart"] for e in events if "contentBlockStart" in e]
     assert starts == [
-        {"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "toolu_1", "name": "get_weather"}}}
+        {
+            "contentBlockIndex": 1,
+            "start": {"toolUse": {"toolUseId": "toolu_1", "name": "get_weather"}},
+        }
     ]
     pieces = [
         e["contentBlockDelta"]["delta"]["toolUse"]["input"]
@@ -154,7 +157,8 @@ def test_redacted_thinking_round_trips(server: AnthropicServer, model: Anthropic
     server.add_turns({"redacted_thinking": "opaque-blob", "text": "Done."}, "again")
     result = assemble(collect(model))
     assert result.message["content"][0] == {"reasoningContent": {"redactedContent": b"opaque-blob"}}
-    history: list[Message] = [*HELLO, result.message, {"role": "user", "content": [{"text": "more"}]}]
+    more: Message = {"role": "user", "content": [{"text": "more"}]}
+    history: list[Message] = [*HELLO, result.message, more]
     collect(model, ModelRequest(messages=history))
     sent = server.requests[1].body["messages"][1]["content"]
     assert sent == [{"type": "redacted_thinking", "data": "opaque-blob"},
@@ -410,7 +414,9 @@ def test_500_is_a_retryable_http_error(server: AnthropicServer, model: Anthropic
 def test_overloaded_error_event_mid_stream_is_throttled(
     server: AnthropicServer, model: AnthropicModel
 ) -> None:
-    server.add_turns({"text": "partial answer", "error_event_after": 3, "error_message": "Overloaded"})
+    server.add_turns(
+        {"text": "partial answer", "error_event_after": 3, "error_message": "Overloaded"}
+    )
     events: list[StreamEvent] = []
     with pytest.raises(ModelThrottledError) as info:
         for event in model.stream(ModelRequest(messages=HELLO), cancel=CancelScope()):
