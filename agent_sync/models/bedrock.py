@@ -197,6 +197,7 @@ class BedrockModel:
             if owned:
                 self._client = None
         if client is not None and owned:
+            _close_pools(client)
             client.close()
 
     def _get_client(self) -> Any:
@@ -271,6 +272,23 @@ def _make_abortable(client: Any) -> bool:
     for scheme, pool_cls in list(pool_classes.items()):
         pool_classes[scheme] = abortable_pool_class(pool_cls)
     return True
+
+
+def _close_pools(client: Any) -> None:
+    # urllib3 2 no longer closes a pool's connections on PoolManager.clear() (it leaves it
+    # to garbage collection), so idle keep-alive sockets would outlive close(): close the
+    # pools ourselves.
+    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    managers = [getattr(session, "_manager", None)]
+    managers += list(getattr(session, "_proxy_managers", {}).values())
+    for manager in managers:
+        pools = getattr(manager, "pools", None)
+        if pools is None:
+            continue
+        for key in list(pools.keys()):
+            pool = pools.get(key)
+            if pool is not None:
+                pool.close()
 
 
 def _abort_response_on_cancel(response_stream: Any, cancel: CancelScope) -> Callable[[], None]:

@@ -60,12 +60,16 @@ def cancel_when(ready: Callable[[], bool], scope: CancelScope) -> threading.Thre
     return thread
 
 
-def run_until_cancelled(model: BedrockModel, scope: CancelScope) -> tuple[list[StreamEvent], float]:
+def run_until_cancelled(
+    model: BedrockModel, scope: CancelScope, got_text: threading.Event | None = None
+) -> tuple[list[StreamEvent], float]:
     events: list[StreamEvent] = []
     start = time.monotonic()
     with pytest.raises(CancelledError):
         for event in model.stream(REQUEST, cancel=scope):
             events.append(event)
+            if got_text is not None and text_of(events):
+                got_text.set()
     return events, time.monotonic() - start
 
 
@@ -97,9 +101,10 @@ def test_cancel_while_stream_is_silent(server: BedrockServer, session: boto3.Ses
     server.add_turns({"text": "Hello there", "stall_after": 2}, "fine again")
     model = make_model(server.base_url, session, read_timeout=60)
     scope = CancelScope()
-    canceller = cancel_when(server.wait_for_stall, scope)
+    got_text = threading.Event()
+    canceller = cancel_when(lambda: server.wait_for_stall() and got_text.wait(HANG_BOUND), scope)
 
-    events, elapsed = run_until_cancelled(model, scope)
+    events, elapsed = run_until_cancelled(model, scope, got_text)
 
     canceller.join(HANG_BOUND)
     assert text_of(events) == "Hello th"  # what arrived before the silence was delivered
