@@ -132,12 +132,13 @@ def _raw_iterate(session: requests.Session, url: str) -> int:
             "stream_options": {"include_usage": True}}  # fmt: skip
     count = 0
     with session.post(url, json=body, stream=True, timeout=(5, 60)) as response:
-        for event in iter_sse(response.iter_content(chunk_size=None)):
+        chunks = response.iter_content(chunk_size=None)
+        for event in iter_sse(chunks):
             if event.data == "[DONE]":
                 break
             json.loads(event.data)
             count += 1
-        for _ in response.iter_content(chunk_size=None):
+        for _ in chunks:
             pass  # let the connection return to the pool, as the model does
     return count
 
