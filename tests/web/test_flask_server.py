@@ -250,3 +250,48 @@ def test_history_endpoint_and_input_validation(flask_example: Any) -> None:
         assert status == 400
         status, _ = request_json(app.port, "POST", "/chat", {"conversation_id": "c1"})
         assert status == 400
+
+
+def test_offline_demo_by_default_streams_text_and_a_dice_tool_call(
+    flask_example: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AGENT_SYNC_PROVIDER", raising=False)
+    app = flask_example.create_app()
+    recorder = CloseRecorder(app.wsgi_app)
+    app.wsgi_app = recorder
+    registry = app.extensions["agent_sync.registry"]
+    with serve(app) as server:
+        port = server.server_port
+        conn = SSEConnection(port, "/chat", {"conversation_id": "d", "message": "roll the dice"})
+        frames = [f for f in conn.frames() if f.event != "comment"]
+        conn.close()
+        kinds = [f.event for f in frames]
+        assert "tool_start" in kinds and "tool_end" in kinds and kinds[-1] == "done"
+        text = "".join(f.data["text"] for f in frames if f.event == "text")
+        assert "The die shows " in text
+
+        conn = SSEConnection(port, "/chat", {"conversation_id": "d", "message": "hello"})
+        assert read_text(conn, 5) == "You said: hello"
+        conn.drop()  # the demo answers slowly: this cancels it
+        assert recorder.wait_for_closes(2)
+        agent = registry.peek("d")
+        assert agent is not None and not agent.is_running
+        assert validate_history(agent.messages) == []
+        assert agent.messages[-1]["content"][-1] == CANCELLED
+
+
+def test_model_from_env_builds_the_configured_provider_without_network(
+    flask_example: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import demo_model
+
+    monkeypatch.setenv("AGENT_SYNC_PROVIDER", "openai")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    model = demo_model.model_from_env()
+    assert type(model).__name__ == "OpenAIModel"
+    assert "sk-test-not-a-real-key" not in repr(model)
+
+    monkeypatch.setenv("AGENT_SYNC_PROVIDER", "nonsense")
+    with pytest.raises(SystemExit, match="unknown AGENT_SYNC_PROVIDER"):
+        demo_model.model_from_env()
