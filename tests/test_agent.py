@@ -61,7 +61,10 @@ def test_call_is_invoke() -> None:
 def test_usage_is_summed_over_the_invocation() -> None:
     model = ScriptedModel(
         [
-            {"tool_calls": [{"name": "get_weather", "input": {"city": "A"}}], "usage": {"inputTokens": 10, "outputTokens": 3}},
+            {
+                "tool_calls": [{"name": "get_weather", "input": {"city": "A"}}],
+                "usage": {"inputTokens": 10, "outputTokens": 3},
+            },
             {"text": "done", "usage": {"inputTokens": 20, "outputTokens": 5}},
         ]
     )
@@ -184,7 +187,16 @@ def test_prompt_after_an_error_joins_the_pending_user_message() -> None:
 
 
 def test_model_error_mid_stream_discards_the_partial_answer() -> None:
-    model = ScriptedModel([{"text": "partial answer", "chunk_size": 2, "error": ModelError("reset"), "error_after": 3}])
+    model = ScriptedModel(
+        [
+            {
+                "text": "partial answer",
+                "chunk_size": 2,
+                "error": ModelError("reset"),
+                "error_after": 3,
+            }
+        ]
+    )
     agent = Agent(model)
     with pytest.raises(ModelError):
         agent.invoke("hello")
@@ -216,7 +228,9 @@ def test_unknown_tool_becomes_an_error_result_and_the_loop_continues() -> None:
 
 
 def test_invalid_tool_json_becomes_an_error_result() -> None:
-    model = ScriptedModel([{"tool_calls": [{"name": "get_weather", "raw_input": '{"city": "Os'}]}, "ok"])
+    model = ScriptedModel(
+        [{"tool_calls": [{"name": "get_weather", "raw_input": '{"city": "Os'}]}, "ok"]
+    )
     agent = Agent(model, tools=[get_weather])
     agent.invoke("go")
     tool_use = agent.messages[1]["content"][0]["toolUse"]
@@ -326,7 +340,9 @@ def test_sequential_tools_run_one_at_a_time_in_order() -> None:
         return name
 
     calls = [{"name": "step", "input": {"name": n}} for n in ("1", "2", "3")]
-    agent = Agent(ScriptedModel([{"tool_calls": calls}, "ok"]), tools=[step], tool_executor="sequential")
+    agent = Agent(
+        ScriptedModel([{"tool_calls": calls}, "ok"]), tools=[step], tool_executor="sequential"
+    )
     agent.invoke("go")
     assert order == ["1", "2", "3"]
     assert all(b["toolResult"]["status"] == "success" for b in agent.messages[2]["content"])
@@ -337,7 +353,11 @@ def test_reasoning_is_streamed_and_kept_with_its_signature() -> None:
     events = list(agent.stream("q"))
     assert "".join(e.text for e in events if e.type == "reasoning") == "think think"
     first = agent.messages[1]["content"][0]
-    assert first == {"reasoningContent": {"reasoningText": {"text": "think think", "signature": "scripted-signature"}}}
+    assert first == {
+        "reasoningContent": {
+            "reasoningText": {"text": "think think", "signature": "scripted-signature"}
+        }
+    }
 
 
 def test_repr_hides_nothing_sensitive_and_says_the_state() -> None:

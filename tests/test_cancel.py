@@ -9,7 +9,7 @@ import pytest
 
 from agent_sync import Agent, RetryPolicy, ToolContext, tool
 from agent_sync.errors import ModelThrottledError
-from agent_sync.events import ModelRetry, TextDelta, ToolStart
+from agent_sync.events import ModelRetry, TextDelta
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.doubles import BackgroundInvoke, ObservedModel, assert_valid, texts
@@ -57,8 +57,14 @@ def test_cancel_mid_stream_keeps_streamed_text_and_closes_the_message() -> None:
 
 def test_cancel_mid_stream_drops_unfinished_tool_use() -> None:
     model = ScriptedModel(
-        [{"text": "Let me check.", "tool_calls": [{"name": "lookup", "input": {"q": "long query"}}],
-          "chunk_size": 5, "stall_after": 4}]
+        [
+            {
+                "text": "Let me check.",
+                "tool_calls": [{"name": "lookup", "input": {"q": "long query"}}],
+                "chunk_size": 5,
+                "stall_after": 4,
+            }
+        ]
     )
     called = threading.Event()
 
@@ -101,7 +107,14 @@ def test_cancel_while_stalled_before_any_event() -> None:
 
 def test_cancel_before_tools_answers_every_tool_use_with_cancelled() -> None:
     model = ScriptedModel(
-        [{"tool_calls": [{"name": "lookup", "input": {"q": "a"}}, {"name": "lookup", "input": {"q": "b"}}]}]
+        [
+            {
+                "tool_calls": [
+                    {"name": "lookup", "input": {"q": "a"}},
+                    {"name": "lookup", "input": {"q": "b"}},
+                ]
+            }
+        ]
     )
     ran: list[str] = []
 
@@ -222,7 +235,13 @@ def test_cancel_between_sequential_tools_skips_the_rest() -> None:
         return f"{name} done"
 
     model = ScriptedModel(
-        [{"tool_calls": [{"name": "step", "input": {"name": n}} for n in ("first", "second", "third")]}]
+        [
+            {
+                "tool_calls": [
+                    {"name": "step", "input": {"name": n}} for n in ("first", "second", "third")
+                ]
+            }
+        ]
     )
     agent = Agent(model, tools=[step], tool_executor="sequential")
     result = agent.invoke("go")
@@ -230,8 +249,11 @@ def test_cancel_between_sequential_tools_skips_the_rest() -> None:
     assert result.cancel_reason == "enough"
     assert ran == ["first"]
     results = [b["toolResult"] for b in agent.messages[2]["content"]]
-    assert results[0] == {"toolUseId": results[0]["toolUseId"], "status": "success",
-                          "content": [{"text": "first done"}]}
+    assert results[0] == {
+        "toolUseId": results[0]["toolUseId"],
+        "status": "success",
+        "content": [{"text": "first done"}],
+    }
     assert [r["content"][0]["text"] for r in results[1:]] == [CANCELLED_TEXT, CANCELLED_TEXT]
     assert_valid(agent)
 

@@ -24,14 +24,25 @@ def res(i: str) -> dict:
 def test_valid_histories() -> None:
     assert validate_history([]) == []
     assert validate_history([user({"text": "hi"})]) == []
-    assert validate_history(
-        [user({"text": "hi"}), assistant({"text": "x"}, use("1"), use("2")), user(res("2"), res("1")), assistant({"text": "done"})]
-    ) == []
+    assert (
+        validate_history(
+            [
+                user({"text": "hi"}),
+                assistant({"text": "x"}, use("1"), use("2")),
+                user(res("2"), res("1")),
+                assistant({"text": "done"}),
+            ]
+        )
+        == []
+    )
 
 
 def test_roles_must_alternate_and_start_with_user() -> None:
     assert "must start with a user message" in validate_history([assistant({"text": "x"})])[0]
-    assert "two user messages in a row" in validate_history([user({"text": "a"}), user({"text": "b"})])[0]
+    assert (
+        "two user messages in a row"
+        in validate_history([user({"text": "a"}), user({"text": "b"})])[0]
+    )
 
 
 def test_every_tool_use_needs_exactly_one_result_in_the_next_message() -> None:

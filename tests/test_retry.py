@@ -41,7 +41,17 @@ def test_non_retryable_error_is_raised_at_once() -> None:
 
 
 def test_error_after_content_is_not_retried() -> None:
-    model = ScriptedModel([{"text": "half an answer", "chunk_size": 2, "error": ModelThrottledError("late"), "error_after": 2}, "unused"])
+    model = ScriptedModel(
+        [
+            {
+                "text": "half an answer",
+                "chunk_size": 2,
+                "error": ModelThrottledError("late"),
+                "error_after": 2,
+            },
+            "unused",
+        ]
+    )
     with pytest.raises(ModelThrottledError):
         Agent(model, retry=FAST).invoke("go")
     assert len(model.calls) == 1
@@ -75,7 +85,13 @@ def test_retry_after_is_honoured_up_to_max_delay() -> None:
 
 
 def test_agent_waits_the_policy_delays() -> None:
-    model = ScriptedModel([{"error": ModelThrottledError("a", retry_after=0.02)}, {"error": ModelThrottledError("b")}, "ok"])
+    model = ScriptedModel(
+        [
+            {"error": ModelThrottledError("a", retry_after=0.02)},
+            {"error": ModelThrottledError("b")},
+            "ok",
+        ]
+    )
     agent = Agent(model, retry=RetryPolicy(initial_delay=0.001, max_delay=1, jitter=0))
     delays = [e.delay for e in agent.stream("go") if isinstance(e, ModelRetry)]
     assert delays == [0.02, 0.002]

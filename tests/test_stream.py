@@ -20,15 +20,24 @@ def delta(index: int, **d: object) -> dict:
     return {"contentBlockDelta": {"contentBlockIndex": index, "delta": d}}
 
 
-TOOL_START = {"contentBlockStart": {"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "t1", "name": "f"}}}}
+TOOL_START = {
+    "contentBlockStart": {
+        "contentBlockIndex": 1,
+        "start": {"toolUse": {"toolUseId": "t1", "name": "f"}},
+    }
+}
 
 
 def test_text_and_tool_input_assembled_from_deltas() -> None:
     assembler = feed(
         [
             {"messageStart": {"role": "assistant"}},
-            delta(0, text="Hel"), delta(0, text="lo"), {"contentBlockStop": {"contentBlockIndex": 0}},
-            TOOL_START, delta(1, toolUse={"input": '{"a": '}), delta(1, toolUse={"input": "1}"}),
+            delta(0, text="Hel"),
+            delta(0, text="lo"),
+            {"contentBlockStop": {"contentBlockIndex": 0}},
+            TOOL_START,
+            delta(1, toolUse={"input": '{"a": '}),
+            delta(1, toolUse={"input": "1}"}),
             {"contentBlockStop": {"contentBlockIndex": 1}},
             {"messageStop": {"stopReason": "tool_use"}},
             {"metadata": {"usage": {"inputTokens": 3, "outputTokens": 4}}},
@@ -37,7 +46,10 @@ def test_text_and_tool_input_assembled_from_deltas() -> None:
     out = assembler.finish()
     assert out.message == {
         "role": "assistant",
-        "content": [{"text": "Hello"}, {"toolUse": {"toolUseId": "t1", "name": "f", "input": {"a": 1}}}],
+        "content": [
+            {"text": "Hello"},
+            {"toolUse": {"toolUseId": "t1", "name": "f", "input": {"a": 1}}},
+        ],
     }
     assert out.stop_reason == "tool_use"
     assert out.usage == {"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}
@@ -51,9 +63,17 @@ def test_add_returns_user_facing_deltas_only() -> None:
     assert assembler.add(delta(1, reasoningContent={"text": "hmm"})) == ReasoningDelta(text="hmm")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("raw", "problem"), [('{"a": ', "not valid JSON"), ("[1, 2]", "must be a JSON object")])
+@pytest.mark.parametrize(
+    ("raw", "problem"), [('{"a": ', "not valid JSON"), ("[1, 2]", "must be a JSON object")]
+)
 def test_invalid_tool_input_is_recorded_not_raised(raw: str, problem: str) -> None:
-    out = feed([TOOL_START, delta(1, toolUse={"input": raw}), {"contentBlockStop": {"contentBlockIndex": 1}}]).finish()
+    out = feed(
+        [
+            TOOL_START,
+            delta(1, toolUse={"input": raw}),
+            {"contentBlockStop": {"contentBlockIndex": 1}},
+        ]
+    ).finish()
     assert out.message["content"][0]["toolUse"]["input"] == {}
     assert problem in out.invalid_tool_inputs["t1"]
 
@@ -66,16 +86,24 @@ def test_empty_tool_input_is_an_empty_object() -> None:
 
 def test_empty_response_gets_placeholder_text_and_blank_text_is_dropped() -> None:
     assert feed([]).finish().message["content"] == [{"text": EMPTY_RESPONSE_TEXT}]
-    assert feed([delta(0, text="  ")]).finish().message["content"] == [{"text": EMPTY_RESPONSE_TEXT}]
+    assert feed([delta(0, text="  ")]).finish().message["content"] == [
+        {"text": EMPTY_RESPONSE_TEXT}
+    ]
 
 
 def test_partial_keeps_text_drops_tools_and_unfinished_reasoning() -> None:
     assembler = feed(
         [
-            delta(0, reasoningContent={"text": "done thinking"}), delta(0, reasoningContent={"signature": "sig"}),
+            delta(0, reasoningContent={"text": "done thinking"}),
+            delta(0, reasoningContent={"signature": "sig"}),
             {"contentBlockStop": {"contentBlockIndex": 0}},
             delta(1, text="Partial ans"),
-            {"contentBlockStart": {"contentBlockIndex": 2, "start": {"toolUse": {"toolUseId": "t", "name": "f"}}}},
+            {
+                "contentBlockStart": {
+                    "contentBlockIndex": 2,
+                    "start": {"toolUse": {"toolUseId": "t", "name": "f"}},
+                }
+            },
             delta(3, reasoningContent={"text": "unfinished"}),
         ]
     )

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from agent_sync import Agent, ToolContext, tool, validate_history
+from agent_sync import Agent, ConcurrentInvocationError, ToolContext, tool, validate_history
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.doubles import assert_valid
 
@@ -39,8 +39,21 @@ def stubborn(q: str) -> str:
 def multi_turn_script() -> list[dict]:
     """Text, parallel tools, more text, a second tool round, then an answer."""
     return [
-        {"text": "Let me look.", "tool_calls": [{"name": "lookup", "input": {"q": "a"}}, {"name": "stubborn", "input": {"q": "b"}}], "chunk_size": 3, "chunk_delay": 0.0002},
-        {"reasoning": "hmm", "tool_calls": [{"name": "lookup", "input": {"q": "c"}}], "chunk_size": 2, "chunk_delay": 0.0002},
+        {
+            "text": "Let me look.",
+            "tool_calls": [
+                {"name": "lookup", "input": {"q": "a"}},
+                {"name": "stubborn", "input": {"q": "b"}},
+            ],
+            "chunk_size": 3,
+            "chunk_delay": 0.0002,
+        },
+        {
+            "reasoning": "hmm",
+            "tool_calls": [{"name": "lookup", "input": {"q": "c"}}],
+            "chunk_size": 2,
+            "chunk_delay": 0.0002,
+        },
         {"text": "Here is the answer you wanted.", "chunk_size": 4, "chunk_delay": 0.0002},
     ]
 
@@ -93,7 +106,9 @@ def test_many_threads_each_with_its_own_agent_and_random_cancels() -> None:
             if agent.is_running:
                 problems.append("agent still running after invoke returned")
 
-    threads = [threading.Thread(target=worker, args=(n,), name=f"test-worker-{n}") for n in range(8)]
+    threads = [
+        threading.Thread(target=worker, args=(n,), name=f"test-worker-{n}") for n in range(8)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -102,23 +117,26 @@ def test_many_threads_each_with_its_own_agent_and_random_cancels() -> None:
     assert problems == []
 
 
-def test_two_threads_racing_on_one_agent_one_wins_one_is_refused() -> None:
-    from agent_sync import ConcurrentInvocationError
+def _contend(agent: Agent, barrier: threading.Barrier, outcomes: list[str]) -> None:
+    barrier.wait()
+    try:
+        agent.invoke("hi")
+        outcomes.append("ran")
+    except ConcurrentInvocationError:
+        outcomes.append("refused")
 
+
+def test_two_threads_racing_on_one_agent_one_wins_one_is_refused() -> None:
     for _ in range(100):
         agent = Agent(ScriptedModel(["answer"], repeat=True))
         barrier = threading.Barrier(2, timeout=5)
         outcomes: list[str] = []
-
-        def contender() -> None:
-            barrier.wait()
-            try:
-                agent.invoke("hi")
-                outcomes.append("ran")
-            except ConcurrentInvocationError:
-                outcomes.append("refused")
-
-        threads = [threading.Thread(target=contender, name=f"test-contender-{n}") for n in range(2)]
+        threads = [
+            threading.Thread(
+                target=_contend, args=(agent, barrier, outcomes), name=f"test-contender-{n}"
+            )
+            for n in range(2)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -140,9 +158,20 @@ def test_no_thread_outlives_a_cancelled_run(thread_baseline: set[threading.Threa
         release.wait(30)
         return q
 
-    model = ScriptedModel([{"tool_calls": [{"name": "slow", "input": {"q": "x"}}, {"name": "lookup", "input": {"q": "y"}}]}])
+    model = ScriptedModel(
+        [
+            {
+                "tool_calls": [
+                    {"name": "slow", "input": {"q": "x"}},
+                    {"name": "lookup", "input": {"q": "y"}},
+                ]
+            }
+        ]
+    )
     agent = Agent(model, tools=[slow, lookup], tool_grace_period=0.01)
-    runner = threading.Thread(target=agent.invoke, args=("go",), kwargs={"timeout": 30}, name="test-runner")
+    runner = threading.Thread(
+        target=agent.invoke, args=("go",), kwargs={"timeout": 30}, name="test-runner"
+    )
     runner.start()
     assert started.wait(5)
     agent.cancel()
@@ -160,7 +189,11 @@ class InvokeCancelMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.agent = Agent(ScriptedModel(multi_turn_script(), repeat=True), tools=[lookup, stubborn], tool_grace_period=0.005)
+        self.agent = Agent(
+            ScriptedModel(multi_turn_script(), repeat=True),
+            tools=[lookup, stubborn],
+            tool_grace_period=0.005,
+        )
 
     @rule()
     def invoke_to_the_end(self) -> None:
@@ -196,5 +229,8 @@ class InvokeCancelMachine(RuleBasedStateMachine):
 
 TestInvokeCancelMachine = InvokeCancelMachine.TestCase
 TestInvokeCancelMachine.settings = settings(
-    max_examples=40, stateful_step_count=12, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=40,
+    stateful_step_count=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )

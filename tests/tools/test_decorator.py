@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 import pytest
 
@@ -19,7 +19,7 @@ def test_schema_from_hints_and_google_docstring() -> None:
         tags: list[str] | None = None,
         order: Literal["asc", "desc"] = "asc",
         filters: dict[str, int] | None = None,
-        note: Optional[str] = None,
+        note: str | None = None,
     ) -> str:
         """Search the catalogue.
 
@@ -46,15 +46,28 @@ def test_schema_from_hints_and_google_docstring() -> None:
     schema = search.input_schema
     assert schema["required"] == ["query"]
     props = schema["properties"]
-    assert props["query"] == {"type": "string", "description": "What to look for, possibly on two lines."}
+    assert props["query"] == {
+        "type": "string",
+        "description": "What to look for, possibly on two lines.",
+    }
     assert props["limit"] == {"type": "integer", "description": "How many results.", "default": 10}
     assert props["ratio"]["type"] == "number"
     assert props["exact"]["type"] == "boolean"
-    assert props["tags"]["anyOf"] == [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]
+    assert props["tags"]["anyOf"] == [
+        {"type": "array", "items": {"type": "string"}},
+        {"type": "null"},
+    ]
     assert props["order"]["enum"] == ["asc", "desc"]
-    assert props["filters"]["anyOf"][0] == {"type": "object", "additionalProperties": {"type": "integer"}}
+    assert props["filters"]["anyOf"][0] == {
+        "type": "object",
+        "additionalProperties": {"type": "integer"},
+    }
     assert props["note"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
-    assert search.spec == {"name": "search", "description": search.description, "inputSchema": {"json": schema}}
+    assert search.spec == {
+        "name": "search",
+        "description": search.description,
+        "inputSchema": {"json": schema},
+    }
     assert search("direct call") == "direct call"  # still a plain function
 
 
