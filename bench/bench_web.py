@@ -76,7 +76,9 @@ class _QuietHandler(WSGIRequestHandler):
 @contextmanager
 def serve_wsgiref(app: Any) -> Iterator[int]:
     server = make_server("127.0.0.1", 0, app, _ThreadingWSGIServer, _QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, name="bench-wsgiref", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, args=(0.02,), name="bench-wsgiref", daemon=True
+    )
     thread.start()
     try:
         yield server.server_address[1]

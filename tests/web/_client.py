@@ -37,7 +37,9 @@ class _QuietHandler(WSGIRequestHandler):
 def serve(app: Any) -> Iterator[BaseWSGIServer]:
     """Serve a WSGI app on 127.0.0.1 with werkzeug's threaded server, in a named thread."""
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, name="test-wsgi-server", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, args=(0.02,), name="test-wsgi-server", daemon=True
+    )
     thread.start()
     try:
         yield server

@@ -98,7 +98,9 @@ def _serve(app: Any, kind: str) -> Iterator[int]:
     server = make_server(
         "127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
     )
-    thread = threading.Thread(target=server.serve_forever, name="test-wsgiref", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, args=(0.02,), name="test-wsgiref", daemon=True
+    )
     thread.start()
     try:
         yield server.server_address[1]
