@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import struct
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -133,6 +134,9 @@ class BedrockServer(ScriptedServer):
 
     def respond(self, handler: _Handler, turn: ServerTurn, request: Any, path: str) -> None:
         """Stream for ``converse-stream``; a JSON document for ``converse``."""
+        # One small write per event: with Nagle on, each waits for the client's delayed
+        # ACK, which adds tens of ms per response that the real service does not have.
+        handler.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         match = _PATH.match(path)
         if match is not None and match.group("op") == "converse":
             body = json.dumps(self.converse_body(turn)).encode()
