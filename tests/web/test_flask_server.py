@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -295,3 +296,44 @@ def test_model_from_env_builds_the_configured_provider_without_network(
     monkeypatch.setenv("AGENT_SYNC_PROVIDER", "nonsense")
     with pytest.raises(SystemExit, match="unknown AGENT_SYNC_PROVIDER"):
         demo_model.model_from_env()
+
+
+def test_many_concurrent_clients_some_leaving_mid_answer(flask_example: Any) -> None:
+    clients = 16
+    turn = {"text": "word " * 40, "chunk_size": 5, "chunk_delay": 0.01}
+    barrier = threading.Barrier(clients)
+    outcomes: dict[int, str] = {}
+    lock = threading.Lock()
+
+    def client(n: int, port: int) -> None:
+        barrier.wait(5)
+        conn = SSEConnection(port, "/chat", {"conversation_id": f"k{n}", "message": "hi"})
+        try:
+            if n % 2:  # leave after a few deltas, at different moments
+                read_text(conn, 1 + n % 5)
+                outcome = "left"
+            else:
+                frames = list(conn.frames())
+                outcome = frames[-1].data["stop_reason"]
+        finally:
+            conn.drop()
+        with lock:
+            outcomes[n] = outcome
+
+    with served(flask_example, turn) as app:
+        threads = [
+            threading.Thread(target=client, args=(n, app.port), name=f"test-client-{n}")
+            for n in range(clients)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert app.recorder.wait_for_closes(clients)
+        agents = [app.agent(f"k{n}") for n in range(clients)]
+
+    assert outcomes == {n: "left" if n % 2 else "end_turn" for n in range(clients)}
+    assert not any(agent.is_running for agent in agents)
+    assert all(validate_history(agent.messages) == [] for agent in agents)
+    for n in range(1, clients, 2):
+        assert agents[n].messages[-1]["content"][-1] == CANCELLED
