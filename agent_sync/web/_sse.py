@@ -20,8 +20,10 @@ generator cannot be closed from another thread while it runs); other threads onl
 ``agent.cancel()``, which is thread-safe.
 
 Known race: ``agent.cancel()`` is per agent, not per invocation. ``close()`` only calls it
-while its own worker still holds the agent, and retries only if the first call found no
-live invocation (the invocation had not started yet); see :meth:`SSEStream.close`.
+while its own run is not over (no ``Done`` seen and the worker still holds the agent), so
+it cannot cancel the conversation's next message; what remains is a window of a few
+instructions after a run *fails* (the agent is released before the worker sees the
+exception) in which a new message on the same conversation could be cancelled.
 """
 
 from __future__ import annotations
@@ -203,7 +205,9 @@ class SSEStream:
         self._cancel_reason = cancel_reason
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._stop = threading.Event()
-        self._released = threading.Event()  # set once the worker let go of the agent
+        # Set once the run is over (Done seen) or the worker let go of the agent: from then
+        # on, agent.cancel() could hit the conversation's *next* run, so close() must not.
+        self._released = threading.Event()
         self._close_lock = threading.Lock()
         self._closed = False
         self._opened = False
@@ -299,9 +303,10 @@ class SSEStream:
         while not self._released.is_set():
             if self._agent.cancel(self._cancel_reason):
                 return  # the invocation is live and now cancelled; the worker winds it down
-            # No live invocation yet (it starts on the worker's first next()): the worker
-            # also checks _stop after each event, but a model that is silent from the start
-            # sends none, so keep cancelling until the invocation exists or has ended.
+            # No live invocation: it has just ended (the worker is about to say so), or an
+            # agent implementation opens it only on the first next(). The worker checks
+            # _stop after each event, but a model silent from the start sends none, so
+            # keep cancelling until the invocation exists or the worker lets go.
             if self._released.wait(_CANCEL_RETRY_S) or time.monotonic() > deadline:
                 return
 
@@ -309,6 +314,8 @@ class SSEStream:
         events = self._events
         try:
             for event in events:
+                if isinstance(event, Done):
+                    self._released.set()
                 self._put(event)
                 if self._stop.is_set():
                     break

@@ -189,3 +189,15 @@ def test_stream_is_the_wsgi_body_type() -> None:
     assert iter(stream) is stream
     stream.close()
     assert stream.worker.name.startswith("agent-sync-sse-")
+
+
+def test_closing_a_finished_stream_never_cancels_the_next_run() -> None:
+    agent = Agent(ScriptedModel(["first", {"text": "abc", "chunk_size": 1, "stall_after": 1}]))
+    first = sse_events(agent, "one")
+    assert b"event: done" in b"".join(first)  # the server has sent everything...
+    second = sse_events(agent, "two")  # ...the next message starts before it closes
+    first.close()
+    assert agent.is_running
+    second.close()
+    assert not agent.is_running
+    assert validate_history(agent.messages) == []
