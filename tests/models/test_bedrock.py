@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -478,3 +480,20 @@ def test_connection_refused_is_a_connection_error(session: boto3.Session) -> Non
         collect(model)
 
     assert caught.value.retryable is True
+
+
+# --- docs ----------------------------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "providers" / "bedrock.md"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        c
+        for c in re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+        if "# requires:" not in c
+    ],
+)
+def test_doc_examples_run(code: str) -> None:
+    exec(compile(code, str(DOC), "exec"), {"__name__": "__doc_example__"})
