@@ -45,7 +45,14 @@ from typing import Any
 import httpcore2
 import httpx2
 
-__all__ = ["AbortSlot", "AbortableBackend", "AbortableTransport", "bound", "is_abortable"]
+__all__ = [
+    "AbortSlot",
+    "AbortableBackend",
+    "AbortableTransport",
+    "bound",
+    "current",
+    "is_abortable",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +61,8 @@ SocketOption = Any  # httpcore2's SOCKET_OPTION tuple shapes
 _current_slot: ContextVar[AbortSlot | None] = ContextVar(
     "agent_sync_httpx_abort_slot", default=None
 )
+current = _current_slot
+"""The context variable :func:`bound` sets, for hot loops that set and reset it inline."""
 
 
 def _shutdown(sock: socket.socket) -> None:
