@@ -71,7 +71,7 @@ def _cancel_latency(
             reached = threading.Event()
             box: dict[str, float] = {}
 
-            def run() -> None:
+            def run(reached: threading.Event = reached, box: dict[str, float] = box) -> None:
                 for event in agent.stream("go"):
                     if not reached.is_set() and ready(event):
                         reached.set()
@@ -227,7 +227,8 @@ def bench_throughput(threads: int, per_thread: int) -> None:
         idle = server.wait_for_idle(5)
     leaked_threads = threading.active_count() - threads_before
     leaked_fds = _open_fds() - fds_before
-    print(f"{'throughput: agents (invokes/s)':<42} {total / agent_time:8.1f}  errors={agent_errors}")
+    print(f"{'throughput: agents (invokes/s)':<42} {total / agent_time:8.1f}  "
+          f"errors={agent_errors}")  # fmt: skip
     print(f"{'throughput: raw SDK (streams/s)':<42} {total / sdk_time:8.1f}  errors={sdk_errors}")
     print(f"{'throughput ratio agent/raw':<42} {sdk_time / agent_time:.3f}")
     print(f"{'leaked threads / fds / server idle':<42} {leaked_threads} / {leaked_fds} / {idle}")
@@ -243,7 +244,8 @@ def main() -> None:
     cancel = bench_cancel(runs)
     worst = max(summarize(samples)["max"] for samples in cancel.values())
     medians = max(summarize(samples)["median"] for samples in cancel.values())
-    print(f"{'cancel: worst max / worst median':<42} {worst * 1000:.2f} ms / {medians * 1000:.2f} ms")
+    print(f"{'cancel: worst max / worst median':<42} {worst * 1000:.2f} ms / "
+          f"{medians * 1000:.2f} ms")  # fmt: skip
     bench_overhead(max(runs, 30))
     bench_throughput(4 if args.quick else 16, 5 if args.quick else 20)
 
