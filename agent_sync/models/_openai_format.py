@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..messages import ContentBlock, Message, StreamEvent, ToolSpec
@@ -225,73 +225,83 @@ class ChunkTranslator:
         self.finished = False
         self.usage: dict[str, int] | None = None
 
-    def add(self, chunk: dict[str, Any]) -> Iterator[StreamEvent]:
-        """Events for one chunk (an iterator: usually zero or one event)."""
+    def add(self, chunk: dict[str, Any]) -> list[StreamEvent]:
+        """Events for one chunk (usually exactly one)."""
+        # A list, not a generator: this runs once per chunk on the hot path.
+        out: list[StreamEvent] = []
         if not self._started:
             self._started = True
-            yield {"messageStart": {"role": "assistant"}}
+            out.append({"messageStart": {"role": "assistant"}})
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = usage  # some servers repeat it in every chunk: keep the last
-        choices = chunk.get("choices") or ()
-        for choice in choices:
+        for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue  # n > 1 is not supported: the agent keeps one answer
             delta = choice.get("delta") or {}
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if reasoning:
-                yield from self._stream_piece("reasoning", reasoning)
+                self._stream_piece(out, "reasoning", reasoning)
             content = delta.get("content")
             if content:
-                yield from self._stream_piece("text", content)
+                self._stream_piece(out, "text", content)
             for call in delta.get("tool_calls") or ():
                 self._add_tool_call(call)
             finish = choice.get("finish_reason")
             if finish and not self.finished:
-                yield from self._finish_choice(finish)
+                self._finish_choice(out, finish)
+        return out
 
-    def finish(self) -> Iterator[StreamEvent]:
+    def finish(self) -> list[StreamEvent]:
         """Events that close the message (stop, usage) once the stream has ended."""
+        out: list[StreamEvent] = []
         if not self._started:
             self._started = True
-            yield {"messageStart": {"role": "assistant"}}
+            out.append({"messageStart": {"role": "assistant"}})
         if not self.finished:
-            yield from self._finish_choice("stop")
+            self._finish_choice(out, "stop")
         if self.usage is not None:
             prompt = int(self.usage.get("prompt_tokens") or 0)
             completion = int(self.usage.get("completion_tokens") or 0)
             total = int(self.usage.get("total_tokens") or prompt + completion)
-            yield {
-                "metadata": {
-                    "usage": {
-                        "inputTokens": prompt,
-                        "outputTokens": completion,
-                        "totalTokens": total,
+            out.append(
+                {
+                    "metadata": {
+                        "usage": {
+                            "inputTokens": prompt,
+                            "outputTokens": completion,
+                            "totalTokens": total,
+                        }
                     }
                 }
-            }
+            )
+        return out
 
     # -- internals --
 
-    def _stream_piece(self, kind: str, piece: str) -> Iterator[StreamEvent]:
+    def _stream_piece(self, out: list[StreamEvent], kind: str, piece: str) -> None:
         if self._open is None or self._open_kind != kind:
-            yield from self._close_open()
+            self._close_open(out)
             self._open = self._next_index
             self._open_kind = kind
             self._next_index += 1
         if kind == "text":
-            yield {"contentBlockDelta": {"contentBlockIndex": self._open, "delta": {"text": piece}}}
+            out.append(
+                {"contentBlockDelta": {"contentBlockIndex": self._open, "delta": {"text": piece}}}
+            )
         else:
-            yield {
-                "contentBlockDelta": {
-                    "contentBlockIndex": self._open,
-                    "delta": {"reasoningContent": {"text": piece}},
+            out.append(
+                {
+                    "contentBlockDelta": {
+                        "contentBlockIndex": self._open,
+                        "delta": {"reasoningContent": {"text": piece}},
+                    }
                 }
-            }
+            )
 
-    def _close_open(self) -> Iterator[StreamEvent]:
+    def _close_open(self, out: list[StreamEvent]) -> None:
         if self._open is not None:
-            yield {"contentBlockStop": {"contentBlockIndex": self._open}}
+            out.append({"contentBlockStop": {"contentBlockIndex": self._open}})
             self._open = None
 
     def _add_tool_call(self, fragment: dict[str, Any]) -> None:
@@ -313,33 +323,33 @@ class ChunkTranslator:
                 arguments if isinstance(arguments, str) else json.dumps(arguments)
             )
 
-    def _finish_choice(self, finish: str) -> Iterator[StreamEvent]:
+    def _finish_choice(self, out: list[StreamEvent], finish: str) -> None:
         self.finished = True
-        yield from self._close_open()
+        self._close_open(out)
         for position in sorted(self._calls):
             call = self._calls[position]
             index = self._next_index
             self._next_index += 1
-            yield {
-                "contentBlockStart": {
-                    "contentBlockIndex": index,
-                    "start": {
-                        "toolUse": {
-                            "toolUseId": call.id or f"call_{uuid.uuid4().hex[:24]}",
-                            "name": call.name,
-                        }
-                    },
-                }
-            }
-            if call.arguments:
-                yield {
-                    "contentBlockDelta": {
+            tool_use_id = call.id or f"call_{uuid.uuid4().hex[:24]}"
+            out.append(
+                {
+                    "contentBlockStart": {
                         "contentBlockIndex": index,
-                        "delta": {"toolUse": {"input": "".join(call.arguments)}},
+                        "start": {"toolUse": {"toolUseId": tool_use_id, "name": call.name}},
                     }
                 }
-            yield {"contentBlockStop": {"contentBlockIndex": index}}
+            )
+            if call.arguments:
+                out.append(
+                    {
+                        "contentBlockDelta": {
+                            "contentBlockIndex": index,
+                            "delta": {"toolUse": {"input": "".join(call.arguments)}},
+                        }
+                    }
+                )
+            out.append({"contentBlockStop": {"contentBlockIndex": index}})
         reason = map_finish_reason(finish)
         if self._calls and reason == "end_turn":
             reason = "tool_use"
-        yield {"messageStop": {"stopReason": reason}}
+        out.append({"messageStop": {"stopReason": reason}})
