@@ -62,7 +62,8 @@ def build_request_body(
         tool_specs: Tools the model may call.
         tool_choice: Converse ``{"auto"|"any"|"tool": ...}``, or ``None``.
         params: Passed through as top-level fields (``temperature``, ``max_tokens``...),
-            after the fields built here, so a caller can override them.
+            after the fields built here, so a caller can override them (except ``stream``;
+            ``stream_options=None`` removes that field for servers that reject it).
 
     Returns:
         The request body.
@@ -98,6 +99,9 @@ def build_request_body(
         if tool_choice is not None:
             body["tool_choice"] = _tool_choice(tool_choice)
     body.update(params)
+    body["stream"] = True  # the response parser needs SSE, whatever params say
+    if body.get("stream_options", True) is None:
+        del body["stream_options"]  # stream_options=None: for servers that reject the field
     return body
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Generator, Iterator
@@ -23,6 +24,8 @@ from agent_sync.models import OpenAIModel
 from agent_sync.models.base import ModelRequest
 from agent_sync.stream import MessageAssembler
 from agent_sync.testing.openai_server import OpenAIServer
+
+from .test_urllib3_abort import _connect_hangs, _unanswered_listener
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 PROMPT = ModelRequest(messages=[{"role": "user", "content": [{"text": "hi"}]}])
@@ -278,6 +281,17 @@ def test_tool_choice_mapping(
     assert server.requests[0].body["tool_choice"] == wire
 
 
+def test_stream_cannot_be_turned_off_and_stream_options_can_be_dropped(
+    server: OpenAIServer,
+) -> None:
+    server.add_turns("ok")
+    model = OpenAIModel("gpt-test", base_url=server.url, stream=False, stream_options=None)
+    assert assemble(collect(model)).message["content"] == [{"text": "ok"}]
+    model.close()
+    assert server.requests[0].body["stream"] is True
+    assert "stream_options" not in server.requests[0].body
+
+
 def test_api_key_from_environment(server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     server.add_turns("ok")
@@ -458,6 +472,39 @@ def test_closing_the_generator_early_releases_the_connection(
     next(stream)
     stream.close()
     assert server.wait_for_idle()
+
+
+def test_cancel_while_connecting(monkeypatch: pytest.MonkeyPatch) -> None:
+    listener, fillers = _unanswered_listener()
+    try:
+        host, port = listener.getsockname()
+        if not _connect_hangs((host, port)):
+            pytest.skip("this OS answers connects to a full backlog; cannot stage SYN_SENT")
+        connecting = threading.Event()
+        guarded_connect_ex = socket.socket.connect_ex
+
+        def observed_connect_ex(sock: socket.socket, target: Any) -> int:
+            code = guarded_connect_ex(sock, target)
+            connecting.set()  # the SYN is out: the socket is in SYN_SENT
+            return code
+
+        monkeypatch.setattr(socket.socket, "connect_ex", observed_connect_ex)
+        model = OpenAIModel("gpt-test", base_url=f"http://{host}:{port}/v1", timeout=(10, 10))
+        scope = CancelScope()
+        canceller = threading.Thread(
+            target=lambda: connecting.wait(5) and scope.cancel(), name="test-canceller"
+        )
+        canceller.start()
+        started = time.monotonic()
+        with pytest.raises(CancelledError):
+            collect_with(model, scope)
+        assert time.monotonic() - started < 5  # the connect timeout is 10 s
+        canceller.join(5)
+        model.close()
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
 
 
 def test_already_cancelled_scope_sends_nothing(server: OpenAIServer, model: OpenAIModel) -> None:
