@@ -198,7 +198,7 @@ def throughput(threads: int, per_thread: int) -> None:
     with OpenAIServer() as server:
         url = f"{server.url}/chat/completions"
 
-        def run(work: Callable[[], None]) -> tuple[float, int]:
+        def run(work: Callable[[], object]) -> tuple[float, int]:
             errors = [0]
             barrier = threading.Barrier(threads + 1)
 
@@ -225,7 +225,7 @@ def throughput(threads: int, per_thread: int) -> None:
         baseline_threads = _library_threads()
         raw_session = requests.Session()
         raw_session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=threads))
-        raw_elapsed, raw_errors = run(lambda: _raw_iterate(raw_session, url) and None)
+        raw_elapsed, raw_errors = run(lambda: _raw_iterate(raw_session, url))
         raw_session.close()
 
         shared = requests.Session()
