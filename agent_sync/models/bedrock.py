@@ -32,6 +32,8 @@ __all__ = ["BedrockModel"]
 
 logger = logging.getLogger(__name__)
 
+_CLIENT_CREATION_LOCK = threading.Lock()
+
 
 class BedrockModel:
     """A Bedrock model called through the Converse API.
@@ -224,12 +226,13 @@ class BedrockModel:
             user_agent_extra="agent_sync",
         )
         assert self._session is not None
-        return self._session.client(
-            "bedrock-runtime",
-            region_name=self.region_name,
-            endpoint_url=self._endpoint_url,
-            config=config,
-        )
+        with _CLIENT_CREATION_LOCK:  # boto3 sessions are not safe to build clients in parallel
+            return self._session.client(
+                "bedrock-runtime",
+                region_name=self.region_name,
+                endpoint_url=self._endpoint_url,
+                config=config,
+            )
 
     def __repr__(self) -> str:
         return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -204,3 +205,59 @@ def test_non_retryable_error_raises_with_a_valid_history(
 
     assert len(server.requests) == 1
     assert validate_history(agent.messages) == []
+
+
+@pytest.mark.stress
+def test_threads_sharing_a_model_with_random_cancels(
+    server: BedrockServer, model: BedrockModel
+) -> None:
+    threads, rounds = 6, 4
+    server.add_turns(
+        *[{"text": "y" * 48, "chunk_size": 4, "chunk_delay": 0.001}] * (threads * rounds)
+    )
+    barrier = threading.Barrier(threads)
+    outcomes: list[str] = []
+    problems: list[str] = []
+    lock = threading.Lock()
+
+    def cancel_when_set(seen: threading.Event, agent: Agent) -> None:
+        if seen.wait(HANG_BOUND):
+            agent.cancel("random")
+
+    def worker(seed: int) -> None:
+        chooser = random.Random(seed)
+        agent = Agent(model)
+        barrier.wait(HANG_BOUND)
+        for _ in range(rounds):
+            cancel_at = chooser.randint(0, 14)  # events seen before the cancel; 14 = never
+            seen = threading.Event()
+            canceller = threading.Thread(
+                target=cancel_when_set, args=(seen, agent), name="test-random-cancel"
+            )
+            canceller.start()
+            count = 0
+            result = None
+            for event in agent.stream("go"):
+                count += 1
+                if count == cancel_at:
+                    seen.set()
+                if isinstance(event, Done):
+                    result = event.result
+            seen.set()  # release the canceller; a cancel after the end is a no-op
+            canceller.join(HANG_BOUND)
+            with lock:
+                outcomes.append(result.stop_reason if result else "none")
+                problems.extend(validate_history(agent.messages))
+
+    pool = [threading.Thread(target=worker, args=(n,), name=f"test-w{n}") for n in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join(30)
+
+    assert len(outcomes) == threads * rounds
+    assert set(outcomes) <= {"end_turn", "cancelled"}
+    assert "cancelled" in outcomes
+    assert problems == []
+    model.close()
+    assert server.wait_for_idle()
