@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -189,3 +190,45 @@ def test_agents_in_threads_share_one_model(server: OpenAIServer, model: OpenAIMo
     for thread in threads:
         thread.join(10)
     assert sorted(texts) == sorted(f"answer {i}" for i in range(count))
+
+
+def test_random_cancels_across_threads_leave_valid_histories_and_no_sockets(
+    server: OpenAIServer, model: OpenAIModel
+) -> None:
+    rng = random.Random(20261122)
+    count = 8
+    kinds: list[dict[str, Any]] = [
+        {"text": "z" * 300, "chunk_size": 3, "chunk_delay": 0.001},
+        {"text": "silent soon", "chunk_size": 2, "stall_after": 3},
+        {"stall_headers": True},
+        {"tool_calls": [{"name": "get_weather", "input": {"city": "Oslo"}}]},
+    ]
+    server.add_turns(*[kinds[i % len(kinds)] for i in range(count)], *["ok"] * (2 * count))
+    barrier = threading.Barrier(count)
+    outcomes: list[tuple[str, list[str]]] = []
+    lock = threading.Lock()
+
+    def worker(delay: float) -> None:
+        agent = Agent(model, tools=[get_weather])
+        barrier.wait(5)
+        # A random timeout is a random cancel moment, started inside invoke (no race with
+        # an idle agent, on which cancel() would be a no-op).
+        result = agent.invoke("go", timeout=delay)
+        with lock:
+            outcomes.append((result.stop_reason, validate_history(agent.messages)))
+
+    threads = [
+        threading.Thread(target=worker, args=(rng.uniform(0.001, 0.03),), name=f"test-stress-{i}")
+        for i in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in threads)
+    assert len(outcomes) == count
+    for stop_reason, problems in outcomes:
+        assert stop_reason in ("cancelled", "end_turn")
+        assert problems == []
+    model.close()
+    assert server.wait_for_idle()
