@@ -32,6 +32,7 @@ pytest.importorskip("gunicorn", reason="pip install gunicorn")
 
 API_KEY = "sk-test-0123456789-secret"
 GUNICORN = Path(sys.executable).with_name("gunicorn")
+ROOT = EXAMPLES.parent
 
 
 @dataclass
@@ -54,6 +55,8 @@ def deployed() -> Iterator[Deployed]:
         "AGENT_SYNC_MODEL": "gpt-test",
         "OPENAI_API_KEY": API_KEY,
         "CHAT_TIMEOUT": "30",
+        # agent_sync from this checkout, whether or not it is installed
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     with OpenAIServer() as fake:
         env["OPENAI_BASE_URL"] = fake.url
