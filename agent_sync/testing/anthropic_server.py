@@ -111,46 +111,45 @@ class AnthropicServer(ScriptedServer):
         extra = turn if isinstance(turn, AnthropicTurn) else AnthropicTurn()
         model = request.get("model", "claude-test") if isinstance(request, dict) else "?"
         usage = turn.derived_usage()
-        frames = [_event("message_start", {"type": "message_start", "message": {
-            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
-            "model": model, "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": usage["inputTokens"], "output_tokens": 1}}})]  # fmt: skip
-        index = 0
+        frames = [_message_start(model, usage["inputTokens"])]
+        blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
         if extra.redacted_thinking is not None:
-            frames += _block(index, {"type": "redacted_thinking",
-                                     "data": extra.redacted_thinking}, [])  # fmt: skip
-            index += 1
+            blocks.append(({"type": "redacted_thinking", "data": extra.redacted_thinking}, []))
         if turn.reasoning is not None:
-            deltas = [{"type": "thinking_delta", "thinking": turn.reasoning[i : i + 16]}
-                      for i in range(0, len(turn.reasoning), 16)]  # fmt: skip
+            deltas = [
+                {"type": "thinking_delta", "thinking": piece}
+                for piece in _pieces(turn.reasoning, 16)
+            ]
             deltas.append({"type": "signature_delta", "signature": extra.signature})
-            frames += _block(index, {"type": "thinking", "thinking": ""}, deltas)
-            index += 1
+            blocks.append(({"type": "thinking", "thinking": ""}, deltas))
         if turn.text:
             deltas = [{"type": "text_delta", "text": piece} for piece in turn.text_chunks()]
-            frames += _block(index, {"type": "text", "text": ""}, deltas)
-            index += 1
+            blocks.append(({"type": "text", "text": ""}, deltas))
         for position, call in enumerate(turn.tool_calls):
-            raw = turn.tool_input_json(position)
-            deltas = [{"type": "input_json_delta", "partial_json": raw[i : i + 12]}
-                      for i in range(0, len(raw), 12)]  # fmt: skip
-            start = {"type": "tool_use", "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:20]}",
-                     "name": call["name"], "input": {}}  # fmt: skip
+            tool_id = call.get("id") or f"toolu_{uuid.uuid4().hex[:20]}"
+            start = {"type": "tool_use", "id": tool_id, "name": call["name"], "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": piece}
+                for piece in _pieces(turn.tool_input_json(position), 12)
+            ]
+            blocks.append((start, deltas))
+        for index, (start, deltas) in enumerate(blocks):
             frames += _block(index, start, deltas)
-            index += 1
         if extra.ping and len(frames) > 1:
-            frames.insert(2, _event("ping", {"type": "ping"}))
+            frames.insert(2, _event("ping", {"type": "ping"}))  # the API pings after a start
         stop_reason = turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn")
         stop_sequence = extra.stop_sequence if stop_reason == "stop_sequence" else None
-        frames.append(_event("message_delta", {"type": "message_delta",
-            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-            "usage": {"output_tokens": usage["outputTokens"]}}))  # fmt: skip
+        delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
+        output = {"output_tokens": usage["outputTokens"]}
+        frames.append(
+            _event("message_delta", {"type": "message_delta", "delta": delta, "usage": output})
+        )
         frames.append(_event("message_stop", {"type": "message_stop"}))
         if extra.error_event_after is not None:
             error_type = turn.error_type or "overloaded_error"
-            error = {"type": "error", "error": {"type": error_type,
-                                                "message": turn.error_message}}  # fmt: skip
-            frames = frames[: extra.error_event_after] + [_event("error", error)]
+            error = {"type": error_type, "message": turn.error_message}
+            frames = frames[: extra.error_event_after]
+            frames.append(_event("error", {"type": "error", "error": error}))
         return frames
 
     def render_error(self, turn: ServerTurn, path: str) -> tuple[bytes, str]:
@@ -169,6 +168,24 @@ class AnthropicServer(ScriptedServer):
     def corrupt_frame(self) -> bytes:
         """An event whose JSON data is cut short."""
         return b'event: content_block_delta\ndata: {"type": "content_block_delta", "ind\n\n'
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _message_start(model: str, input_tokens: int) -> bytes:
+    message: dict[str, Any] = {
+        "id": f"msg_{uuid.uuid4().hex[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+    }
+    return _event("message_start", {"type": "message_start", "message": message})
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
@@ -190,8 +207,8 @@ def _request_id() -> str:
 
 
 def _error_body(error_type: str, message: str) -> bytes:
-    return json.dumps({"type": "error", "error": {"type": error_type, "message": message},
-                       "request_id": _request_id()}).encode()  # fmt: skip
+    error = {"type": error_type, "message": message}
+    return json.dumps({"type": "error", "error": error, "request_id": _request_id()}).encode()
 
 
 def _validate(body: Any) -> str | None:
