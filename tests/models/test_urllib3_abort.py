@@ -250,3 +250,38 @@ def test_abort_wakes_a_connect_that_gets_no_answer(
         for filler in fillers:
             filler.close()
         listener.close()
+
+
+def test_abort_wakes_a_tls_handshake_with_a_silent_server(session: requests.Session) -> None:
+    """During the handshake ssl has detached the plain socket: the duplicate still works."""
+    session.mount("https://", AbortableHTTPAdapter(max_retries=0))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    client_hello = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept_and_hold() -> None:
+        conn, _ = listener.accept()
+        held.append(conn)
+        if conn.recv(1024):  # the ClientHello: the client now waits for a ServerHello
+            client_hello.set()
+
+    server_thread = threading.Thread(target=accept_and_hold, name="test-silent-tls")
+    server_thread.start()
+    try:
+        host, port = listener.getsockname()
+        scope = CancelScope()
+        canceller = _cancel_when(client_hello, scope)
+        started = time.monotonic()
+        with pytest.raises(requests.RequestException):
+            with abort_on_cancel(scope) as abort, abort.capture():
+                session.post(f"https://{host}:{port}/v1", json=BODY, timeout=(10, 10))
+        assert time.monotonic() - started < 5  # the handshake timeout is 10 s
+        assert client_hello.is_set()
+        canceller.join(5)
+    finally:
+        server_thread.join(5)
+        for conn in held:
+            conn.close()
+        listener.close()
