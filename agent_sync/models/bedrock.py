@@ -25,7 +25,7 @@ from ..errors import ModelStreamError, UsageError
 from ..messages import StreamEvent
 from ._bedrock_errors import PROVIDER, map_error
 from ._bedrock_format import build_request, converse_to_events, normalize_event, split_params
-from ._urllib3_abort import abort_on_cancel, abortable_pool_class
+from ._urllib3_abort import AbortableConnectionMixin, abort_on_cancel, abortable_pool_class
 from .base import ModelRequest
 
 __all__ = ["BedrockModel"]
@@ -91,8 +91,9 @@ class BedrockModel:
         self.params = dict(params)
         self._client = client
         self._owns_client = client is None
+        if client is not None:
+            _make_abortable(client)
         self._client_lock = threading.Lock()
-        self._instrumented = client is not None and _make_abortable(client)
         self._endpoint_url = endpoint_url
         self._timeouts = (connect_timeout, read_timeout)
         self._max_pool_connections = max_pool_connections
@@ -152,7 +153,7 @@ class BedrockModel:
                     finished = True
                     return
                 response_stream = response["stream"]
-                if not self._instrumented:
+                if not _is_abortable_response(response_stream):
                     unregister_fallback = _abort_response_on_cancel(response_stream, cancel)
                 yield from self._events(response_stream, cancel)
                 finished = True
@@ -208,7 +209,7 @@ class BedrockModel:
         with self._client_lock:
             if self._client is None:
                 self._client = self._create_client()
-                self._instrumented = _make_abortable(self._client)
+                _make_abortable(self._client)
             return self._client
 
     def _create_client(self) -> Any:
@@ -254,12 +255,8 @@ def _resolve_session(boto_session: Any | None, region_name: str | None) -> tuple
     return session, str(region)
 
 
-def _make_abortable(client: Any) -> bool:
-    """Make the pools ``client`` creates from now on abortable per request.
-
-    Returns:
-        ``False`` if the client's HTTP session is not botocore's ``URLLib3Session``.
-    """
+def _make_abortable(client: Any) -> None:
+    """Make the connection pools of ``client`` abortable per request (idempotent)."""
     session = getattr(getattr(client, "_endpoint", None), "http_session", None)
     pool_classes = getattr(session, "_pool_classes_by_scheme", None)
     if not isinstance(pool_classes, dict):
@@ -268,13 +265,33 @@ def _make_abortable(client: Any) -> bool:
             "request after its response headers arrived",
             type(session).__name__,
         )
-        return False
+        return
     # botocore's PoolManager and its proxy managers share this very dict, so updating it
-    # in place covers every pool created from now on (pools that already exist keep
-    # their classes: see _abort_response_on_cancel).
+    # in place covers every pool created from now on.
     for scheme, pool_cls in list(pool_classes.items()):
         pool_classes[scheme] = abortable_pool_class(pool_cls)
-    return True
+    # Pools a user's client created before it reached us keep their old classes: drop
+    # them from the managers so the next call builds abortable ones. In-flight calls keep
+    # their pool object; its idle connections close when it is garbage collected.
+    for manager in _managers(session):
+        pools = getattr(manager, "pools", None)
+        if pools is None:
+            continue
+        stale = [k for k in pools.keys() if not _is_abortable_pool(pools.get(k))]
+        if stale:
+            manager.clear()
+
+
+def _is_abortable_pool(pool: Any) -> bool:
+    return pool is None or issubclass(
+        getattr(pool, "ConnectionCls", object), AbortableConnectionMixin
+    )
+
+
+def _managers(session: Any) -> list[Any]:
+    managers = [getattr(session, "_manager", None)]
+    managers += list(getattr(session, "_proxy_managers", {}).values())
+    return [m for m in managers if m is not None]
 
 
 def _close_pools(client: Any) -> None:
@@ -282,9 +299,7 @@ def _close_pools(client: Any) -> None:
     # to garbage collection), so idle keep-alive sockets would outlive close(): close the
     # pools ourselves.
     session = getattr(getattr(client, "_endpoint", None), "http_session", None)
-    managers = [getattr(session, "_manager", None)]
-    managers += list(getattr(session, "_proxy_managers", {}).values())
-    for manager in managers:
+    for manager in _managers(session):
         pools = getattr(manager, "pools", None)
         if pools is None:
             continue
@@ -292,6 +307,11 @@ def _close_pools(client: Any) -> None:
             pool = pools.get(key)
             if pool is not None:
                 pool.close()
+
+
+def _is_abortable_response(response_stream: Any) -> bool:
+    connection = getattr(getattr(response_stream, "_raw_stream", None), "_connection", None)
+    return isinstance(connection, AbortableConnectionMixin)
 
 
 def _abort_response_on_cancel(response_stream: Any, cancel: CancelScope) -> Callable[[], None]:

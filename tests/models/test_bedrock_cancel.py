@@ -18,6 +18,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.config import Config
 
 from agent_sync.cancel import CancelledError, CancelScope
 from agent_sync.messages import Message, StreamEvent
@@ -265,3 +266,29 @@ def test_no_threads_left_behind(
         t for t in set(threading.enumerate()) - thread_baseline if "process_request" not in t.name
     }
     assert ours == set()  # the fake server's own handler threads aside
+
+
+@pytest.mark.parametrize("fault", [{"stall_headers": True}, {"text": "abc", "stall_after": 1}])
+def test_a_client_used_before_becomes_abortable(
+    server: BedrockServer, session: boto3.Session, fault: dict[str, Any]
+) -> None:
+    config = Config(retries={"total_max_attempts": 1}, read_timeout=60)
+    client = session.client("bedrock-runtime", endpoint_url=server.base_url, config=config)
+    server.add_turns("warm-up", fault, "after", "still usable")
+    warm = client.converse_stream(
+        modelId="m", messages=[{"role": "user", "content": [{"text": "hi"}]}]
+    )
+    assert sum(1 for _ in warm["stream"]) > 0  # the client now has a plain urllib3 pool
+    model = BedrockModel("m", client=client)
+    scope = CancelScope()
+    canceller = cancel_when(lambda: server.wait_for_stall(), scope)
+
+    _, elapsed = run_until_cancelled(model, scope)
+
+    canceller.join(HANG_BOUND)
+    assert elapsed < HANG_BOUND
+    assert text_of(list(model.stream(REQUEST, cancel=CancelScope()))) == "after"
+    model.close()  # not ours: the client stays usable
+    again = client.converse(modelId="m", messages=[{"role": "user", "content": [{"text": "hi"}]}])
+    assert again["output"]["message"]["content"] == [{"text": "still usable"}]
+    client.close()
