@@ -201,3 +201,23 @@ def test_closing_a_finished_stream_never_cancels_the_next_run() -> None:
     second.close()
     assert not agent.is_running
     assert validate_history(agent.messages) == []
+
+
+def test_socket_from_environ_only_returns_plain_tcp_sockets() -> None:
+    import socket
+    import ssl
+
+    from agent_sync.web import socket_from_environ
+
+    plain = socket.socket()
+    tls = ssl.create_default_context().wrap_socket(
+        socket.socket(), server_hostname="localhost", do_handshake_on_connect=False
+    )
+    try:
+        assert socket_from_environ({"werkzeug.socket": plain}) is plain
+        assert socket_from_environ({"gunicorn.socket": plain}) is plain
+        assert socket_from_environ({"gunicorn.socket": tls}) is None  # a peek would see TLS
+        assert socket_from_environ({"wsgi.input": object()}) is None
+    finally:
+        plain.close()
+        tls.close()
