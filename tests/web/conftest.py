@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,6 @@ class CloseRecorder:
 class _Recorded:
     body: Iterable[bytes]
     recorder: CloseRecorder
-    _iter: Iterator[bytes] | None = field(default=None)
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.body)
