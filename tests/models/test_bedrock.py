@@ -497,3 +497,50 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "providers" / "bedrock.md"
 )
 def test_doc_examples_run(code: str) -> None:
     exec(compile(code, str(DOC), "exec"), {"__name__": "__doc_example__"})
+
+
+def test_signed_and_redacted_reasoning_are_sent_back(
+    server: BedrockServer, model: BedrockModel
+) -> None:
+    server.add_turns("ok")
+    signed = {"reasoningContent": {"reasoningText": {"text": "thought", "signature": "s1"}}}
+    history: list[Any] = [
+        {"role": "user", "content": [{"text": "q"}]},
+        {"role": "assistant", "content": [signed, {"unknownBlock": {}}, {"text": "a"}]},
+        {"role": "user", "content": [{"text": "q2"}]},
+    ]
+
+    collect(model, ModelRequest(messages=history))
+
+    assert server.requests[0].body["messages"][1]["content"] == [signed, {"text": "a"}]
+
+
+def test_non_streaming_errors_map_the_same_way(
+    server: BedrockServer, session: boto3.Session
+) -> None:
+    server.add_turns({"status": 429}, {"status": 400, "error_message": "Input is too long"})
+    plain = BedrockModel("m", endpoint_url=server.base_url, boto_session=session, streaming=False)
+
+    with pytest.raises(ModelThrottledError):
+        collect(plain)
+    with pytest.raises(ContextWindowOverflowError):
+        collect(plain)
+
+
+def test_missing_credentials_is_a_clear_error(
+    server: BedrockServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    model = BedrockModel("m", region_name="us-east-1", endpoint_url=server.base_url)
+
+    with pytest.raises(ModelError, match="credentials") as caught:
+        collect(model)
+
+    assert caught.value.retryable is False
+    assert server.requests == []
