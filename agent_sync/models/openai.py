@@ -51,6 +51,7 @@ DEFAULT_TIMEOUT = (10.0, 120.0)
 """(connect, read) seconds. The read timeout bounds the silence *between* chunks."""
 
 _MAX_ERROR_BODY = 2000
+_DRAIN_TIMEOUT = 0.5
 _CONTEXT_CODES = ("context_length_exceeded", "string_above_max_length")
 _CONTEXT_PHRASES = ("maximum context length", "context window", "too many tokens", "context_length")
 _KEY_PATTERN = re.compile(r"\b(sk-[A-Za-z0-9*_\-]{3,})")
@@ -158,7 +159,9 @@ class OpenAIModel:
 
     # -- internals --
 
-    def _send(self, body: dict[str, Any], abort: RequestAbort, cancel: CancelScope) -> Any:
+    def _send(
+        self, body: dict[str, Any], abort: RequestAbort, cancel: CancelScope
+    ) -> requests.Response:
         headers = dict(self._headers)
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
@@ -203,17 +206,14 @@ class OpenAIModel:
                     raise _stream_error(chunk["error"], self._api_key)
                 yield from translator.add(chunk)
             if done:
-                # Read the closing zero-length chunk so the connection goes back to the pool.
-                for _ in chunks:
-                    pass
+                _drain(response, chunks)
         except requests.RequestException as exc:
             if not translator.finished:
                 self._raise(exc, abort, cancel)
             # The answer was complete; only the tail (usage, [DONE]) was lost.
             logger.debug("error=<%s> | stream broke after finish_reason, ignoring", exc)
             done = True
-        if cancel.cancelled:
-            cancel.raise_if_cancelled()
+        cancel.raise_if_cancelled()
         if not done and not translator.finished:
             raise ModelStreamError(
                 "the stream ended before the response was complete (no finish_reason, no [DONE])",
@@ -227,6 +227,23 @@ class OpenAIModel:
         if abort.aborted or cancel.cancelled:
             raise CancelledError(cancel.reason or "cancelled") from exc
         raise _map_error(exc) from exc
+
+
+def _drain(response: requests.Response, chunks: Iterator[bytes]) -> None:
+    """Read the end of the body after ``[DONE]`` so the connection goes back to the pool.
+
+    The end is normally already buffered; a server that keeps the body open after
+    ``[DONE]`` gets ``_DRAIN_TIMEOUT`` seconds, then the connection is discarded instead of
+    reused (urllib3 sets the read timeout again on the next request).
+    """
+    sock = getattr(getattr(response.raw, "connection", None), "sock", None)
+    if sock is not None:
+        sock.settimeout(_DRAIN_TIMEOUT)
+    try:
+        for _ in chunks:
+            pass
+    except requests.RequestException:
+        logger.debug("server kept the body open after [DONE]; dropping the connection")
 
 
 def _mount_abortable(session: requests.Session) -> None:

@@ -145,6 +145,17 @@ def test_reasoning_content_streams_as_reasoning(server: OpenAIServer, model: Ope
     ]
 
 
+def test_body_left_open_after_done_does_not_hang_the_call(
+    server: OpenAIServer, model: OpenAIModel
+) -> None:
+    server.add_turns({"text": "complete", "stall_after": 99}, "next")  # [DONE], then silence
+    started = time.monotonic()
+    assert assemble(collect(model)).message["content"] == [{"text": "complete"}]
+    assert time.monotonic() - started < 5  # the read timeout is 30 s
+    assert server.wait_for_idle()  # that connection was dropped, not pooled
+    assert assemble(collect(model)).message["content"] == [{"text": "next"}]
+
+
 def test_sse_comments_are_ignored() -> None:
     with OpenAIServer(["fine"], comments=True) as server:
         model = OpenAIModel("gpt-test", base_url=server.url)
