@@ -261,3 +261,27 @@ def test_threads_sharing_a_model_with_random_cancels(
     assert problems == []
     model.close()
     assert server.wait_for_idle()
+
+
+def test_signed_reasoning_round_trips_through_the_history(
+    server: BedrockServer, model: BedrockModel
+) -> None:
+    server.add_turns(
+        {
+            "reasoning": "The user wants weather.",
+            "signature": "sig-xyz",
+            "tool_calls": [{"id": "tu-1", "name": "get_weather", "input": {"city": "Oslo"}}],
+        },
+        "21 degrees.",
+    )
+    agent = Agent(model, tools=[get_weather])
+
+    assert agent.invoke("Weather in Oslo?").text == "21 degrees."
+
+    sent_back = server.requests[1].body["messages"][1]["content"][0]
+    assert sent_back == {
+        "reasoningContent": {
+            "reasoningText": {"text": "The user wants weather.", "signature": "sig-xyz"}
+        }
+    }
+    assert validate_history(agent.messages) == []
