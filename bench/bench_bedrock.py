@@ -182,7 +182,7 @@ def throughput(threads: int, per_thread: int) -> None:
     turn = {"text": LONG_TEXT[:400], "chunk_size": 5}  # 80 text deltas
     with BedrockServer() as server:
 
-        def run(work: Callable[[], None]) -> tuple[float, int]:
+        def run(work: Callable[[], object]) -> tuple[float, int]:
             errors = [0]
             barrier = threading.Barrier(threads + 1)
 
@@ -208,7 +208,7 @@ def throughput(threads: int, per_thread: int) -> None:
 
         baseline_threads, baseline_fds = _library_threads(), _open_fds()
         raw = _raw_client(server, pool=threads)
-        raw_elapsed, raw_errors = run(lambda: _raw_iterate(raw) and None)
+        raw_elapsed, raw_errors = run(lambda: _raw_iterate(raw))
         raw.close()
 
         model = _model(server, max_pool_connections=threads)
