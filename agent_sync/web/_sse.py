@@ -300,8 +300,11 @@ class SSEStream:
 
     def _cancel_until_released(self) -> None:
         deadline = time.monotonic() + _JOIN_TIMEOUT_S
+        # Prefer cancelling this stream's own run, if the stream offers it: agent.cancel()
+        # targets whatever the agent runs now.
+        cancel = getattr(self._events, "cancel", None) or self._agent.cancel
         while not self._released.is_set():
-            if self._agent.cancel(self._cancel_reason):
+            if cancel(self._cancel_reason):
                 return  # the invocation is live and now cancelled; the worker winds it down
             # No live invocation: it has just ended (the worker is about to say so), or an
             # agent implementation opens it only on the first next(). The worker checks
