@@ -6,6 +6,7 @@ mid-stream, and the history invariant after each return.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -185,3 +186,57 @@ def test_cancel_during_a_cooperative_tool(server: AnthropicServer, model: Anthro
     assert not worker.is_alive()
     assert results[0].stop_reason == "cancelled"
     assert validate_history(agent.messages) == []
+
+
+@pytest.mark.stress
+def test_many_agents_on_one_model_with_random_cancels(
+    server: AnthropicServer, model: AnthropicModel, thread_baseline: set[threading.Thread]
+) -> None:
+    rng = random.Random(1234)
+    agents = 8
+    server.add_turns(*[{"text": "word " * 60, "chunk_size": 5} for _ in range(agents * 6)])
+    barrier = threading.Barrier(agents)
+    failures: list[str] = []
+    stop_reasons: list[str] = []
+
+    def run(cancel_at: int) -> None:
+        agent = Agent(model, retry=FAST_RETRY)
+        reached = threading.Event()
+        canceller = threading.Thread(
+            target=lambda: reached.wait(HANG_BOUND) and agent.cancel(), name="canceller"
+        )
+        canceller.start()
+        barrier.wait(HANG_BOUND)
+        with agent.stream("go") as stream:
+            for count, _ in enumerate(stream):
+                if count == cancel_at:
+                    reached.set()
+        assert stream.result is not None
+        stop_reasons.append(stream.result.stop_reason)
+        reached.set()  # the run may have ended before the cancel point: release the canceller
+        canceller.join(HANG_BOUND)
+        after = agent.invoke("again")  # the agent and the shared pool are ready again
+        problems = validate_history(agent.messages)
+        if problems or after.stop_reason != "end_turn":
+            failures.append(f"cancel_at={cancel_at}: {problems} {after.stop_reason}")
+
+    workers = [
+        threading.Thread(target=run, args=(rng.randrange(0, 80),), name=f"agent-{i}")
+        for i in range(agents)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(HANG_BOUND * 2)
+    assert not any(worker.is_alive() for worker in workers)
+    assert failures == []
+    assert "cancelled" in stop_reasons and len(stop_reasons) == agents
+    model.close()
+    assert server.wait_for_idle()
+    # Server handler threads end just after their connection closes: not ours to count.
+    leftover = {
+        thread.name
+        for thread in set(threading.enumerate()) - thread_baseline
+        if "process_request_thread" not in thread.name
+    }
+    assert leftover == set()
