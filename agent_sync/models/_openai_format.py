@@ -243,14 +243,11 @@ class ChunkTranslator:
             if choice.get("index", 0) != 0:
                 continue  # n > 1 is not supported: the agent keeps one answer
             delta = choice.get("delta") or {}
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if reasoning:
-                self._stream_piece(out, "reasoning", reasoning)
-            content = delta.get("content")
-            if content:
-                self._stream_piece(out, "text", content)
-            for call in delta.get("tool_calls") or ():
-                self._add_tool_call(call)
+            if len(delta) == 1 and "content" in delta:  # the common chunk: text only
+                if delta["content"]:
+                    self._stream_piece(out, "text", delta["content"])
+            else:
+                self._add_delta(out, delta)
             finish = choice.get("finish_reason")
             if finish and not self.finished:
                 self._finish_choice(out, finish)
@@ -282,6 +279,16 @@ class ChunkTranslator:
         return out
 
     # -- internals --
+
+    def _add_delta(self, out: list[StreamEvent], delta: dict[str, Any]) -> None:
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            self._stream_piece(out, "reasoning", reasoning)
+        content = delta.get("content")
+        if content:
+            self._stream_piece(out, "text", content)
+        for call in delta.get("tool_calls") or ():
+            self._add_tool_call(call)
 
     def _stream_piece(self, out: list[StreamEvent], kind: str, piece: str) -> None:
         if self._open is None or self._open_kind != kind:
