@@ -273,7 +273,10 @@ class EventTranslator:
         """
         kind = event["type"]
         if kind == "content_block_delta":
-            return self._delta(event["index"], event["delta"])
+            index = event["index"]
+            if self._ignored and index in self._ignored:
+                return ()
+            return self._delta(index, event["delta"])
         if kind == "content_block_start":
             return self._start(event["index"], event["content_block"])
         if kind == "content_block_stop":

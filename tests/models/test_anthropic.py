@@ -26,6 +26,7 @@ from agent_sync.errors import (
 )
 from agent_sync.messages import Message, StreamEvent, ToolSpec
 from agent_sync.models import AnthropicModel, ModelRequest
+from agent_sync.models._anthropic_format import EventTranslator
 from agent_sync.stream import AssembledMessage, MessageAssembler
 from agent_sync.testing.anthropic_server import AnthropicServer
 
@@ -465,3 +466,43 @@ def test_connection_refused_is_a_connection_error() -> None:
         collect(model)
     assert info.value.retryable
     model.close()
+
+
+def test_successful_call_logs_nothing_secret(
+    server: AnthropicServer, model: AnthropicModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.add_turns("fine")
+    caplog.set_level(logging.DEBUG)  # the SDK and httpx2 log requests at DEBUG
+    collect(model, ModelRequest(messages=[{"role": "user", "content": [{"text": "PROMPT-XYZ"}]}]))
+    ours = [r for r in caplog.records if r.name.startswith("agent_sync")]
+    assert ours, "the model logs its requests at DEBUG"
+    assert API_KEY not in caplog.text
+    assert all("PROMPT-XYZ" not in r.getMessage() for r in ours)  # prompts are not logged
+
+
+def test_translator_skips_server_tool_blocks_and_takes_whole_tool_input() -> None:
+    translator = EventTranslator()
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 5}}},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "server_tool_use", "id": "srv", "name": "web_search"}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "input_json_delta", "partial_json": "{}"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1,
+         "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {"a": 1}}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_delta", "index": 2,
+         "delta": {"type": "citations_delta", "citation": {}}},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+         "usage": {"output_tokens": 9}},
+        {"type": "a_future_event"},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    converted = [out for event in events for out in translator.translate(event)]
+    result = assemble(converted)
+    assert result.message["content"] == [
+        {"toolUse": {"toolUseId": "t", "name": "f", "input": {"a": 1}}}
+    ]
+    assert result.usage == {"inputTokens": 5, "outputTokens": 9, "totalTokens": 14}
+    assert translator.finished and translator.stop_reason == "tool_use"
