@@ -213,21 +213,27 @@ def throughput(threads: int, per_thread: int) -> None:
 
         model = _model(server, max_pool_connections=threads)
         local = threading.local()
+        retries, retries_lock = [0], threading.Lock()  # hidden by invoke(): report them
 
         def invoke() -> None:
             agent = getattr(local, "agent", None)
             if agent is None:
                 agent = local.agent = Agent(model)
             agent.messages.clear()
-            if agent.invoke("go").stop_reason != "end_turn":
+            result = agent.invoke("go")
+            if result.stop_reason != "end_turn":
                 raise RuntimeError("unexpected stop reason")
+            if result.metrics.retries:
+                with retries_lock:
+                    retries[0] += result.metrics.retries
 
         agent_elapsed, agent_errors = run(invoke)
         model.close()
         total = threads * per_thread
         idle = server.wait_for_idle(5)
         print(f"  raw:   {total / raw_elapsed:8.1f} streams/s  errors={raw_errors}")
-        print(f"  agent: {total / agent_elapsed:8.1f} invokes/s  errors={agent_errors}")
+        print(f"  agent: {total / agent_elapsed:8.1f} invokes/s  errors={agent_errors}  "
+              f"retries={retries[0]}")  # fmt: skip
         print(f"  throughput ratio agent/raw = {raw_elapsed / agent_elapsed:.3f}")
         print(f"  leaked threads={_library_threads() - baseline_threads}  "
               f"sockets released on server={idle} (open: {server.open_connections})")  # fmt: skip

@@ -120,6 +120,15 @@ class BedrockServer(ScriptedServer):
         super().__init__((), host=host)
         self.add_turns(*turns)
 
+    def start(self) -> BedrockServer:
+        """Bind and serve in a background thread; returns ``self``."""
+        super().start()
+        # socketserver listens with a backlog of 5: 16 clients connecting at once get
+        # resets the real service would never send. Linux lets listen() raise it in place.
+        assert self._httpd is not None
+        self._httpd.socket.listen(128)
+        return self
+
     def __enter__(self) -> BedrockServer:
         super().__enter__()
         return self
