@@ -124,6 +124,7 @@ class AnthropicModel:
         self.model_id = model_id
         self.max_tokens = max_tokens
         self.params: dict[str, Any] = dict(params)
+        self._owns_client = client is None
         if client is not None:
             self._client = client.with_options(max_retries=0)
         else:
@@ -145,8 +146,9 @@ class AnthropicModel:
         return f"AnthropicModel(model_id={self.model_id!r}, base_url={base_url!r})"
 
     def close(self) -> None:
-        """Close the SDK client and its connection pool."""
-        self._client.close()
+        """Close the SDK client this model created (a ``client=`` of yours stays open)."""
+        if self._owns_client:
+            self._client.close()
 
     def stream(
         self, request: ModelRequest, *, cancel: CancelScope
