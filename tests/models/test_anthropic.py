@@ -333,6 +333,9 @@ def test_own_client_gets_sdk_retries_switched_off(server: AnthropicServer) -> No
     model = AnthropicModel("claude-test", client=client)
     assert model.client.max_retries == 0
     assert assemble(collect(model)).message["content"] == [{"text": "via your client"}]
+    model.close()  # leaves the caller's client usable
+    server.add_turns("still open")
+    assert assemble(collect(AnthropicModel("claude-test", client=client))).stop_reason == "end_turn"
     with pytest.raises(UsageError):
         AnthropicModel("m", client=client, client_args={"api_key": "x"})
     client.close()
