@@ -35,7 +35,6 @@ from agent_sync import Agent, RetryPolicy, ToolContext, tool  # noqa: E402
 from agent_sync.cancel import CancelScope  # noqa: E402
 from agent_sync.models import ModelRequest, OpenAIModel  # noqa: E402
 from agent_sync.models._sse import iter_sse  # noqa: E402
-from agent_sync.testing import _http_server  # noqa: E402
 from agent_sync.testing.openai_server import OpenAIServer  # noqa: E402
 from bench._common import report, summarize  # noqa: E402
 
@@ -191,10 +190,6 @@ def loop_overhead(runs: int) -> None:
 def throughput(threads: int, per_thread: int) -> None:
     print(f"\n== throughput: {threads} threads x {per_thread} invokes ==")
     turn = {"text": LONG_TEXT[:400], "chunk_size": 5}  # 80 chunks
-    # The fake's listen backlog (socketserver's default of 5) overflows when 16 clients
-    # connect at once; resets then hit the raw side (the agent retries them). Not the
-    # client's doing: give the fake a realistic backlog for this measurement.
-    _http_server._Server.request_queue_size = 128
     with OpenAIServer() as server:
         url = f"{server.url}/chat/completions"
 

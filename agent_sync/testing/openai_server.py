@@ -24,7 +24,6 @@ Frame counts (``stall_after`` etc.) count SSE events; frame 0 is the role chunk 
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -91,10 +90,6 @@ class OpenAIServer(ScriptedServer):
         return b'data: {"id": "chatcmpl-corrupt", "choices": [{"delta": {"content": "x"\n\n'
 
     def respond(self, handler: _Handler, turn: ServerTurn, request: Any, path: str) -> None:
-        # Streaming servers (uvicorn, vLLM, nginx) disable Nagle: without it each small
-        # event waits for the client's delayed ACK (~40 ms on Linux), which is not the
-        # client's doing and would swamp every timing measured against this fake.
-        handler.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if isinstance(request, dict) and request.get("stream") is not True:
             body = json.dumps(self._completion(turn)).encode()
             handler.send_body(200, body, "application/json")
