@@ -315,10 +315,16 @@ class SSEStream:
 
     def _pump(self) -> None:
         events = self._events
+        done: Done | None = None
         try:
             for event in events:
                 if isinstance(event, Done):
+                    # Held back until the agent is released (the iteration has ended):
+                    # a client that sends its next message as soon as it sees "done"
+                    # must not get a 409.
                     self._released.set()
+                    done = event
+                    continue
                 self._put(event)
                 if self._stop.is_set():
                     break
@@ -335,6 +341,8 @@ class SSEStream:
                 logger.exception("closing the agent stream failed")
             finally:
                 self._released.set()
+                if done is not None:
+                    self._put(done)
                 self._put(_END)
 
     def _put(self, item: object) -> None:

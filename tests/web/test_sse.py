@@ -221,3 +221,17 @@ def test_socket_from_environ_only_returns_plain_tcp_sockets() -> None:
     finally:
         plain.close()
         tls.close()
+
+
+def test_the_agent_is_free_when_the_done_frame_is_sent() -> None:
+    agent = Agent(ScriptedModel(["first", "second"]))
+    stream = sse_events(agent, "one")
+    for frame in frames(stream):
+        if frame.event == "done":
+            # a client may send its next message the moment it sees "done"
+            assert not agent.is_running
+            break
+    nxt = sse_events(agent, "two")
+    assert b'"text":"second"' in b"".join(nxt)
+    stream.close()
+    nxt.close()
