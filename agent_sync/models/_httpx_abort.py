@@ -169,6 +169,10 @@ def _is_readable(sock: socket.socket) -> bool:
     fd = sock.fileno()
     if fd == -1:
         return True
+    if hasattr(select, "poll"):  # select() fails on descriptors above FD_SETSIZE (1024)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
     readable, _, _ = select.select([fd], [], [], 0)
     return bool(readable)
 
