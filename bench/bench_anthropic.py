@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+from anthropic.types import MessageParam, RawContentBlockDeltaEvent
+from anthropic.types import TextDelta as SDKTextDelta
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -40,7 +42,7 @@ from bench._common import report, summarize  # noqa: E402
 CHUNKS = 200
 LONG_TEXT = "abcde" * CHUNKS  # 200 text deltas of 5 characters
 API_KEY = "bench-key"
-PROMPT = [{"role": "user", "content": "go"}]
+PROMPT: list[MessageParam] = [{"role": "user", "content": "go"}]
 
 
 def _open_fds() -> int:
@@ -150,7 +152,9 @@ def bench_overhead(runs: int) -> float:
                 model="claude-bench", max_tokens=4096, messages=PROMPT, stream=True
             )
             for event in stream:
-                if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                if isinstance(event, RawContentBlockDeltaEvent) and isinstance(
+                    event.delta, SDKTextDelta
+                ):
                     text.append(event.delta.text)
 
         for warm in (via_agent, via_sdk, via_agent, via_sdk):
