@@ -164,7 +164,7 @@ class Agent:
             ModelError: The model failed after retries; the history is left valid and ends
                 with the user's message.
         """
-        invocation, timer = self._begin(prompt, timeout)
+        invocation, timer = self._begin(prompt, timeout, emit_deltas=False)
         try:
             for _ in invocation.run():
                 pass
@@ -184,7 +184,7 @@ class Agent:
         ``"stream closed"`` and leaves the history valid. Same arguments and errors as
         :meth:`invoke`; the last event is ``Done`` carrying the result.
         """
-        invocation, timer = self._begin(prompt, timeout)
+        invocation, timer = self._begin(prompt, timeout, emit_deltas=True)
         return AgentStream(self, invocation, timer)
 
     def cancel(self, reason: str | None = None) -> bool:
@@ -205,7 +205,7 @@ class Agent:
     # -- internals --
 
     def _begin(
-        self, prompt: Prompt, timeout: float | None
+        self, prompt: Prompt, timeout: float | None, *, emit_deltas: bool
     ) -> tuple[Invocation, threading.Timer | None]:
         if not self._invocation_lock.acquire(blocking=False):
             raise ConcurrentInvocationError(
@@ -229,7 +229,10 @@ class Agent:
                 timer.name = "agent_sync-timeout"
                 timer.daemon = True
                 timer.start()
-            return Invocation(self._settings, self._messages, scope, self), timer
+            invocation = Invocation(
+                self._settings, self._messages, scope, self, emit_deltas=emit_deltas
+            )
+            return invocation, timer
         except BaseException:
             self._invocation_lock.release()
             raise

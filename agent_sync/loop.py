@@ -63,9 +63,16 @@ class Invocation:
     """State of one run. Created by the agent, driven through :meth:`run`."""
 
     def __init__(
-        self, settings: LoopSettings, messages: list[Message], scope: CancelScope, agent: Any
+        self,
+        settings: LoopSettings,
+        messages: list[Message],
+        scope: CancelScope,
+        agent: Any,
+        *,
+        emit_deltas: bool = True,
     ) -> None:
         self.settings = settings
+        self.emit_deltas = emit_deltas
         self.messages = messages
         self.scope = scope
         self.agent = agent
@@ -111,20 +118,21 @@ class Invocation:
             return self._max_cycles_step
         self._cycles += 1
         started = time.perf_counter()
-        assembler = MessageAssembler()
+        assembler = MessageAssembler(emit_deltas=self.emit_deltas)
+        add, cancelled = assembler.add, self.scope.event.is_set  # the per-chunk hot path
         try:
             stream = yield from self._open_stream()
             try:
                 for event in stream:
-                    delta = assembler.add(event)
+                    delta = add(event)
                     if delta is not None:
-                        if self._first_token is None:
-                            self._first_token = time.perf_counter() - self._started
                         yield delta
-                    if self.scope.event.is_set():  # checkpoint: every stream event
+                    if cancelled():  # checkpoint: every stream event
                         raise CancelledError(self.scope.reason or "cancelled")
             finally:
                 _close(stream)
+            if self._first_token is None and assembler.first_text_at is not None:
+                self._first_token = assembler.first_text_at - self._started
         except BaseException as exc:
             self._model_time += time.perf_counter() - started
             if self.scope.cancelled or isinstance(exc, (GeneratorExit, KeyboardInterrupt)):

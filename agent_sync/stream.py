@@ -16,6 +16,7 @@ dict lookup per event on its hot path. At the end it builds either
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,13 +63,18 @@ class _Block:
 class MessageAssembler:
     """Accumulates one model call's stream events. Not thread-safe (one per call)."""
 
-    __slots__ = ("_blocks", "content_started", "stop_reason", "usage")
+    __slots__ = ("_blocks", "_emit", "first_text_at", "stop_reason", "usage")
 
-    def __init__(self) -> None:
+    def __init__(self, *, emit_deltas: bool = True) -> None:
+        """Args:
+        emit_deltas: Return user-facing delta events from :meth:`add` (``invoke()``
+            needs none, so it skips building one object per chunk).
+        """
         self._blocks: dict[int, _Block] = {}
+        self._emit = emit_deltas
         self.stop_reason: str | None = None
         self.usage: Usage | None = None
-        self.content_started = False
+        self.first_text_at: float | None = None
 
     def add(self, event: StreamEvent) -> TextDelta | ReasoningDelta | None:
         """Record one event; return the delta to show the user, if it carries one.
@@ -78,10 +84,23 @@ class MessageAssembler:
         """
         delta_event = event.get("contentBlockDelta")
         if delta_event is not None:
-            return self._add_delta(delta_event["contentBlockIndex"], delta_event["delta"])
+            delta = delta_event["delta"]
+            text = delta.get("text")
+            if text is None:
+                return self._add_other_delta(delta_event["contentBlockIndex"], delta)
+            # the hot path: one text chunk
+            index = delta_event["contentBlockIndex"]
+            block = self._blocks.get(index)
+            if block is None:
+                block = self._blocks[index] = _Block("text")
+                if self.first_text_at is None:
+                    self.first_text_at = time.perf_counter()
+            elif block.kind != "text":
+                raise ModelStreamError(f"text delta for {block.kind} block {index}")
+            block.parts.append(text)
+            return TextDelta(text=text) if text and self._emit else None
         start = event.get("contentBlockStart")
         if start is not None:
-            self.content_started = True
             tool = start["start"].get("toolUse")
             index = start["contentBlockIndex"]
             if tool is not None:
@@ -102,17 +121,8 @@ class MessageAssembler:
             self.usage = _normalise_usage(metadata["usage"])
         return None
 
-    def _add_delta(self, index: int, delta: Any) -> TextDelta | ReasoningDelta | None:
-        self.content_started = True
+    def _add_other_delta(self, index: int, delta: Any) -> ReasoningDelta | None:
         block = self._blocks.get(index)
-        text = delta.get("text")
-        if text is not None:
-            if block is None:
-                block = self._blocks[index] = _Block("text")
-            elif block.kind != "text":
-                raise ModelStreamError(f"text delta for {block.kind} block {index}")
-            block.parts.append(text)
-            return TextDelta(text=text) if text else None
         tool = delta.get("toolUse")
         if tool is not None:
             if block is None or block.kind != "toolUse":
@@ -123,6 +133,8 @@ class MessageAssembler:
         if reasoning is not None:
             if block is None:
                 block = self._blocks[index] = _Block("reasoning")
+                if self.first_text_at is None:
+                    self.first_text_at = time.perf_counter()
             elif block.kind != "reasoning":
                 raise ModelStreamError(f"reasoning delta for {block.kind} block {index}")
             if "signature" in reasoning:
@@ -132,7 +144,7 @@ class MessageAssembler:
             piece = reasoning.get("text")
             if piece:
                 block.parts.append(piece)
-                return ReasoningDelta(text=piece)
+                return ReasoningDelta(text=piece) if self._emit else None
         return None
 
     def finish(self) -> AssembledMessage:
