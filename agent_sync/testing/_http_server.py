@@ -27,9 +27,11 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, TypeVar, Union
 
 __all__ = ["RecordedRequest", "ScriptedServer", "ServerTurn", "TurnSpec"]
+
+_S = TypeVar("_S", bound="ScriptedServer")
 
 logger = logging.getLogger(__name__)
 
@@ -245,7 +247,7 @@ class ScriptedServer:
 
     # -- lifecycle --
 
-    def start(self) -> ScriptedServer:
+    def start(self: _S) -> _S:
         """Bind and serve in a background thread; returns ``self``."""
         httpd = _Server((self._host, 0), _Handler)
         httpd.owner = self
@@ -268,7 +270,7 @@ class ScriptedServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> ScriptedServer:
+    def __enter__(self: _S) -> _S:
         return self.start() if self._httpd is None else self
 
     def __exit__(self, *exc_info: object) -> None:

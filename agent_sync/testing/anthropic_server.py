@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import json
-import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -80,10 +79,6 @@ class AnthropicServer(ScriptedServer):
     def __init__(self, turns: Iterable[TurnSpec] = (), *, host: str = "127.0.0.1") -> None:
         super().__init__((AnthropicTurn.of(t) for t in turns), host=host)
 
-    def __enter__(self) -> AnthropicServer:
-        super().__enter__()
-        return self
-
     def add_turns(self, *turns: TurnSpec) -> None:
         """Queue more scripted responses."""
         super().add_turns(*(AnthropicTurn.of(t) for t in turns))
@@ -96,9 +91,6 @@ class AnthropicServer(ScriptedServer):
 
     def respond(self, handler: Any, turn: ServerTurn, request: Any, path: str) -> None:
         """Validate the request like the API does, then stream ``turn``."""
-        # Without TCP_NODELAY, Nagle's algorithm holds small SSE frames back until the
-        # client's delayed ACK (~40 ms): timings would measure the kernel, not the code.
-        handler.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         problem = _validate(request)
         if problem is not None:
             body = _error_body("invalid_request_error", problem)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import struct
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -120,19 +119,6 @@ class BedrockServer(ScriptedServer):
         super().__init__((), host=host)
         self.add_turns(*turns)
 
-    def start(self) -> BedrockServer:
-        """Bind and serve in a background thread; returns ``self``."""
-        super().start()
-        # socketserver listens with a backlog of 5: 16 clients connecting at once get
-        # resets the real service would never send. Linux lets listen() raise it in place.
-        assert self._httpd is not None
-        self._httpd.socket.listen(128)
-        return self
-
-    def __enter__(self) -> BedrockServer:
-        super().__enter__()
-        return self
-
     def add_turns(self, *turns: TurnSpec) -> None:
         """Queue more scripted responses (dicts may use :class:`BedrockTurn` keys)."""
         super().add_turns(*(BedrockTurn.of(t) for t in turns))
@@ -143,9 +129,6 @@ class BedrockServer(ScriptedServer):
 
     def respond(self, handler: _Handler, turn: ServerTurn, request: Any, path: str) -> None:
         """Stream for ``converse-stream``; a JSON document for ``converse``."""
-        # One small write per event: with Nagle on, each waits for the client's delayed
-        # ACK, which adds tens of ms per response that the real service does not have.
-        handler.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         match = _PATH.match(path)
         if match is not None and match.group("op") == "converse":
             body = json.dumps(self.converse_body(turn)).encode()

@@ -69,10 +69,6 @@ class OpenAIServer(ScriptedServer):
         self.model = model
         self._completions = 0
 
-    def __enter__(self) -> OpenAIServer:
-        super().__enter__()
-        return self
-
     @property
     def url(self) -> str:
         """The ``base_url`` to give a client: ``http://127.0.0.1:<port>/v1``."""
