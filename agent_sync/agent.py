@@ -303,6 +303,18 @@ class AgentStream:
             self._finish()
             raise
 
+    def cancel(self, reason: str | None = None) -> bool:
+        """Cancel this stream's run, from any thread; never a later run of the agent.
+
+        ``agent.cancel()`` stops whatever the agent is running *now*; a web view that
+        streams one run and cancels on disconnect should use this instead, so a late
+        cancel cannot reach the conversation's next message.
+
+        Returns:
+            ``True`` if the run was still going and is now signalled.
+        """
+        return self._invocation.scope.cancel(reason)
+
     def close(self) -> None:
         """Cancel the run if it is still going and release the agent. Idempotent."""
         with self._guard:

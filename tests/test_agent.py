@@ -363,3 +363,20 @@ def test_reasoning_is_streamed_and_kept_with_its_signature() -> None:
 def test_repr_hides_nothing_sensitive_and_says_the_state() -> None:
     agent = Agent(ScriptedModel(["x"]))
     assert repr(agent) == "<Agent idle model=ScriptedModel messages=0>"
+
+
+def test_stream_cancel_targets_its_own_run_only() -> None:
+    model = ScriptedModel(["first", {"text": "second", "stall_after": 1}])
+    agent = Agent(model)
+    first = agent.stream("one")
+    events = list(first)
+    assert events[-1].type == "done"
+    assert first.cancel("late") is False  # its run is over: nothing to cancel
+    second = agent.stream("two")
+    next(second)
+    assert first.cancel("late again") is False  # must not reach the second run
+    assert agent.is_running
+    assert second.cancel("stop") is True
+    assert [e.type for e in second][-1] == "done"
+    assert second.result is not None and second.result.cancel_reason == "stop"
+    assert_valid(agent)
