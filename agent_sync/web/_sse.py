@@ -15,15 +15,10 @@ detection is therefore bounded by the keep-alive interval while the model is sil
 first write after the peer left may still succeed: allow up to two intervals), and by the
 event rate otherwise.
 
-Threads: the worker thread is the only one that touches the agent's event iterator (a
-generator cannot be closed from another thread while it runs); other threads only call
-``agent.cancel()``, which is thread-safe.
-
-Known race: ``agent.cancel()`` is per agent, not per invocation. ``close()`` only calls it
-while its own run is not over (no ``Done`` seen and the worker still holds the agent), so
-it cannot cancel the conversation's next message; what remains is a window of a few
-instructions after a run *fails* (the agent is released before the worker sees the
-exception) in which a new message on the same conversation could be cancelled.
+Threads: the worker thread is the only one that iterates and closes the run's event
+iterator (a generator cannot be closed from another thread while it runs); other threads
+only call the run's own ``cancel()`` (``AgentStream.cancel``), which is thread-safe and
+scoped to this run, so a late disconnect can never cancel the conversation's next message.
 """
 
 from __future__ import annotations
@@ -38,13 +33,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from ..errors import ModelError, ModelHTTPError, UsageError
-from ..events import Done, ModelRetry, ReasoningDelta, TextDelta, ToolEnd, ToolStart
+from ..events import AgentEvent, Done, ModelRetry, ReasoningDelta, TextDelta, ToolEnd, ToolStart
 from ._disconnect import DisconnectWatch
 
 if TYPE_CHECKING:
     import socket
-
-    from ..events import AgentEvent
 
 __all__ = [
     "SSE_HEADERS",
@@ -70,8 +63,19 @@ DISCONNECT_REASON: Final = "client disconnected"
 _OPEN_FRAME: Final = b": stream open\n\n"
 _KEEPALIVE_FRAME: Final = b": keep-alive\n\n"
 _JOIN_TIMEOUT_S: Final = 10.0
-_CANCEL_RETRY_S: Final = 0.05
 _thread_ids = itertools.count(1)
+
+
+class RunStream(Iterator[AgentEvent], Protocol):
+    """One run's events (``agent_sync.AgentStream`` is one)."""
+
+    def cancel(self, reason: str | None = None) -> bool:
+        """Cancel this run only, from any thread."""
+        ...
+
+    def close(self) -> None:
+        """Stop the run if it is still going and release the agent."""
+        ...
 
 
 class StreamingAgent(Protocol):
@@ -82,7 +86,7 @@ class StreamingAgent(Protocol):
         """Whether an invocation is in progress."""
         ...
 
-    def stream(self, prompt: str, *, timeout: float | None = None) -> Iterator[AgentEvent]:
+    def stream(self, prompt: str, *, timeout: float | None = None) -> RunStream:
         """Start an invocation and return its events."""
         ...
 
@@ -193,7 +197,7 @@ class SSEStream:
     def __init__(
         self,
         agent: StreamingAgent,
-        events: Iterator[AgentEvent],
+        events: RunStream,
         *,
         keepalive: float | None,
         client_socket: socket.socket | None = None,
@@ -289,7 +293,9 @@ class SSEStream:
         self._finished = True
         if not self._released.is_set():
             self._stop.set()
-            self._cancel_until_released()
+            # This run's own cancel: agent.cancel() would hit whatever the agent runs now,
+            # possibly the conversation's next message.
+            self._events.cancel(self._cancel_reason)
         self._thread.join(_JOIN_TIMEOUT_S)
         if self._watch is not None:
             self._watch.close()  # a late notify() from a stuck worker is harmless
@@ -298,20 +304,6 @@ class SSEStream:
                 "thread=<%s> | agent did not stop after the client left", self._thread.name
             )
 
-    def _cancel_until_released(self) -> None:
-        deadline = time.monotonic() + _JOIN_TIMEOUT_S
-        # Prefer cancelling this stream's own run, if the stream offers it: agent.cancel()
-        # targets whatever the agent runs now.
-        cancel = getattr(self._events, "cancel", None) or self._agent.cancel
-        while not self._released.is_set():
-            if cancel(self._cancel_reason):
-                return  # the invocation is live and now cancelled; the worker winds it down
-            # No live invocation: it has just ended (the worker is about to say so), or an
-            # agent implementation opens it only on the first next(). The worker checks
-            # _stop after each event, but a model silent from the start sends none, so
-            # keep cancelling until the invocation exists or the worker lets go.
-            if self._released.wait(_CANCEL_RETRY_S) or time.monotonic() > deadline:
-                return
 
     def _pump(self) -> None:
         events = self._events
@@ -333,10 +325,8 @@ class SSEStream:
                 logger.exception("agent stream failed")
             self._put(_Failure(exc))
         finally:
-            close = getattr(events, "close", None)
             try:
-                if close is not None:
-                    close()  # cancels a run we left early; the history is valid after it
+                events.close()  # cancels a run we left early; the history is valid after it
             except Exception:
                 logger.exception("closing the agent stream failed")
             finally:
