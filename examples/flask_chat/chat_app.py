@@ -19,22 +19,17 @@ from __future__ import annotations
 import logging
 import os
 import re
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import flask
 from werkzeug.exceptions import HTTPException
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from demo_model import SYSTEM_PROMPT, TOOLS, model_from_env  # noqa: E402
-
-from agent_sync import Agent  # noqa: E402
-from agent_sync.models import Model  # noqa: E402
-from agent_sync.web import ConversationRegistry, RegistryFullError  # noqa: E402
-from agent_sync.web.flask import sse_response  # noqa: E402
+from agent_sync import Agent
+from agent_sync.models import Model
+from agent_sync.web import ConversationRegistry, RegistryFullError
+from agent_sync.web.demo import SYSTEM_PROMPT, TOOLS, chat_page, model_from_env
+from agent_sync.web.flask import sse_response
 
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _MAX_MESSAGE_CHARS = 20_000
@@ -52,7 +47,7 @@ def create_app(
 
     Args:
         model_factory: Makes the model of a new conversation (default: from the
-            environment, see ``demo_model.py``).
+            environment, see ``agent_sync.web.demo``).
         timeout: Seconds before an answer is cancelled (default: ``CHAT_TIMEOUT`` or 120).
         keepalive: Seconds of silence before a keep-alive frame.
         max_conversations: Conversations kept in memory.
@@ -91,7 +86,7 @@ def create_app(
 
     @app.get("/")
     def index() -> str:
-        return flask.render_template("index.html")
+        return flask.Response(chat_page(), mimetype="text/html")
 
     @app.post("/chat")
     def chat() -> flask.Response | tuple[flask.Response, int]:

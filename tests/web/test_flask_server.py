@@ -284,7 +284,8 @@ def test_offline_demo_by_default_streams_text_and_a_dice_tool_call(
 def test_model_from_env_builds_the_configured_provider_without_network(
     flask_example: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import demo_model
+    from agent_sync import UsageError
+    from agent_sync.web import demo as demo_model
 
     monkeypatch.setenv("AGENT_SYNC_PROVIDER", "openai")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
@@ -294,7 +295,7 @@ def test_model_from_env_builds_the_configured_provider_without_network(
     assert "sk-test-not-a-real-key" not in repr(model)
 
     monkeypatch.setenv("AGENT_SYNC_PROVIDER", "nonsense")
-    with pytest.raises(SystemExit, match="unknown AGENT_SYNC_PROVIDER"):
+    with pytest.raises(UsageError, match="unknown AGENT_SYNC_PROVIDER"):
         demo_model.model_from_env()
 
 

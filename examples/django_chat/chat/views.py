@@ -17,16 +17,14 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
 from agent_sync import Agent
 from agent_sync.models import Model
 from agent_sync.web import ConversationRegistry, RegistryFullError
+from agent_sync.web.demo import SYSTEM_PROMPT, TOOLS, chat_page, model_from_env
 from agent_sync.web.django import sse_response
-
-from .demo_model import SYSTEM_PROMPT, TOOLS, model_from_env
 
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _MAX_MESSAGE_CHARS = 20_000
@@ -44,7 +42,7 @@ def configure(
 
     Args:
         model_factory: Makes the model of a new conversation (default: from the
-            environment, see ``demo_model.py``).
+            environment, see ``agent_sync.web.demo``).
         max_conversations: Conversations kept in memory.
 
     Returns:
@@ -99,7 +97,7 @@ def _error(exc: _BadRequest) -> JsonResponse:
 @ensure_csrf_cookie
 def index(request: HttpRequest) -> HttpResponse:
     """The chat page."""
-    return render(request, "chat/index.html")
+    return HttpResponse(chat_page())
 
 
 @require_POST

@@ -1,4 +1,6 @@
-"""Which model the chat example talks to: offline by default, a real provider if configured.
+"""What the Flask and Django chat examples share: the chat page and the model choice.
+
+The model is offline by default, a real provider if configured.
 
 Environment variables:
 
@@ -14,12 +16,16 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator
+from importlib import resources
 
-from agent_sync import tool
-from agent_sync.cancel import CancelScope
-from agent_sync.messages import StreamEvent
-from agent_sync.models import Model, ModelRequest
-from agent_sync.testing import ScriptedModel
+from ..cancel import CancelScope
+from ..errors import UsageError
+from ..messages import StreamEvent
+from ..models import Model, ModelRequest
+from ..testing import ScriptedModel
+from ..tools import tool
+
+__all__ = ["SYSTEM_PROMPT", "TOOLS", "OfflineDemoModel", "chat_page", "model_from_env", "roll_dice"]
 
 _DEFAULT_MODEL_IDS = {
     "anthropic": "claude-sonnet-4-5",
@@ -43,8 +49,21 @@ def roll_dice(sides: int = 6) -> int:
 TOOLS = [roll_dice]
 
 
+def chat_page() -> str:
+    """The examples' chat page (HTML, CSS and a little JS; plain HTML, no template tags).
+
+    It posts to ``/chat`` (answer streamed as SSE), ``/cancel`` (the Stop button) and reads
+    Django's ``csrftoken`` cookie when there is one.
+    """
+    return resources.files(__package__).joinpath("chat.html").read_text(encoding="utf-8")
+
+
 def model_from_env() -> Model:
-    """The model named by ``AGENT_SYNC_PROVIDER``, or the offline demo model."""
+    """The model named by ``AGENT_SYNC_PROVIDER``, or the offline demo model.
+
+    Raises:
+        UsageError: ``AGENT_SYNC_PROVIDER`` names no known provider.
+    """
     provider = os.environ.get("AGENT_SYNC_PROVIDER", "").strip().lower()
     if not provider or provider == "offline":
         return OfflineDemoModel()
@@ -62,7 +81,7 @@ def model_from_env() -> Model:
         from agent_sync.models import BedrockModel
 
         return BedrockModel(model_id, region_name=os.environ.get("AWS_REGION"))
-    raise SystemExit(f"unknown AGENT_SYNC_PROVIDER {provider!r}: use anthropic, openai or bedrock")
+    raise UsageError(f"unknown AGENT_SYNC_PROVIDER {provider!r}: use anthropic, openai or bedrock")
 
 
 class OfflineDemoModel:
