@@ -8,7 +8,6 @@ Cancellation lives in test_anthropic_cancel.py, agent-level runs in test_anthrop
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -25,6 +24,8 @@ from agent_sync.models._anthropic_format import EventTranslator
 from agent_sync.stream import AssembledMessage, MessageAssembler
 from agent_sync.testing.anthropic_server import AnthropicServer
 
+from ._anthropic_fixtures import anthropic_fixtures
+
 API_KEY = "sk-ant-test-SECRET-0123456789"
 HELLO: list[Message] = [{"role": "user", "content": [{"text": "hi"}]}]
 WEATHER: ToolSpec = {
@@ -34,19 +35,7 @@ WEATHER: ToolSpec = {
 }
 
 
-@pytest.fixture
-def server() -> Iterator[AnthropicServer]:
-    with AnthropicServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def model(server: AnthropicServer) -> Iterator[AnthropicModel]:
-    instance = AnthropicModel(
-        "claude-test", client_args={"base_url": server.base_url, "api_key": API_KEY}
-    )
-    yield instance
-    instance.close()
+server, model = anthropic_fixtures(API_KEY)
 
 
 def collect(model: AnthropicModel, request: ModelRequest | None = None) -> list[StreamEvent]:

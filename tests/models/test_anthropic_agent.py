@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -19,6 +18,8 @@ from agent_sync.events import ModelRetry, TextDelta
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.models import AnthropicModel
 from agent_sync.testing.anthropic_server import AnthropicServer
+
+from ._anthropic_fixtures import anthropic_fixtures
 
 API_KEY = "sk-ant-agent-test"
 FAST_RETRY = RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.05, jitter=0.0)
@@ -35,19 +36,7 @@ def get_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-@pytest.fixture
-def server() -> Iterator[AnthropicServer]:
-    with AnthropicServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def model(server: AnthropicServer) -> Iterator[AnthropicModel]:
-    instance = AnthropicModel(
-        "claude-test", client_args={"base_url": server.base_url, "api_key": API_KEY}
-    )
-    yield instance
-    instance.close()
+server, model = anthropic_fixtures(API_KEY)
 
 
 def test_tool_round_trip(server: AnthropicServer, model: AnthropicModel) -> None:

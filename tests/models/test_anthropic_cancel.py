@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -24,25 +24,15 @@ from agent_sync.models import AnthropicModel, ModelRequest
 from agent_sync.models.anthropic import abortable_http_client
 from agent_sync.testing.anthropic_server import AnthropicServer
 
+from ._anthropic_fixtures import anthropic_fixtures
+
 API_KEY = "sk-ant-cancel-test"
 HELLO: list[Message] = [{"role": "user", "content": [{"text": "hi"}]}]
 REQUEST = ModelRequest(messages=HELLO)
 HANG_BOUND = 5.0  # seconds; only catches a hang
 
 
-@pytest.fixture
-def server() -> Iterator[AnthropicServer]:
-    with AnthropicServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def model(server: AnthropicServer) -> Iterator[AnthropicModel]:
-    instance = AnthropicModel(
-        "claude-test", client_args={"base_url": server.base_url, "api_key": API_KEY}
-    )
-    yield instance
-    instance.close()
+server, model = anthropic_fixtures(API_KEY)
 
 
 class Consumer:

@@ -32,6 +32,10 @@ from agent_sync.messages import Message, StreamEvent
 from agent_sync.models import BedrockModel, ModelRequest
 from agent_sync.testing.bedrock_server import BedrockServer, encode_message
 
+from ._bedrock_fixtures import aws_session, server
+
+__all__ = ["server"]  # fixture, imported for pytest
+
 ACCESS_KEY = "AKIDBEDROCKTEST0001"
 SECRET_KEY = "bedrock-test-secret-key-do-not-leak"
 HELLO: list[Message] = [{"role": "user", "content": [{"text": "hi"}]}]
@@ -44,15 +48,7 @@ WEATHER_SPEC: Any = {
 
 @pytest.fixture
 def session() -> boto3.Session:
-    return boto3.Session(
-        aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY, region_name="us-east-1"
-    )
-
-
-@pytest.fixture
-def server() -> Iterator[BedrockServer]:
-    with BedrockServer() as srv:
-        yield srv
+    return aws_session(ACCESS_KEY, SECRET_KEY)
 
 
 @pytest.fixture

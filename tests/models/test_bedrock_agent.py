@@ -8,7 +8,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 
 from agent_sync import Agent, AgentResult, RetryPolicy, tool, validate_history
@@ -17,6 +16,10 @@ from agent_sync.events import Done, ModelRetry
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.models import BedrockModel
 from agent_sync.testing.bedrock_server import BedrockServer
+
+from ._bedrock_fixtures import aws_session, server
+
+__all__ = ["server"]  # fixture, imported for pytest
 
 FAST_RETRY = RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.05, jitter=0)
 HANG_BOUND = 5.0
@@ -33,18 +36,8 @@ def get_weather(city: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def server() -> Iterator[BedrockServer]:
-    with BedrockServer() as srv:
-        yield srv
-
-
-@pytest.fixture
 def model(server: BedrockServer) -> Iterator[BedrockModel]:
-    session = boto3.Session(
-        aws_access_key_id="AKIDAGENTTEST",
-        aws_secret_access_key="agent-secret",
-        region_name="us-east-1",
-    )
+    session = aws_session("AKIDAGENTTEST", "agent-secret")
     bedrock = BedrockModel(
         "test-model", endpoint_url=server.base_url, boto_session=session, read_timeout=60
     )

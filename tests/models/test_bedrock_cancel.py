@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from functools import partial
 from typing import Any
 
@@ -25,6 +25,10 @@ from agent_sync.messages import Message, StreamEvent
 from agent_sync.models import BedrockModel, ModelRequest
 from agent_sync.testing.bedrock_server import BedrockServer
 
+from ._bedrock_fixtures import aws_session, server
+
+__all__ = ["server"]  # fixture, imported for pytest
+
 HELLO: list[Message] = [{"role": "user", "content": [{"text": "hi"}]}]
 REQUEST = ModelRequest(messages=HELLO)
 HANG_BOUND = 5.0  # seconds; only catches a hang, the bench measures latency
@@ -32,17 +36,7 @@ HANG_BOUND = 5.0  # seconds; only catches a hang, the bench measures latency
 
 @pytest.fixture
 def session() -> boto3.Session:
-    return boto3.Session(
-        aws_access_key_id="AKIDCANCELTEST",
-        aws_secret_access_key="cancel-secret",
-        region_name="us-east-1",
-    )
-
-
-@pytest.fixture
-def server() -> Iterator[BedrockServer]:
-    with BedrockServer() as srv:
-        yield srv
+    return aws_session("AKIDCANCELTEST", "cancel-secret")
 
 
 def make_model(server_url: str, session: boto3.Session, **kwargs: Any) -> BedrockModel:

@@ -6,7 +6,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from typing import Any
 
 import pytest
@@ -25,23 +25,14 @@ from agent_sync.models.base import ModelRequest
 from agent_sync.stream import MessageAssembler
 from agent_sync.testing.openai_server import OpenAIServer
 
+from ._openai_fixtures import openai_fixtures
 from .test_urllib3_abort import _connect_hangs, _unanswered_listener
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 PROMPT = ModelRequest(messages=[{"role": "user", "content": [{"text": "hi"}]}])
 
 
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as s:
-        yield s
-
-
-@pytest.fixture
-def model(server: OpenAIServer) -> Iterator[OpenAIModel]:
-    m = OpenAIModel("gpt-test", base_url=server.url, api_key=KEY, timeout=(5, 30))
-    yield m
-    m.close()
+server, model = openai_fixtures(KEY)
 
 
 def collect(model: OpenAIModel, request: ModelRequest = PROMPT) -> list[StreamEvent]:

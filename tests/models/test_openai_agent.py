@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +14,8 @@ from agent_sync.errors import ModelHTTPError
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.models import OpenAIModel
 from agent_sync.testing.openai_server import OpenAIServer
+
+from ._openai_fixtures import openai_fixtures
 
 FAST_RETRY = RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.05, jitter=0)
 
@@ -29,17 +30,7 @@ def get_weather(city: str) -> dict[str, Any]:
     return {"city": city, "temperature_c": 21}
 
 
-@pytest.fixture
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as s:
-        yield s
-
-
-@pytest.fixture
-def model(server: OpenAIServer) -> Iterator[OpenAIModel]:
-    m = OpenAIModel("gpt-test", base_url=server.url, api_key="sk-agent-test", timeout=(5, 30))
-    yield m
-    m.close()
+server, model = openai_fixtures("sk-agent-test")
 
 
 def run_in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
