@@ -7,15 +7,16 @@ which then needs any non-empty key) and ``AGENT_SYNC_OPENAI_MODEL`` (default gpt
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from agent_sync import Agent, AgentResult, tool, validate_history
-from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.models import OpenAIModel
+from integ_tests._scenarios import (
+    check_cancel_while_streaming,
+    check_text,
+    check_tool_round_trip,
+)
 
 pytestmark = [
     pytest.mark.integ,
@@ -33,56 +34,13 @@ def model() -> Iterator[OpenAIModel]:
     m.close()
 
 
-@tool
-def get_weather(city: str) -> dict[str, object]:
-    """Current weather for a city.
-
-    Args:
-        city: City name, e.g. "Oslo".
-    """
-    return {"city": city, "temperature_c": 17, "sky": "overcast"}
-
-
 def test_text(model: OpenAIModel) -> None:
-    agent = Agent(model, system_prompt="Answer with one word.")
-    result = agent.invoke("What is the capital of Norway?")
-    assert result.stop_reason == "end_turn"
-    assert "oslo" in result.text.lower()
-    assert result.usage["inputTokens"] > 0 and result.usage["outputTokens"] > 0
-    assert validate_history(agent.messages) == []
+    check_text(model)
 
 
 def test_tool_round_trip(model: OpenAIModel) -> None:
-    agent = Agent(model, tools=[get_weather], system_prompt="Use tools when useful.")
-    result = agent.invoke("What is the temperature in Oslo right now? Use the tool.")
-    assert result.stop_reason == "end_turn"
-    assert "17" in result.text
-    assert any("toolUse" in block for message in agent.messages for block in message["content"])
-    assert validate_history(agent.messages) == []
+    check_tool_round_trip(model)
 
 
 def test_cancel_while_streaming(model: OpenAIModel) -> None:
-    agent = Agent(model)
-    first_text = threading.Event()
-    box: dict[str, AgentResult] = {}
-
-    def consume() -> None:
-        stream = agent.stream("Count from 1 to 300, one number per line.")
-        for event in stream:
-            if event.type == "text":
-                first_text.set()
-        assert stream.result is not None
-        box["result"] = stream.result
-
-    thread = threading.Thread(target=consume, name="integ-openai-stream")
-    thread.start()
-    assert first_text.wait(60)
-    cancelled_at = time.monotonic()
-    assert agent.cancel("integ")
-    thread.join(10)
-    assert time.monotonic() - cancelled_at < 2
-    result = box["result"]
-    assert result.stop_reason == "cancelled"
-    assert result.message["content"][-1] == {"text": CANCELLED_TEXT}
-    assert validate_history(agent.messages) == []
-    assert "oslo" in agent.invoke("Say only: Oslo").text.lower()  # ready for the next call
+    check_cancel_while_streaming(model)
