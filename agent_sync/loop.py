@@ -85,7 +85,6 @@ class Invocation:
         self._model_time = 0.0
         self._tool_time = 0.0
         self._first_token: float | None = None
-        self._last_stop_reason = "end_turn"
 
     def run(self) -> Generator[AgentEvent, None, None]:
         """Run to the end, yielding events; the last one is :class:`~agent_sync.events.Done`."""
@@ -146,7 +145,6 @@ class Invocation:
         assembled = assembler.finish()
         self._add_usage(assembled.usage)
         self.messages.append(assembled.message)
-        self._last_stop_reason = assembled.stop_reason
         yield MessageComplete(message=assembled.message)
         calls = _tool_calls(assembled, self.settings.tools)
         if calls:
