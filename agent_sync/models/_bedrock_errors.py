@@ -27,6 +27,7 @@ from ..errors import (
     ModelStreamError,
     ModelThrottledError,
 )
+from ._wire import retry_after_seconds
 
 __all__ = ["map_error"]
 
@@ -126,7 +127,7 @@ def _map_client_error(exc: boto_errors.ClientError) -> ModelError:
     status = default_status if mid_stream else metadata.get("HTTPStatusCode", default_status)
     if retryable is None:
         retryable = isinstance(status, int) and (status >= 500 or status in (408, 429))
-    retry_after = _retry_after(metadata.get("HTTPHeaders", {}))
+    retry_after = retry_after_seconds(metadata.get("HTTPHeaders", {}))
     text = f"Bedrock {code}: {message}" if message else f"Bedrock {code}"
     logger.debug(
         "code=<%s>, status=<%s>, mid_stream=<%s> | bedrock error", code, status, mid_stream
@@ -156,11 +157,3 @@ def _map_client_error(exc: boto_errors.ClientError) -> ModelError:
         provider=PROVIDER,
         retryable=retryable,
     )
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("retry-after") if hasattr(headers, "get") else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:  # an HTTP date: let the policy use its own back-off
-        return None

@@ -39,6 +39,7 @@ from ..errors import (
 from ..messages import StreamEvent
 from ._anthropic_format import EventTranslator, build_body
 from ._httpx_abort import AbortableTransport, AbortSlot, bound, current, is_abortable
+from ._wire import retry_after_seconds, shorten
 from .base import ModelRequest
 
 __all__ = ["DEFAULT_TIMEOUT", "AnthropicModel", "abortable_http_client"]
@@ -49,6 +50,7 @@ PROVIDER = "anthropic"
 
 DEFAULT_TIMEOUT = httpx2.Timeout(connect=10.0, read=300.0, write=60.0, pool=30.0)
 """Connect 10 s; read 300 s between two chunks (the API sends pings while it thinks)."""
+
 
 def _keepalive_options() -> list[tuple[int, int, int]]:
     # As the SDK's default client: detect dead peers on long, quiet streams.
@@ -227,9 +229,7 @@ class AnthropicModel:
             slot.close()
             if response is not None:
                 response.close()  # mid-body: httpcore2 closes the connection, never pools it
-        logger.debug(
-            "stop_reason=<%s> | anthropic response complete", translator.stop_reason
-        )
+        logger.debug("stop_reason=<%s> | anthropic response complete", translator.stop_reason)
 
     def _create(self, body: dict[str, Any], options: dict[str, Any]) -> httpx2.Response:
         """Send the request; return the streaming response once its headers are in.
@@ -277,18 +277,18 @@ def map_error(exc: BaseException) -> ModelError:
         return ModelConnectionError("timed out talking to Anthropic", provider=PROVIDER)
     if isinstance(exc, httpx2.RemoteProtocolError):
         return ModelStreamError(
-            f"the Anthropic response was cut off: {_short(exc)}",
+            f"the Anthropic response was cut off: {shorten(exc)}",
             provider=PROVIDER,
             retryable=True,
         )
     if isinstance(exc, (anthropic.APIConnectionError, httpx2.TransportError)):
         return ModelConnectionError(
-            f"connection to Anthropic failed: {_short(exc.__cause__ or exc)}", provider=PROVIDER
+            f"connection to Anthropic failed: {shorten(exc.__cause__ or exc)}", provider=PROVIDER
         )
     if isinstance(exc, (ValueError, AttributeError, KeyError, TypeError)):
         # Malformed SSE data (JSON that does not parse or has the wrong shape).
         return ModelStreamError(
-            f"malformed Anthropic stream event: {_short(exc)}", provider=PROVIDER
+            f"malformed Anthropic stream event: {shorten(exc)}", provider=PROVIDER
         )
     return ModelError(f"Anthropic call failed: {type(exc).__name__}", provider=PROVIDER)
 
@@ -296,11 +296,11 @@ def map_error(exc: BaseException) -> ModelError:
 def _status_error(exc: anthropic.APIStatusError) -> ModelError:
     status = exc.status_code
     error_type = exc.type or ""
-    detail = exc.api_message or _short(exc.body)
+    detail = exc.api_message or shorten(exc.body)
     request_id = exc.request_id or "-"
     text = f"Anthropic {status} {error_type}: {detail} (request-id {request_id})"
-    body = _short(exc.body, 2000)
-    retry_after = _retry_after(exc.response)
+    body = shorten(exc.body, 2000)
+    retry_after = retry_after_seconds(exc.response.headers)
     if status == 200:  # an `event: error` in the middle of a 200 stream
         status = {"overloaded_error": 529, "rate_limit_error": 429}.get(error_type, status)
         if status == 200:
@@ -337,24 +337,8 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
 
 def _is_overflow(message: str) -> bool:
     lowered = message.lower()
-    return "prompt is too long" in lowered or (
-        "context" in lowered and ("window" in lowered or "length" in lowered)
-    ) or "too many tokens" in lowered
-
-
-def _retry_after(response: httpx2.Response) -> float | None:
-    for name in ("retry-after-ms", "retry-after"):
-        value = response.headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value)
-        except ValueError:
-            return None  # an HTTP date: rare for Anthropic, let the back-off decide
-        return seconds / 1000 if name == "retry-after-ms" else seconds
-    return None
-
-
-def _short(value: object, limit: int = 300) -> str:
-    text = str(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+    return (
+        "prompt is too long" in lowered
+        or ("context" in lowered and ("window" in lowered or "length" in lowered))
+        or "too many tokens" in lowered
+    )

@@ -15,7 +15,6 @@ No retries here: the agent's retry policy retries the errors this module marks
 
 from __future__ import annotations
 
-import email.utils
 import json
 import logging
 import os
@@ -39,6 +38,7 @@ from ..messages import StreamEvent
 from ._openai_format import ChunkTranslator, build_request_body
 from ._sse import iter_sse
 from ._urllib3_abort import AbortableHTTPAdapter, RequestAbort, abort_on_cancel
+from ._wire import retry_after_seconds, shorten
 from .base import ModelRequest
 
 __all__ = ["OpenAIModel"]
@@ -278,16 +278,16 @@ def _map_error(exc: Exception) -> ModelError:
     if isinstance(exc, (requests.ConnectionError, requests.Timeout)):
         kind = "timed out" if isinstance(exc, requests.Timeout) else "failed"
         return ModelConnectionError(
-            f"connection to the model server {kind}: {_short(exc)}", provider=PROVIDER
+            f"connection to the model server {kind}: {shorten(exc)}", provider=PROVIDER
         )
-    return ModelError(f"request failed: {_short(exc)}", provider=PROVIDER)
+    return ModelError(f"request failed: {shorten(exc)}", provider=PROVIDER)
 
 
 def _http_error(status: int, text: str, headers: Any, api_key: str | None) -> ModelError:
     """An error response -> the most specific :class:`ModelHTTPError`."""
     body = _redact(text[:_MAX_ERROR_BODY], api_key)
     message, code = _error_fields(text, api_key)
-    retry_after = _retry_after(headers)
+    retry_after = retry_after_seconds(headers)
     detail = f"openai-compatible server returned {status}: {message or body or 'no body'}"
     lowered = f"{code} {message}".lower()
     if status == 429 or "rate_limit" in (code or ""):
@@ -340,35 +340,8 @@ def _error_fields(text: str, api_key: str | None) -> tuple[str, str | None]:
     return _redact(str(error.get("message") or ""), api_key), str(code) if code else None
 
 
-def _retry_after(headers: Any) -> float | None:
-    """Seconds from ``retry-after-ms`` / ``retry-after`` (delta seconds or HTTP date)."""
-    milliseconds = headers.get("retry-after-ms")
-    if milliseconds:
-        try:
-            return max(0.0, float(milliseconds) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 def _redact(text: str, api_key: str | None) -> str:
     # OpenAI echoes a masked key ("Incorrect API key provided: sk-ab***yz") in 401 bodies.
     if api_key:
         text = text.replace(api_key, "***")
     return _KEY_PATTERN.sub("sk-***", text)
-
-
-def _short(exc: Exception) -> str:
-    text = str(exc)
-    return text if len(text) <= 300 else text[:300] + "..."
