@@ -175,8 +175,7 @@ class BedrockModel:
     def _events(self, response_stream: Any, cancel: CancelScope) -> Iterator[StreamEvent]:
         saw_stop = False
         try:
-            for raw in response_stream:
-                cancel.raise_if_cancelled()
+            for raw in response_stream:  # the loop checks for cancel after every event
                 event = normalize_event(raw)
                 if event is None:
                     continue
