@@ -14,7 +14,6 @@ Run: ``.venv/bin/python bench/bench_web.py`` (offline: ScriptedModel, local serv
 
 from __future__ import annotations
 
-import socketserver
 import sys
 import threading
 import time
@@ -22,7 +21,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -34,7 +32,7 @@ from agent_sync.testing import ScriptedModel  # noqa: E402
 from agent_sync.web import ConversationRegistry  # noqa: E402
 from agent_sync.web.flask import sse_response  # noqa: E402
 from bench._common import report  # noqa: E402
-from tests.web._client import SSEConnection, serve  # noqa: E402
+from tests.web._client import SSEConnection, serve, serve_wsgiref  # noqa: E402
 from tests.web.conftest import CloseRecorder  # noqa: E402
 
 FLOWING = {"text": "x" * 4000, "chunk_size": 4, "chunk_delay": 0.01}
@@ -62,30 +60,6 @@ def build_app(
         return sse_response(agent, data["message"], keepalive=keepalive, watch_disconnect=watch)
 
     return app, registry
-
-
-class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
-@contextmanager
-def serve_wsgiref(app: Any) -> Iterator[int]:
-    server = make_server("127.0.0.1", 0, app, _ThreadingWSGIServer, _QuietHandler)
-    thread = threading.Thread(
-        target=server.serve_forever, args=(0.02,), name="bench-wsgiref", daemon=True
-    )
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 @contextmanager

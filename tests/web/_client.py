@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import json
 import socket
+import socketserver
 import struct
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from wsgiref import simple_server
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-__all__ = ["Frame", "SSEConnection", "request_json", "serve"]
+__all__ = ["Frame", "SSEConnection", "request_json", "serve", "serve_wsgiref"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,33 @@ def serve(app: Any) -> Iterator[BaseWSGIServer]:
     thread.start()
     try:
         yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
+    daemon_threads = True
+
+
+class _QuietWSGIRefHandler(simple_server.WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return None
+
+
+@contextmanager
+def serve_wsgiref(app: Any) -> Iterator[int]:
+    """Serve a WSGI app with the standard library's wsgiref, threaded; yields the port."""
+    server = simple_server.make_server(
+        "127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietWSGIRefHandler
+    )
+    thread = threading.Thread(
+        target=server.serve_forever, args=(0.02,), name="test-wsgiref", daemon=True
+    )
+    thread.start()
+    try:
+        yield server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()

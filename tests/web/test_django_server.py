@@ -7,21 +7,18 @@ this one answers HTTP/1.0 without chunking and closes the body when a write fail
 from __future__ import annotations
 
 import os
-import socketserver
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
 
 from agent_sync.messages import validate_history
 from agent_sync.testing import ScriptedModel
 
-from ._client import Frame, SSEConnection, request_json, serve
+from ._client import Frame, SSEConnection, request_json, serve, serve_wsgiref
 from .conftest import EXAMPLES, CloseRecorder
 
 pytestmark = pytest.mark.usefixtures("no_sse_threads_left")
@@ -29,15 +26,6 @@ pytestmark = pytest.mark.usefixtures("no_sse_threads_left")
 CANCELLED = {"text": "Cancelled by user"}
 STREAMING = {"text": "abcdefghij" * 30, "chunk_size": 2, "chunk_delay": 0.01}
 STALLING = {"text": "abcdefghij" * 30, "chunk_size": 2, "stall_after": 3}
-
-
-class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
 
 
 @pytest.fixture(scope="module")
@@ -95,19 +83,8 @@ def _serve(app: Any, kind: str) -> Iterator[int]:
         with serve(app) as werkzeug_server:
             yield werkzeug_server.server_port
         return
-    server = make_server(
-        "127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
-    )
-    thread = threading.Thread(
-        target=server.serve_forever, args=(0.02,), name="test-wsgiref", daemon=True
-    )
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serve_wsgiref(app) as port:
+        yield port
 
 
 def _csrf(port: int) -> dict[str, str]:
