@@ -7,9 +7,9 @@ testing through the real SDK clients offline. They are imported on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_getattr
 from ._http_server import RecordedRequest, ScriptedServer, ServerTurn
 from .scripted import ScriptedModel, ScriptedTurn
 
@@ -36,8 +36,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)
