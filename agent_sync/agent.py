@@ -24,7 +24,7 @@ from .errors import ConcurrentInvocationError, UsageError
 from .events import AgentEvent
 from .loop import Invocation, LoopSettings
 from .messages import ContentBlock, Message, validate_history
-from .models.base import Model
+from .models.base import CacheMode, Model
 from .result import AgentResult
 from .retry import RetryPolicy
 from .tools.decorator import Tool
@@ -36,6 +36,21 @@ logger = logging.getLogger(__name__)
 
 Prompt = Union[str, Sequence[ContentBlock], None]
 """A prompt: text, a list of content blocks, or ``None`` to answer the history as it is."""
+
+
+class _Unset:
+    """Type of :data:`UNSET`: "not given", where ``None`` is a meaningful value."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()
+
+
+def _check_cache(cache: object) -> None:
+    if cache not in (None, "short", "long"):
+        raise UsageError(f"cache must be None, 'short' or 'long', got {cache!r}")
 
 
 class Agent:
@@ -59,6 +74,8 @@ class Agent:
             is abandoned (its late result is discarded).
         retry: The retry policy for model calls.
         params: Extra model parameters sent with every request of this agent.
+        cache: Prompt caching for every call (``"short"``, ``"long"`` or ``None``); see
+            ``docs/caching.md``. ``invoke(..., cache=...)`` overrides it per call.
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -77,6 +94,7 @@ class Agent:
         tool_grace_period: float = 0.5,
         retry: RetryPolicy | None = None,
         params: dict[str, Any] | None = None,
+        cache: CacheMode | None = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise UsageError(f"model must have a stream(request, *, cancel) method, got {model!r}")
@@ -86,6 +104,7 @@ class Agent:
             raise UsageError("tool_executor must be 'concurrent' or 'sequential'")
         if max_tool_workers < 1 or tool_grace_period < 0:
             raise UsageError("max_tool_workers must be >= 1 and tool_grace_period >= 0")
+        _check_cache(cache)
         registry: dict[str, Tool[Any]] = {}
         for item in tools:
             wrapped = item if isinstance(item, Tool) else Tool(item)
@@ -103,6 +122,7 @@ class Agent:
             tool_grace_period=tool_grace_period,
             retry=retry or RetryPolicy(),
             params=dict(params or {}),
+            cache=cache,
         )
         self._messages: list[Message] = self._checked_history(messages or [])
         self._invocation_lock = threading.Lock()
@@ -145,7 +165,13 @@ class Agent:
         """Whether an invocation (or an unfinished stream) holds the agent."""
         return self._invocation_lock.locked()
 
-    def invoke(self, prompt: Prompt = None, *, timeout: float | None = None) -> AgentResult:
+    def invoke(
+        self,
+        prompt: Prompt = None,
+        *,
+        timeout: float | None = None,
+        cache: CacheMode | None | _Unset = UNSET,
+    ) -> AgentResult:
         """Run the loop to the end and return its result.
 
         Args:
@@ -153,6 +179,8 @@ class Agent:
                 history as it stands (it must end with a user message, e.g. after a
                 :class:`~agent_sync.errors.ModelError`, to try again).
             timeout: Seconds after which the run is cancelled with reason ``"timeout"``.
+            cache: Prompt caching for this call (``"short"``, ``"long"``, ``None``); by
+                default the agent's ``cache``.
 
         Returns:
             The result; ``stop_reason == "cancelled"`` if ``cancel()`` or the timeout
@@ -164,7 +192,7 @@ class Agent:
             ModelError: The model failed after retries; the history is left valid and ends
                 with the user's message.
         """
-        invocation, timer = self._begin(prompt, timeout, emit_deltas=False)
+        invocation, timer = self._begin(prompt, timeout, cache, emit_deltas=False)
         try:
             for _ in invocation.run():
                 pass
@@ -175,7 +203,13 @@ class Agent:
 
     __call__ = invoke
 
-    def stream(self, prompt: Prompt = None, *, timeout: float | None = None) -> AgentStream:
+    def stream(
+        self,
+        prompt: Prompt = None,
+        *,
+        timeout: float | None = None,
+        cache: CacheMode | None | _Unset = UNSET,
+    ) -> AgentStream:
         """Run the loop as a blocking iterator of :mod:`~agent_sync.events`.
 
         The agent is taken at once (a busy agent raises ``ConcurrentInvocationError`` here,
@@ -184,7 +218,7 @@ class Agent:
         ``"stream closed"`` and leaves the history valid. Same arguments and errors as
         :meth:`invoke`; the last event is ``Done`` carrying the result.
         """
-        invocation, timer = self._begin(prompt, timeout, emit_deltas=True)
+        invocation, timer = self._begin(prompt, timeout, cache, emit_deltas=True)
         return AgentStream(self, invocation, timer)
 
     def cancel(self, reason: str | None = None) -> bool:
@@ -205,7 +239,12 @@ class Agent:
     # -- internals --
 
     def _begin(
-        self, prompt: Prompt, timeout: float | None, *, emit_deltas: bool
+        self,
+        prompt: Prompt,
+        timeout: float | None,
+        cache: CacheMode | None | _Unset,
+        *,
+        emit_deltas: bool,
     ) -> tuple[Invocation, threading.Timer | None]:
         if not self._invocation_lock.acquire(blocking=False):
             raise ConcurrentInvocationError(
@@ -215,6 +254,9 @@ class Agent:
             blocks = self._prompt_blocks(prompt)
             if timeout is not None and timeout <= 0:
                 raise UsageError("timeout must be positive (seconds)")
+            if isinstance(cache, _Unset):
+                cache = self._settings.cache
+            _check_cache(cache)
             scope = CancelScope()
             if blocks:
                 if self._messages and self._messages[-1]["role"] == "user":
@@ -230,7 +272,7 @@ class Agent:
                 timer.daemon = True
                 timer.start()
             invocation = Invocation(
-                self._settings, self._messages, scope, self, emit_deltas=emit_deltas
+                self._settings, self._messages, scope, self, emit_deltas=emit_deltas, cache=cache
             )
             return invocation, timer
         except BaseException:

@@ -15,11 +15,14 @@ Families are grouped by who has to act::
 
 Every :class:`ModelError` carries ``retryable``: the single retry policy in
 :mod:`agent_sync.retry` retries exactly the errors whose ``retryable`` is true and that
-happened before the model streamed any content. Messages never contain API keys:
-providers build them from the provider's error body, not from request headers.
+happened before the model streamed any content. Messages and bodies never contain
+secrets: :class:`ModelError` passes both through :func:`agent_sync._redact.redact` on
+construction, whichever provider builds it.
 """
 
 from __future__ import annotations
+
+from ._redact import redact
 
 __all__ = [
     "AgentSyncError",
@@ -69,6 +72,7 @@ class ModelError(AgentSyncError):
     def __init__(
         self, message: str, *, provider: str | None = None, retryable: bool | None = None
     ) -> None:
+        message = redact(message)
         super().__init__(message)
         self.message = message
         self.provider = provider
@@ -99,7 +103,7 @@ class ModelHTTPError(ModelError):
             retryable = status in RETRYABLE_STATUSES
         super().__init__(message, provider=provider, retryable=retryable)
         self.status = status
-        self.body = body
+        self.body = redact(body) if body is not None else None
         self.retry_after = retry_after
 
 

@@ -29,7 +29,7 @@ from ._history import close_turn, tool_result_message
 from .cancel import CancelledError, CancelScope
 from .events import AgentEvent, Done, MessageComplete, ModelRetry
 from .messages import CANCELLED_TEXT, Message, StreamEvent, ToolSpec, Usage
-from .models.base import Model, ModelRequest
+from .models.base import CacheMode, Model, ModelRequest
 from .result import AgentMetrics, AgentResult
 from .retry import RetryPolicy
 from .stream import AssembledMessage, MessageAssembler
@@ -57,6 +57,7 @@ class LoopSettings:
     tool_grace_period: float
     retry: RetryPolicy
     params: dict[str, Any]
+    cache: CacheMode | None = None
 
 
 class Invocation:
@@ -70,8 +71,10 @@ class Invocation:
         agent: Any,
         *,
         emit_deltas: bool = True,
+        cache: CacheMode | None = None,
     ) -> None:
         self.settings = settings
+        self.cache = cache
         self.emit_deltas = emit_deltas
         self.messages = messages
         self.scope = scope
@@ -163,6 +166,7 @@ class Invocation:
             system_prompt=self.settings.system_prompt,
             tool_specs=self.settings.tool_specs,
             params=self.settings.params,
+            cache=self.cache,
         )
         delays: list[float] = []
         last_error = ""
@@ -247,9 +251,9 @@ class Invocation:
 
     def _add_usage(self, usage: Usage | None) -> None:
         if usage is not None:
-            self._usage["inputTokens"] += usage["inputTokens"]
-            self._usage["outputTokens"] += usage["outputTokens"]
-            self._usage["totalTokens"] += usage["totalTokens"]
+            total: dict[str, int] = self._usage  # type: ignore[assignment]
+            for key, value in usage.items():
+                total[key] = total.get(key, 0) + int(value)  # type: ignore[call-overload]
 
 
 def _tool_calls(assembled: AssembledMessage, tools: dict[str, Tool[Any]]) -> list[ToolCall]:

@@ -158,12 +158,28 @@ class ToolSpec(TypedDict):
     inputSchema: ToolSpecInputSchema
 
 
-class Usage(TypedDict):
-    """Token counts. Attributes: inputTokens, outputTokens, totalTokens."""
-
+class _UsageRequired(TypedDict):
     inputTokens: int
     outputTokens: int
     totalTokens: int
+
+
+class Usage(_UsageRequired, total=False):
+    """Token counts (Converse names).
+
+    Attributes:
+        inputTokens: Input tokens as the provider counts them (see ``docs/caching.md``:
+            Anthropic and Bedrock exclude cached tokens, OpenAI includes them).
+        outputTokens: Generated tokens.
+        totalTokens: As the provider reports it (input + output).
+        cacheReadInputTokens: Input tokens served from the prompt cache, when the
+            provider reports it.
+        cacheWriteInputTokens: Input tokens written to the prompt cache, when the
+            provider reports it.
+    """
+
+    cacheReadInputTokens: int
+    cacheWriteInputTokens: int
 
 
 # --- model stream events (Bedrock ConverseStream shapes) ---------------------------------

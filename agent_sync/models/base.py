@@ -22,12 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..cancel import CancelScope
 from ..messages import Message, StreamEvent, ToolSpec
 
-__all__ = ["Model", "ModelRequest"]
+__all__ = ["CacheMode", "Model", "ModelRequest"]
+
+CacheMode = Literal["short", "long"]
+"""Prompt caching: ``"short"`` (the provider's default lifetime, about 5 minutes) or
+``"long"`` (Anthropic/Bedrock 1 hour, OpenAI 24 hours). See ``docs/caching.md``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +46,14 @@ class ModelRequest:
         tool_choice: ``None`` (provider default, "auto"), ``{"auto": {}}``, ``{"any": {}}``
             or ``{"tool": {"name": ...}}`` (Converse shapes).
         params: Extra per-invocation parameters, merged over the model's own.
+        cache: Mark the stable prefix cacheable (``None``: no cache markers). Anthropic:
+            ``cache_control`` on the system prompt, the last tool spec and the last block
+            of ``messages[-2]`` (the last message before the newest user message, when
+            there is one); Bedrock: ``cachePoint`` blocks at the same places;
+            OpenAI-compatible: caching is automatic, ``"long"`` adds
+            ``prompt_cache_retention: "24h"`` and ``prompt_cache_key``.
+        cache_key: A stable id of the conversation (OpenAI's ``prompt_cache_key``), or
+            ``None``.
     """
 
     messages: Sequence[Message]
@@ -49,6 +61,8 @@ class ModelRequest:
     tool_specs: Sequence[ToolSpec] = ()
     tool_choice: dict[str, Any] | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    cache: CacheMode | None = None
+    cache_key: str | None = None
 
 
 @runtime_checkable
