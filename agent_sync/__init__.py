@@ -17,6 +17,7 @@ from .errors import (
     ToolError,
     UsageError,
 )
+from .events import AgentEvent
 from .messages import Message, validate_history
 from .result import AgentMetrics, AgentResult
 from .retry import RetryPolicy
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
+    "AgentEvent",
     "AgentMetrics",
     "AgentResult",
     "AgentStream",

@@ -16,7 +16,7 @@ exception itself, raised from the iteration (the history is already valid by the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, Union
 
 from .messages import Message, ToolResult, ToolUse
 
@@ -39,7 +39,7 @@ __all__ = [
 class TextDelta:
     """A piece of the assistant's answer text, as the model streams it."""
 
-    type: ClassVar[str] = "text"
+    type: ClassVar[Literal["text"]] = "text"
     text: str
     """The new text (not the text so far)."""
 
@@ -48,7 +48,7 @@ class TextDelta:
 class ReasoningDelta:
     """A piece of the model's visible reasoning ("thinking")."""
 
-    type: ClassVar[str] = "reasoning"
+    type: ClassVar[Literal["reasoning"]] = "reasoning"
     text: str
     """The new reasoning text."""
 
@@ -57,7 +57,7 @@ class ReasoningDelta:
 class MessageComplete:
     """An assistant or tool-result message was appended to the history."""
 
-    type: ClassVar[str] = "message"
+    type: ClassVar[Literal["message"]] = "message"
     message: Message
     """The message as stored in ``agent.messages``."""
 
@@ -66,7 +66,7 @@ class MessageComplete:
 class ModelRetry:
     """A model call failed with a retryable error; the agent waits, then tries again."""
 
-    type: ClassVar[str] = "retry"
+    type: ClassVar[Literal["retry"]] = "retry"
     attempt: int
     """The attempt that failed (1 for the first call)."""
     delay: float
@@ -79,7 +79,7 @@ class ModelRetry:
 class ToolStart:
     """A tool is about to run."""
 
-    type: ClassVar[str] = "tool_start"
+    type: ClassVar[Literal["tool_start"]] = "tool_start"
     tool_use: ToolUse
     """The model's call: ``toolUseId``, ``name``, ``input``."""
 
@@ -88,7 +88,7 @@ class ToolStart:
 class ToolEnd:
     """A tool finished (or was cancelled or abandoned); its result is in the history."""
 
-    type: ClassVar[str] = "tool_end"
+    type: ClassVar[Literal["tool_end"]] = "tool_end"
     tool_use: ToolUse
     """The model's call."""
     result: ToolResult
@@ -101,7 +101,7 @@ class ToolEnd:
 class Done:
     """The invocation ended; always the last event."""
 
-    type: ClassVar[str] = "done"
+    type: ClassVar[Literal["done"]] = "done"
     result: AgentResult
     """The same result ``invoke()`` returns."""
 
@@ -115,5 +115,18 @@ class Done:
         }
 
 
-AgentEvent = Union[TextDelta, ReasoningDelta, MessageComplete, ModelRetry, ToolStart, ToolEnd, Done]
-"""Any event ``Agent.stream()`` yields."""
+AgentEvent: TypeAlias = Union[
+    TextDelta, ReasoningDelta, MessageComplete, ModelRetry, ToolStart, ToolEnd, Done
+]
+"""Any event ``Agent.stream()`` yields.
+
+Each member's ``type`` is a ``Literal``, so a type checker narrows an ``AgentEvent`` on
+``event.type == "text"`` as well as on ``isinstance`` and ``match``::
+
+    for event in agent.stream("Weather in Oslo?"):
+        match event:
+            case TextDelta(text=text):
+                print(text, end="")
+            case Done(result=result):
+                print(result.stop_reason)
+"""

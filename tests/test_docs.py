@@ -1,12 +1,17 @@
-"""Every Python example in README.md and docs/**/*.md runs.
+"""Every Python example in README.md and docs/**/*.md runs; the typed ones also type-check.
 
 Blocks whose first line is ``# requires: ...`` (credentials, a web framework's project
-setup) are shown, not run.
+setup) are shown, not run. Blocks that iterate events with ``match event:`` are also
+checked with ``mypy --strict``, together with ``tests/typing/``, so an ``AgentEvent`` that
+stops narrowing fails here (and in CI), not in a user's editor.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+TYPING_CHECKS = sorted((ROOT / "tests" / "typing").glob("check_*.py"))
 
 
 def examples() -> list[tuple[str, str]]:
@@ -29,3 +35,38 @@ def examples() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("where", "code"), examples(), ids=[w for w, _ in examples()])
 def test_example_runs(where: str, code: str, capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(code, where, "exec"), {"__name__": "__doc_example__"})
+
+
+def typed_examples() -> list[tuple[str, str]]:
+    return [(where, code) for where, code in examples() if "match event:" in code]
+
+
+def test_the_readme_shows_a_typed_match_over_events() -> None:
+    assert any(where.startswith("README.md#") for where, _ in typed_examples())
+
+
+@pytest.mark.timeout(300)  # a cold mypy cache on a loaded 2-core box
+def test_event_examples_narrow_under_mypy_strict(tmp_path: Path) -> None:
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed (pip install -e '.[dev]'); CI installs it")
+    files = []
+    for where, code in typed_examples():
+        path = tmp_path / (re.sub(r"\W", "_", where) + ".py")
+        path.write_text(code)
+        files.append(str(path))
+    assert files and TYPING_CHECKS
+    command = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(ROOT / "pyproject.toml"),
+        "--strict",
+        # only the examples' own errors: the package is checked by CI's `mypy` step
+        "--follow-imports=silent",
+        "--no-error-summary",
+        *files,
+        *map(str, TYPING_CHECKS),
+    ]
+    out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -14,6 +14,7 @@ from agent_sync import __main__ as cli
 def test_exported_names_are_pinned() -> None:
     assert agent_sync.__all__ == [
         "Agent",
+        "AgentEvent",
         "AgentMetrics",
         "AgentResult",
         "AgentStream",
