@@ -13,6 +13,14 @@ Choices made for compatibility with the many OpenAI-compatible servers:
   tool input while it streams. Text and reasoning stream as they arrive.
 * A ``finish_reason`` of ``"stop"`` with tool calls present is reported as ``tool_use``
   (vLLM and Ollama do this), so the agent runs the tools instead of dropping them.
+* A whole ``chat.completion`` object (a server that ignores ``stream: true``) goes through
+  the same translator as one big chunk: :func:`completion_as_chunk`.
+
+Boundary rule: nothing malformed escapes as a raw ``TypeError``/``KeyError``/... A history
+the request translator cannot express raises :class:`~agent_sync.errors.UsageError`
+(the caller's input); a chunk the response translator cannot read raises
+:class:`~agent_sync.errors.ModelStreamError` (the server's output). Both guards sit at the
+public entry points (:func:`build_request_body`, :meth:`ChunkTranslator.add`/``finish``).
 """
 
 from __future__ import annotations
@@ -23,9 +31,20 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ..messages import ContentBlock, Message, StreamEvent, ToolSpec
+from ..errors import ModelStreamError, UsageError
+from ..messages import ContentBlock, Message, StreamEvent, ToolSpec, Usage
 
-__all__ = ["ChunkTranslator", "build_request_body", "map_finish_reason"]
+__all__ = ["ChunkTranslator", "build_request_body", "completion_as_chunk", "map_finish_reason"]
+
+PROVIDER = "openai"
+
+_MALFORMED = (AttributeError, IndexError, KeyError, TypeError, ValueError)
+"""What translating malformed content raises (``ValueError`` covers ``json.dumps`` of a
+circular or oversized value)."""
+
+CACHE_FIELDS = ("prompt_cache_retention", "prompt_cache_key")
+"""Request fields :func:`build_request_body` adds for ``cache="long"``; a server that
+rejects them gets requests without them (see ``OpenAIModel``)."""
 
 _FINISH_REASONS = {
     "stop": "end_turn",
@@ -52,6 +71,8 @@ def build_request_body(
     tool_specs: Sequence[ToolSpec],
     tool_choice: dict[str, Any] | None,
     params: dict[str, Any],
+    cache: str | None = None,
+    cache_key: str | None = None,
 ) -> dict[str, Any]:
     """The JSON body of a streaming ``POST /chat/completions``.
 
@@ -64,38 +85,34 @@ def build_request_body(
         params: Passed through as top-level fields (``temperature``, ``max_tokens``...),
             after the fields built here, so a caller can override them (except ``stream``;
             ``stream_options=None`` removes that field for servers that reject it).
+        cache: ``"long"`` adds ``prompt_cache_retention: "24h"`` (and ``prompt_cache_key``
+            when ``cache_key`` is set); ``"short"`` and ``None`` add nothing (OpenAI caches
+            prefixes automatically).
+        cache_key: A stable id of the conversation, sent as ``prompt_cache_key``.
 
     Returns:
         The request body.
+
+    Raises:
+        UsageError: The history holds content this wire cannot express (a non-string
+            text, a malformed block); names the message and block.
     """
-    wire: list[dict[str, Any]] = []
-    if system_prompt:
-        wire.append({"role": "system", "content": system_prompt})
-    for message in messages:
-        if message["role"] == "assistant":
-            assistant = _assistant_message(message["content"])
-            if assistant is not None:
-                wire.append(assistant)
-        else:
-            wire.extend(_user_messages(message["content"]))
+    wire = _wire_messages(system_prompt, messages)
     body: dict[str, Any] = {
         "model": model_id,
         "messages": wire,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if cache == "long":
+        body["prompt_cache_retention"] = "24h"
+        if cache_key:
+            body["prompt_cache_key"] = cache_key
     if tool_specs:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": spec["name"],
-                    "description": spec["description"],
-                    "parameters": spec["inputSchema"]["json"],
-                },
-            }
-            for spec in tool_specs
-        ]
+        try:
+            body["tools"] = [_tool_spec(spec) for spec in tool_specs]
+        except _MALFORMED as exc:
+            raise UsageError(f"malformed tool spec: {type(exc).__name__}: {exc}") from exc
         if tool_choice is not None:
             body["tool_choice"] = _tool_choice(tool_choice)
     body.update(params)
@@ -103,6 +120,42 @@ def build_request_body(
     if body.get("stream_options", True) is None:
         del body["stream_options"]  # stream_options=None: for servers that reject the field
     return body
+
+
+def _tool_spec(spec: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": spec["name"],
+            "description": spec["description"],
+            "parameters": spec["inputSchema"]["json"],
+        },
+    }
+
+
+def _wire_messages(system_prompt: str | None, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Converse history -> Chat Completions messages.
+
+    Raises:
+        UsageError: naming the first message that cannot be translated.
+    """
+    wire: list[dict[str, Any]] = []
+    if system_prompt:
+        wire.append({"role": "system", "content": system_prompt})
+    for position, message in enumerate(messages):
+        try:
+            if message["role"] == "assistant":
+                assistant = _assistant_message(message["content"])
+                if assistant is not None:
+                    wire.append(assistant)
+            else:
+                wire.extend(_user_messages(message["content"]))
+        except _MALFORMED as exc:
+            raise UsageError(
+                f"cannot send messages[{position}] to an openai-compatible server "
+                f"({type(exc).__name__}: {exc}); validate_history/repair_history can help"
+            ) from exc
+    return wire
 
 
 def _tool_choice(choice: dict[str, Any]) -> Any:
@@ -199,6 +252,70 @@ def _image_part(image: dict[str, Any]) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{encoded}"}}
 
 
+def converse_usage(usage: dict[str, Any]) -> Usage:
+    """OpenAI ``usage`` -> Converse usage.
+
+    ``inputTokens`` is ``prompt_tokens``, which *includes* cached prompt tokens (OpenAI's
+    meaning, kept as is). ``cacheReadInputTokens`` is added only when the server reports a
+    cache figure: ``prompt_tokens_details.cached_tokens`` (OpenAI, vLLM, llama.cpp) or
+    ``prompt_cache_hit_tokens`` (DeepSeek). Chat Completions reports no cache writes.
+    """
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    total = int(usage.get("total_tokens") or prompt + completion)
+    converse: Usage = {"inputTokens": prompt, "outputTokens": completion, "totalTokens": total}
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None:
+        cached = usage.get("prompt_cache_hit_tokens")
+    if cached is not None:
+        converse["cacheReadInputTokens"] = int(cached)
+    return converse
+
+
+def completion_as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
+    """A whole ``chat.completion`` object as one ``chat.completion.chunk``.
+
+    For servers that answer ``stream: true`` with plain JSON: the message becomes the
+    chunk's ``delta`` (text, reasoning, tool calls), so :class:`ChunkTranslator` reads it
+    like a stream that arrived in one piece.
+
+    Raises:
+        ModelStreamError: ``completion`` has no ``choices[0].message``.
+    """
+    try:
+        choice = completion["choices"][0]
+        message = choice["message"]
+        delta = {key: message[key] for key in ("content", "reasoning_content", "reasoning")
+                 if message.get(key)}  # fmt: skip
+        calls = message.get("tool_calls")
+        if calls:
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
+        chunk: dict[str, Any] = {
+            "choices": [
+                {"index": 0, "delta": delta, "finish_reason": choice.get("finish_reason") or "stop"}
+            ]
+        }
+    except _MALFORMED as exc:
+        raise _malformed(exc, what="JSON answer") from exc
+    if isinstance(completion.get("usage"), dict):
+        chunk["usage"] = completion["usage"]
+    return chunk
+
+
+def _string(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is {type(value).__name__}, not a string")
+    return value
+
+
+def _malformed(exc: BaseException, what: str = "stream chunk") -> ModelStreamError:
+    return ModelStreamError(
+        f"malformed {what} from the model server: {type(exc).__name__}: {exc}"[:500],
+        provider=PROVIDER,
+    )
+
+
 class _ToolCall:
     __slots__ = ("arguments", "id", "name")
 
@@ -230,7 +347,30 @@ class ChunkTranslator:
         self.usage: dict[str, int] | None = None
 
     def add(self, chunk: dict[str, Any]) -> list[StreamEvent]:
-        """Events for one chunk (usually exactly one)."""
+        """Events for one chunk (usually exactly one).
+
+        Raises:
+            ModelStreamError: The chunk is not a chunk this translator can read.
+        """
+        try:
+            return self._add(chunk)
+        except _MALFORMED as exc:
+            raise _malformed(exc) from exc
+
+    def finish(self) -> list[StreamEvent]:
+        """Events that close the message (stop, usage) once the stream has ended.
+
+        Raises:
+            ModelStreamError: The reported usage is not numbers.
+        """
+        try:
+            return self._finish()
+        except _MALFORMED as exc:
+            raise _malformed(exc) from exc
+
+    # -- internals --
+
+    def _add(self, chunk: dict[str, Any]) -> list[StreamEvent]:
         # A list, not a generator: this runs once per chunk on the hot path.
         out: list[StreamEvent] = []
         if not self._started:
@@ -253,8 +393,7 @@ class ChunkTranslator:
                 self._finish_choice(out, finish)
         return out
 
-    def finish(self) -> list[StreamEvent]:
-        """Events that close the message (stop, usage) once the stream has ended."""
+    def _finish(self) -> list[StreamEvent]:
         out: list[StreamEvent] = []
         if not self._started:
             self._started = True
@@ -262,23 +401,8 @@ class ChunkTranslator:
         if not self.finished:
             self._finish_choice(out, "stop")
         if self.usage is not None:
-            prompt = int(self.usage.get("prompt_tokens") or 0)
-            completion = int(self.usage.get("completion_tokens") or 0)
-            total = int(self.usage.get("total_tokens") or prompt + completion)
-            out.append(
-                {
-                    "metadata": {
-                        "usage": {
-                            "inputTokens": prompt,
-                            "outputTokens": completion,
-                            "totalTokens": total,
-                        }
-                    }
-                }
-            )
+            out.append({"metadata": {"usage": converse_usage(self.usage)}})
         return out
-
-    # -- internals --
 
     def _add_delta(self, out: list[StreamEvent], delta: dict[str, Any]) -> None:
         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -291,6 +415,8 @@ class ChunkTranslator:
             self._add_tool_call(call)
 
     def _stream_piece(self, out: list[StreamEvent], kind: str, piece: str) -> None:
+        if type(piece) is not str:  # noqa: E721 (exact and fast: str subclasses are rare)
+            raise TypeError(f"{kind} delta is {type(piece).__name__}, not a string")
         if self._open is None or self._open_kind != kind:
             self._close_open(out)
             self._open = self._next_index
@@ -324,10 +450,10 @@ class ChunkTranslator:
         if call is None:
             call = self._calls[index] = _ToolCall()
         if fragment.get("id"):
-            call.id = fragment["id"]
+            call.id = _string(fragment["id"], "tool call id")
         function = fragment.get("function") or {}
         if function.get("name"):
-            call.name = function["name"]
+            call.name = _string(function["name"], "tool call name")
         arguments = function.get("arguments")
         if arguments:
             call.arguments.append(

@@ -10,21 +10,41 @@ down this request's socket while it connects, waits for headers or reads a silen
 Other requests sharing the session are not touched.
 
 No retries here: the agent's retry policy retries the errors this module marks
-``retryable`` (mapped in one place, :func:`_map_error`).
+``retryable`` (mapped in one place, :func:`_map_error`). Two re-sends happen at once,
+inside one call, because they are not failures of the server:
+
+* a *stale pooled connection* (the server closed a keep-alive connection, as llama.cpp
+  does after a stream): a request sent on a connection reused from the pool that failed
+  before any response byte (on send, or an empty first read) provably never reached a
+  live server; it is re-sent on another connection, without back-off and not counted
+  as a retry. A fresh connection that fails, or any failure after a response byte, is an
+  ordinary error;
+* prompt-cache fields (``prompt_cache_retention``/``prompt_cache_key``) that the server
+  rejects with a 400 naming them are dropped, remembered per model, and the request is
+  sent again without them.
+
+Tolerated: a ``200 application/json`` ``chat.completion`` answer to ``stream: true``
+(LiteLLM's mocked responses, some proxies) is taken as the whole message.
 """
 
 from __future__ import annotations
 
+import contextvars
+import http.client
 import json
 import logging
 import os
-import re
+import threading
 import time
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import requests
+from urllib3 import PoolManager
+from urllib3.connectionpool import HTTPConnectionPool
+from urllib3.exceptions import ProtocolError
 
+from .._redact import register_secret
 from ..cancel import CancelledError, CancelScope
 from ..errors import (
     ContextWindowOverflowError,
@@ -35,11 +55,16 @@ from ..errors import (
     ModelThrottledError,
 )
 from ..messages import StreamEvent
-from ._openai_format import ChunkTranslator, build_request_body
+from ._openai_format import CACHE_FIELDS, ChunkTranslator, build_request_body, completion_as_chunk
 from ._sse import iter_sse
 from ._urllib3_abort import AbortableHTTPAdapter, RequestAbort, abort_on_cancel
-from ._wire import retry_after_seconds, shorten
+from ._wire import is_context_overflow, retry_after_seconds, shorten, with_request_id
 from .base import ModelRequest
+
+if TYPE_CHECKING:
+    _PoolBase = HTTPConnectionPool
+else:
+    _PoolBase = object
 
 __all__ = ["OpenAIModel"]
 
@@ -52,9 +77,10 @@ DEFAULT_TIMEOUT = (10.0, 120.0)
 
 _MAX_ERROR_BODY = 2000
 _DRAIN_TIMEOUT = 0.5
-_CONTEXT_CODES = ("context_length_exceeded", "string_above_max_length")
-_CONTEXT_PHRASES = ("maximum context length", "context window", "too many tokens", "context_length")
-_KEY_PATTERN = re.compile(r"\b(sk-[A-Za-z0-9*_\-]{3,})")
+_MAX_STALE_RESENDS = 8
+"""Stale pooled connections re-sent at once in one call (each failure discards one)."""
+_CREDENTIAL_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie")
+_REJECTION_STATUSES = (400, 422)
 
 
 class OpenAIModel:
@@ -105,6 +131,12 @@ class OpenAIModel:
         self._headers = {"accept": "text/event-stream", **(headers or {})}
         self._owns_session = session is None
         self.session = session if session is not None else requests.Session()
+        # Every credential we were given or resolved: errors and logs redact them by value.
+        register_secret(self._api_key)
+        _register_header_secrets(self._headers)
+        _register_header_secrets(self.session.headers)
+        self._lock = threading.Lock()
+        self._cache_fields_rejected = False
         _mount_abortable(self.session)
 
     def __repr__(self) -> str:
@@ -141,11 +173,20 @@ class OpenAIModel:
             tool_specs=request.tool_specs,
             tool_choice=request.tool_choice,
             params={**self.params, **request.params},
+            cache=request.cache,
+            cache_key=request.cache_key,
         )
+        if self._cache_fields_rejected:
+            body = _without_cache_fields(body)
         cancel.raise_if_cancelled()
         started = time.monotonic()
         with abort_on_cancel(cancel) as abort:
-            response = self._send(body, abort, cancel)
+            try:
+                response = self._send(body, abort, cancel)
+            except ModelHTTPError as exc:
+                if not self._rejects_cache_fields(body, exc):
+                    raise
+                response = self._send(_without_cache_fields(body), abort, cancel)
             try:
                 logger.info(
                     "model=<%s>, status=<%d>, headers_ms=<%d> | openai response started",
@@ -153,11 +194,35 @@ class OpenAIModel:
                     response.status_code,
                     (time.monotonic() - started) * 1000,
                 )
-                yield from self._events(response, abort, cancel)
+                content_type = response.headers.get("content-type", "").lower()
+                if "json" in content_type and "event-stream" not in content_type:
+                    yield from self._json_answer(response, abort, cancel)
+                else:
+                    yield from self._events(response, abort, cancel)
             finally:
                 response.close()
 
     # -- internals --
+
+    def _rejects_cache_fields(self, body: dict[str, Any], error: ModelHTTPError) -> bool:
+        """Whether ``error`` is the server refusing the cache fields ``body`` carries.
+
+        The first time, remembers it for this model (thread-safe) and logs at DEBUG.
+        """
+        sent = [name for name in CACHE_FIELDS if name in body]
+        text = f"{error.message} {error.body or ''}"
+        if error.status not in _REJECTION_STATUSES or not any(name in text for name in sent):
+            return False
+        with self._lock:
+            first, self._cache_fields_rejected = not self._cache_fields_rejected, True
+        if first:
+            logger.debug(
+                "model=<%s>, fields=<%s> | server rejected the prompt cache fields; "
+                "sending requests without them",
+                self.model_id,
+                ",".join(sent),
+            )
+        return True
 
     def _send(
         self, body: dict[str, Any], abort: RequestAbort, cancel: CancelScope
@@ -165,13 +230,27 @@ class OpenAIModel:
         headers = dict(self._headers)
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
-        try:
-            with abort.capture():
-                response = self.session.post(
-                    self.url, json=body, headers=headers, stream=True, timeout=self.timeout
+        resends = 0
+        while True:
+            attempt = _Attempt()
+            token = _attempt.set(attempt)
+            try:
+                with abort.capture():
+                    response = self.session.post(
+                        self.url, json=body, headers=headers, stream=True, timeout=self.timeout
+                    )
+                break
+            except requests.RequestException as exc:
+                stale = attempt.reused and _never_answered(exc)
+                if abort.aborted or cancel.cancelled or not stale or resends >= _MAX_STALE_RESENDS:
+                    self._raise(exc, abort, cancel)
+                resends += 1
+                # Not a retry: the request never reached a live server (see module docstring).
+                logger.debug(
+                    "error=<%s> | stale pooled connection, re-sending at once", type(exc).__name__
                 )
-        except requests.RequestException as exc:
-            self._raise(exc, abort, cancel)
+            finally:
+                _attempt.reset(token)
         if response.status_code >= 400:
             try:
                 text = response.text  # small JSON error body; aborted by cancel like the rest
@@ -179,8 +258,32 @@ class OpenAIModel:
                 self._raise(exc, abort, cancel)
             finally:
                 response.close()
-            raise _http_error(response.status_code, text, response.headers, self._api_key)
+            raise _http_error(response.status_code, text, response.headers)
         return response
+
+    def _json_answer(
+        self, response: requests.Response, abort: RequestAbort, cancel: CancelScope
+    ) -> Iterator[StreamEvent]:
+        """A ``200 application/json`` answer to ``stream: true``: the whole message at once."""
+        try:
+            text = response.text
+        except requests.RequestException as exc:
+            self._raise(exc, abort, cancel)
+        cancel.raise_if_cancelled()
+        try:
+            payload = json.loads(text)
+        except ValueError as exc:
+            raise ModelStreamError(
+                f"malformed JSON answer: {text[:200]!r}", provider=PROVIDER
+            ) from exc
+        if isinstance(payload, dict) and "error" in payload:
+            raise _stream_error(payload["error"])
+        if not isinstance(payload, dict):
+            raise ModelStreamError("JSON answer is not an object", provider=PROVIDER)
+        logger.debug("model=<%s> | server answered a stream request with JSON", self.model_id)
+        translator = ChunkTranslator()
+        yield from translator.add(completion_as_chunk(payload))
+        yield from translator.finish()
 
     def _events(
         self, response: requests.Response, abort: RequestAbort, cancel: CancelScope
@@ -203,7 +306,7 @@ class OpenAIModel:
                 if not isinstance(chunk, dict):
                     raise ModelStreamError("stream chunk is not a JSON object", provider=PROVIDER)
                 if "error" in chunk:
-                    raise _stream_error(chunk["error"], self._api_key)
+                    raise _stream_error(chunk["error"])
                 yield from translator.add(chunk)
             if done:
                 _drain(response, chunks)
@@ -246,23 +349,111 @@ def _drain(response: requests.Response, chunks: Iterator[bytes]) -> None:
         logger.debug("server kept the body open after [DONE]; dropping the connection")
 
 
+class _Attempt:
+    """What the pool told one send attempt: whether its connection came from the pool."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+_attempt: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar(
+    "agent_sync_openai_attempt", default=None
+)
+
+
+class _ReuseTrackingPoolMixin(_PoolBase):
+    """Records on the current :class:`_Attempt` whether the connection handed out was
+    reused (already connected) or fresh. ``_get_conn`` runs in the requesting thread."""
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        conn = super()._get_conn(timeout)
+        attempt = _attempt.get()
+        if attempt is not None:
+            # urllib3 closes a pooled connection it sees dropped: only a live one has a socket.
+            attempt.reused = getattr(conn, "sock", None) is not None
+        return conn
+
+
+_tracking_classes: dict[type[Any], type[Any]] = {}
+_tracking_lock = threading.Lock()
+
+
+def _track_reuse(manager: PoolManager) -> None:
+    classes = {}
+    for scheme, cls in manager.pool_classes_by_scheme.items():
+        if not issubclass(cls, _ReuseTrackingPoolMixin):
+            with _tracking_lock:
+                tracked = _tracking_classes.get(cls)
+                if tracked is None:
+                    tracked = type(f"ReuseTracking{cls.__name__}", (_ReuseTrackingPoolMixin, cls),
+                                   {"__module__": __name__})  # fmt: skip
+                    _tracking_classes[cls] = tracked
+            cls = tracked
+        classes[scheme] = cls
+    manager.pool_classes_by_scheme = classes
+
+
+class _Adapter(AbortableHTTPAdapter):
+    """Abortable, and tells :meth:`OpenAIModel._send` whether a connection was reused."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        _track_reuse(self.poolmanager)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if not proxy.lower().startswith("socks"):
+            _track_reuse(manager)
+        return manager
+
+
+def _never_answered(exc: requests.RequestException) -> bool:
+    """Whether the request failed on send or on an empty first read: no response byte.
+
+    urllib3 raises ``ProtocolError("Connection aborted.", cause)`` only while sending or
+    reading the status line; ``RemoteDisconnected`` means the status line read was empty.
+    A partial status line is ``BadStatusLine``, not matched here.
+    """
+    reason = exc.args[0] if exc.args else None
+    if not isinstance(reason, ProtocolError) or len(reason.args) < 2:
+        return False
+    return isinstance(
+        reason.args[1],
+        (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError),
+    )
+
+
 def _mount_abortable(session: requests.Session) -> None:
     for prefix in ("http://", "https://"):
         current = session.adapters.get(prefix)
-        if isinstance(current, AbortableHTTPAdapter):
+        if isinstance(current, _Adapter):
             continue
         # Retries off: the agent's policy retries, cancel-aware and counted once.
         if isinstance(current, requests.adapters.HTTPAdapter):
             # Keep the pool sizes the caller configured (requests keeps them private).
-            adapter = AbortableHTTPAdapter(
+            adapter = _Adapter(
                 pool_connections=getattr(current, "_pool_connections", 10),
                 pool_maxsize=getattr(current, "_pool_maxsize", 10),
                 pool_block=getattr(current, "_pool_block", False),
                 max_retries=0,
             )
         else:
-            adapter = AbortableHTTPAdapter(max_retries=0)
+            adapter = _Adapter(max_retries=0)
         session.mount(prefix, adapter)
+
+
+def _register_header_secrets(headers: Mapping[str, Any]) -> None:
+    """Register the values of credential-looking headers (``api-key``, ``Authorization``)."""
+    for name, value in headers.items():
+        if isinstance(value, str) and any(w in name.lower() for w in _CREDENTIAL_HEADER_WORDS):
+            register_secret(value)
+            register_secret(value.split()[-1] if value.split() else None)  # "Bearer <token>"
+
+
+def _without_cache_fields(body: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in body.items() if name not in CACHE_FIELDS}
 
 
 def _map_error(exc: Exception) -> ModelError:
@@ -283,24 +474,27 @@ def _map_error(exc: Exception) -> ModelError:
     return ModelError(f"request failed: {shorten(exc)}", provider=PROVIDER)
 
 
-def _http_error(status: int, text: str, headers: Any, api_key: str | None) -> ModelError:
-    """An error response -> the most specific :class:`ModelHTTPError`."""
-    body = _redact(text[:_MAX_ERROR_BODY], api_key)
-    message, code = _error_fields(text, api_key)
+def _http_error(status: int, text: str, headers: Any) -> ModelError:
+    """An error response -> the most specific :class:`ModelHTTPError`.
+
+    Secrets in the body need no care here: :class:`ModelError` redacts on construction.
+    """
+    body = text[:_MAX_ERROR_BODY]
+    message, code, kind = _error_fields(text)
     retry_after = retry_after_seconds(headers)
-    detail = f"openai-compatible server returned {status}: {message or body or 'no body'}"
-    lowered = f"{code} {message}".lower()
-    if status == 429 or "rate_limit" in (code or ""):
-        if code == "insufficient_quota":
+    detail = with_request_id(
+        f"openai-compatible server returned {status}: {message or body.strip() or 'no body'}",
+        headers.get("x-request-id") if hasattr(headers, "get") else None,
+    )
+    if status == 429 or "rate_limit" in f"{code} {kind}":
+        if "insufficient_quota" in (code, kind):
             # A 429 that waiting will not fix: the account is out of credit.
             return ModelHTTPError(detail, status=status, body=body, provider=PROVIDER,
                                   retryable=False)  # fmt: skip
         return ModelThrottledError(
             detail, status=status, body=body, retry_after=retry_after, provider=PROVIDER
         )
-    if status in (400, 413) and (
-        code in _CONTEXT_CODES or any(p in lowered for p in _CONTEXT_PHRASES)
-    ):
+    if status not in (401, 403) and is_context_overflow(message, code, kind):
         return ContextWindowOverflowError(detail, provider=PROVIDER)
     if status in (401, 403):
         detail = (
@@ -314,34 +508,38 @@ def _http_error(status: int, text: str, headers: Any, api_key: str | None) -> Mo
     )
 
 
-def _stream_error(error: Any, api_key: str | None) -> ModelError:
-    """A ``data: {"error": ...}`` line in the middle of a stream."""
+def _stream_error(error: Any) -> ModelError:
+    """A ``data: {"error": ...}`` line in the middle of a stream (or a JSON answer)."""
     if not isinstance(error, dict):
         error = {"message": str(error)}
-    message = _redact(str(error.get("message") or "unknown error"), api_key)
+    message = str(error.get("message") or "unknown error")
     code = str(error.get("code") or error.get("type") or "")
     detail = f"the model server reported an error mid-stream: {message} ({code or 'no code'})"
+    if is_context_overflow(message, code, str(error.get("type") or "")):
+        return ContextWindowOverflowError(detail, provider=PROVIDER)
     if "rate_limit" in code or code in ("429", "overloaded", "overloaded_error"):
         return ModelThrottledError(detail, status=None, body=message, provider=PROVIDER)
     retryable = code in ("server_error", "internal_error", "500", "502", "503")
     return ModelStreamError(detail, provider=PROVIDER, retryable=retryable)
 
 
-def _error_fields(text: str, api_key: str | None) -> tuple[str, str | None]:
-    """``(message, code)`` of an OpenAI error body (or of a bare ``{"message"}``/text)."""
+def _error_fields(text: str) -> tuple[str, str, str]:
+    """``(message, code, type)`` of an error body, ``""`` for what it lacks.
+
+    Shapes: OpenAI/LiteLLM/Ollama ``{"error": {"message", "type", "code"}}`` (llama.cpp
+    and vLLM put the status number in ``code``), vLLM's older top-level
+    ``{"object": "error", "message", ...}``, ``{"error": "text"}``, or plain text.
+    """
     try:
         payload = json.loads(text)
     except ValueError:
-        return _redact(text.strip()[:500], api_key), None
+        return text.strip()[:500], "", ""
     error = payload.get("error", payload) if isinstance(payload, dict) else payload
     if not isinstance(error, dict):
-        return _redact(str(error)[:500], api_key), None
-    code = error.get("code") or error.get("type")
-    return _redact(str(error.get("message") or ""), api_key), str(code) if code else None
-
-
-def _redact(text: str, api_key: str | None) -> str:
-    # OpenAI echoes a masked key ("Incorrect API key provided: sk-ab***yz") in 401 bodies.
-    if api_key:
-        text = text.replace(api_key, "***")
-    return _KEY_PATTERN.sub("sk-***", text)
+        return str(error)[:500], "", ""
+    code, kind = error.get("code"), error.get("type")
+    return (
+        str(error.get("message") or ""),
+        str(code) if code is not None else "",
+        str(kind) if kind is not None else "",
+    )
