@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import agent_sync
 from agent_sync import __main__ as cli
 
@@ -76,3 +78,20 @@ def test_offline_demo_streams_then_cancels_with_a_valid_history() -> None:
     assert "[tool] get_weather" in text
     assert "stop_reason='cancelled' cancel_reason='timer'" in text
     assert "validate_history: OK" in text
+
+
+def test_license_is_apache_2_declared_as_an_spdx_expression() -> None:
+    # setuptools >= 77 takes an SPDX string plus license-files (PEP 639) and warns about
+    # the old `{text = ...}` table and License classifiers; older ones reject the string.
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    project = config["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    assert not [c for c in project["classifiers"] if c.startswith("License ::")]
+    floors = [r for r in config["build-system"]["requires"] if r.startswith("setuptools")]
+    assert floors == ["setuptools>=77"]
