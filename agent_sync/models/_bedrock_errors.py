@@ -8,11 +8,17 @@ are compared case-insensitively so both land on the same mapping.
 ``ServiceUnavailableException`` maps to :class:`ModelThrottledError` (status 503): Bedrock
 sends it when the model is out of capacity, the same signal as Anthropic's 529
 "overloaded", and callers that back off on throttling want to back off on it too.
+
+A context overflow is recognised by the shared wording table
+(:data:`._wire.CONTEXT_OVERFLOW_MARKERS`), whatever the error code: Bedrock says
+"Input is too long" / "too many input tokens" in a ``ValidationException``, and a model
+behind it may use its own wording. Messages carry Bedrock's request id when it sent one.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from botocore import exceptions as boto_errors
@@ -27,22 +33,13 @@ from ..errors import (
     ModelStreamError,
     ModelThrottledError,
 )
-from ._wire import retry_after_seconds
+from ._wire import is_context_overflow, retry_after_seconds, with_request_id
 
-__all__ = ["map_error"]
+__all__ = ["is_cache_rejection", "map_error"]
 
 logger = logging.getLogger(__name__)
 
 PROVIDER = "bedrock"
-_OVERFLOW_MARKERS = (
-    "input is too long",
-    "too many input tokens",
-    "too many total text bytes",
-    "prompt is too long",
-    "model_context_window_exceeded",
-    "exceeds the context window",
-    "maximum context length",
-)
 # code (lower case) -> (default HTTP status, retryable)
 _CODES: dict[str, tuple[int, bool]] = {
     "throttlingexception": (429, True),
@@ -69,6 +66,7 @@ _AUTH_CODES = frozenset(
     }
 )
 _BODY_LIMIT = 2000
+_CACHE_WORDS = re.compile(r"(?i)cache ?point|caching|\bttl\b")
 
 
 def map_error(exc: BaseException) -> ModelError:
@@ -129,11 +127,12 @@ def _map_client_error(exc: boto_errors.ClientError) -> ModelError:
         retryable = isinstance(status, int) and (status >= 500 or status in (408, 429))
     retry_after = retry_after_seconds(metadata.get("HTTPHeaders", {}))
     text = f"Bedrock {code}: {message}" if message else f"Bedrock {code}"
+    text = with_request_id(text, metadata.get("RequestId") or None)
     logger.debug(
         "code=<%s>, status=<%s>, mid_stream=<%s> | bedrock error", code, status, mid_stream
     )
 
-    if key == "validationexception" and any(m in message.lower() for m in _OVERFLOW_MARKERS):
+    if not retryable and is_context_overflow(message, code):
         return ContextWindowOverflowError(text, provider=PROVIDER, retryable=False)
     if key == "modelstreamerrorexception":
         return ModelStreamError(text, provider=PROVIDER, retryable=True)
@@ -157,3 +156,24 @@ def _map_client_error(exc: boto_errors.ClientError) -> ModelError:
         provider=PROVIDER,
         retryable=retryable,
     )
+
+
+def is_cache_rejection(exc: BaseException) -> bool:
+    """Whether ``exc`` says the request's ``cachePoint`` blocks are not accepted.
+
+    Either botocore's client-side validation (an older service model without
+    ``cachePoint`` or ``ttl``) or a ``ValidationException`` from a model or region without
+    prompt caching; both name the cache point (or its ``ttl``) in the message.
+    """
+    if isinstance(exc, boto_errors.ParamValidationError):
+        message = str(exc)
+    elif isinstance(exc, boto_errors.ClientError) and not isinstance(
+        exc, boto_errors.EventStreamError
+    ):
+        error = (getattr(exc, "response", {}) or {}).get("Error", {})
+        if str(error.get("Code", "")).lower() != "validationexception":
+            return False
+        message = str(error.get("Message") or "")
+    else:
+        return False
+    return _CACHE_WORDS.search(message) is not None

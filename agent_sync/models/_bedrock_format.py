@@ -12,9 +12,18 @@ rejected request is a dead conversation. :func:`build_request` therefore
 * turns ``toolUse``/``toolResult`` blocks into text when the request carries no tools
   (Bedrock rejects tool blocks without a ``toolConfig``).
 
+With ``cache`` set, :func:`build_request` adds ``cachePoint`` blocks after the system
+prompt, after the last tool spec and at the end of the last message before the newest
+user message (DESIGN.md 4b); ``"long"`` asks for the one-hour ``ttl``.
+
 Stream events from botocore already have the agent's :data:`StreamEvent` shapes;
 :func:`normalize_event` keeps the known keys, and :func:`converse_to_events` turns a
 non-streaming ``converse`` response into the same event sequence.
+
+Nothing malformed escapes as a raw ``TypeError``/``KeyError``: a history this module
+cannot translate is a :class:`~agent_sync.errors.UsageError` naming the message, and a
+response it cannot read is a :class:`~agent_sync.errors.ModelStreamError`
+(:func:`guard_events`).
 """
 
 from __future__ import annotations
@@ -24,10 +33,19 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
-from ..errors import UsageError
+from ..errors import AgentSyncError, ModelStreamError, UsageError
 from ..messages import Message, StreamEvent, ToolSpec
+from ._wire import shorten
+from .base import CacheMode
 
-__all__ = ["build_request", "converse_to_events", "normalize_event", "split_params"]
+__all__ = [
+    "build_request",
+    "cache_point",
+    "converse_to_events",
+    "guard_events",
+    "normalize_event",
+    "split_params",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +88,18 @@ _BLOCK_KINDS = frozenset(
     }
 )
 _TOOL_RESULT_KINDS = frozenset({"json", "text", "image", "document", "video", "searchResult"})
+# What a translator may hit on content built by hand: turned into agent_sync errors.
+_MALFORMED = (TypeError, AttributeError, KeyError, ValueError, IndexError)
+_CACHE_TTL: dict[str, str] = {"long": "1h"}
+_USAGE_KEYS = ("cacheReadInputTokens", "cacheWriteInputTokens")
+
+
+def cache_point(cache: CacheMode) -> dict[str, Any]:
+    """The ``cachePoint`` block for ``cache`` (``"long"``: ``ttl`` one hour)."""
+    point: dict[str, Any] = {"type": "default"}
+    if cache in _CACHE_TTL:
+        point["ttl"] = _CACHE_TTL[cache]
+    return {"cachePoint": point}
 
 
 def split_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,6 +147,7 @@ def build_request(
     tool_specs: Sequence[ToolSpec],
     tool_choice: Mapping[str, Any] | None,
     params: Mapping[str, Any],
+    cache: CacheMode | None = None,
 ) -> dict[str, Any]:
     """Build the keyword arguments of ``converse`` / ``converse_stream``.
 
@@ -127,27 +158,59 @@ def build_request(
         tool_specs: Tools the model may call.
         tool_choice: Converse ``toolChoice`` (``{"auto": {}}`` ...) or ``None``.
         params: Model and per-request parameters (see :func:`split_params`).
+        cache: ``None`` (no cache points), ``"short"`` or ``"long"``: ``cachePoint``
+            blocks after the system prompt, the last tool spec and the last block of
+            ``messages[-2]``.
 
     Returns:
         The request, ready for botocore.
 
     Raises:
-        UsageError: For an unknown parameter.
+        UsageError: For an unknown parameter, or a history or tool spec that cannot be
+            translated (a message that is not a dict, a ``toolUse`` without an id...).
     """
     with_tools = bool(tool_specs)
     request: dict[str, Any] = {
         "modelId": model_id,
-        "messages": [_clean_message(m, with_tools) for m in messages],
+        "messages": [_translate(i, m, with_tools) for i, m in enumerate(messages)],
     }
     if system_prompt:
         request["system"] = [{"text": system_prompt}]
     if with_tools:
-        tool_config: dict[str, Any] = {"tools": [{"toolSpec": dict(s)} for s in tool_specs]}
+        try:
+            specs = [{"toolSpec": dict(s)} for s in tool_specs]
+        except _MALFORMED as exc:
+            raise UsageError(f"a tool spec cannot be sent to Bedrock: {exc!r}") from exc
+        tool_config: dict[str, Any] = {"tools": specs}
         if tool_choice:
             tool_config["toolChoice"] = dict(tool_choice)
         request["toolConfig"] = tool_config
     request.update(split_params(params))
+    if cache is not None:
+        _add_cache_points(request, cache)
     return request
+
+
+def _add_cache_points(request: dict[str, Any], cache: CacheMode) -> None:
+    # The stable prefix ends at each of these points; Bedrock caches everything before a
+    # point (at most four per request: we place three).
+    if "system" in request:
+        request["system"].append(cache_point(cache))
+    if "toolConfig" in request:
+        request["toolConfig"]["tools"].append(cache_point(cache))
+    messages = request["messages"]
+    if len(messages) >= 2:
+        messages[-2]["content"].append(cache_point(cache))
+
+
+def _translate(index: int, message: Message, with_tools: bool) -> dict[str, Any]:
+    try:
+        return _clean_message(message, with_tools)
+    except _MALFORMED as exc:
+        raise UsageError(
+            f"messages[{index}] cannot be sent to Bedrock: {type(exc).__name__}: "
+            f"{shorten(exc, 200)} (agent_sync.validate_history lists the problems)"
+        ) from exc
 
 
 def _clean_message(message: Message, with_tools: bool) -> dict[str, Any]:
@@ -251,10 +314,33 @@ def _metadata(usage: Any, metrics: Any) -> dict[str, Any]:
         inputs = int(usage.get("inputTokens", 0))
         outputs = int(usage.get("outputTokens", 0))
         total = int(usage.get("totalTokens", inputs + outputs))
-        metadata["usage"] = {"inputTokens": inputs, "outputTokens": outputs, "totalTokens": total}
+        counts = {"inputTokens": inputs, "outputTokens": outputs, "totalTokens": total}
+        # Bedrock reports the cache figures under the Converse names already; inputTokens
+        # excludes the cached tokens (read or written), as on Anthropic.
+        counts.update({k: int(usage[k]) for k in _USAGE_KEYS if usage.get(k) is not None})
+        metadata["usage"] = counts
     if isinstance(metrics, Mapping):
         metadata["metrics"] = dict(metrics)
     return metadata
+
+
+def guard_events(events: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    """Pass ``events`` through; a malformed response becomes a :class:`ModelStreamError`.
+
+    The one guard of the response side: whatever shape the server sent, the parsers
+    (:func:`normalize_event`, :func:`converse_to_events`) raise only agent_sync errors.
+    """
+    try:
+        yield from events
+    except _MALFORMED as exc:
+        if isinstance(exc, AgentSyncError):
+            raise
+        raise ModelStreamError(
+            f"Bedrock sent a response that cannot be read: {type(exc).__name__}: "
+            f"{shorten(exc, 200)}",
+            provider="bedrock",
+            retryable=False,
+        ) from exc
 
 
 def converse_to_events(response: Mapping[str, Any]) -> Iterator[StreamEvent]:

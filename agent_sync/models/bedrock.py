@@ -10,21 +10,41 @@ classes for abortable subclasses; each call captures a
 :class:`~._urllib3_abort.RequestAbort` registered with the invocation's cancel scope, so
 ``cancel()`` shuts down *that request's* socket while connecting, while waiting for headers
 and while the stream is silent. Other threads sharing the client are not touched.
+
+Secrets: botocore logs signed request headers and the canonical request (session token
+included) at DEBUG, and the raw response body of errors. Constructing a model attaches the
+shared :class:`~agent_sync._redact.RedactingFilter` to every botocore and urllib3 module
+logger (a filter only sees records logged on its own logger, so a filter on ``botocore``
+alone would miss ``botocore.auth``), and every call registers the credentials it signs
+with, so no secret access key or session token reaches a record or an error.
+
+Prompt caching: a request with ``cache`` set carries ``cachePoint`` blocks (see
+:mod:`._bedrock_format`). If Bedrock (or botocore's client-side validation) rejects them,
+the call is sent again at once without them, and this model never sends them again.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .._redact import install_log_filter, register_secret
 from ..cancel import CancelScope
 from ..errors import ModelStreamError, UsageError
 from ..messages import StreamEvent
-from ._bedrock_errors import PROVIDER, map_error
-from ._bedrock_format import build_request, converse_to_events, normalize_event, split_params
+from ._bedrock_errors import PROVIDER, is_cache_rejection, map_error
+from ._bedrock_format import (
+    build_request,
+    converse_to_events,
+    guard_events,
+    normalize_event,
+    split_params,
+)
 from ._urllib3_abort import AbortableConnectionMixin, abort_on_cancel, abortable_pool_class
 from .base import ModelRequest
 
@@ -86,6 +106,7 @@ class BedrockModel:
             UsageError: Unknown parameter, or no region could be determined.
         """
         split_params(params)  # fail fast on a typo, not at the first call
+        install_log_filter(_library_logger_names())
         self.model_id = model_id
         self.streaming = streaming
         self.params = dict(params)
@@ -99,8 +120,11 @@ class BedrockModel:
         self._max_pool_connections = max_pool_connections
         self._session = boto_session
         self.region_name = region_name
+        # Set once a server rejected cachePoint blocks; from then on they are not sent.
+        self._cache_rejected = threading.Event()
         if client is None:
             self._session, self.region_name = _resolve_session(boto_session, region_name)
+        _register_credentials(_known_credentials(self._session, client))
 
     def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
         """Send ``request`` and yield Converse stream events as they arrive.
@@ -117,39 +141,49 @@ class BedrockModel:
             agent_sync.cancel.CancelledError: The scope was cancelled.
             UsageError: Unknown parameter in ``request.params``.
         """
-        body = build_request(
-            self.model_id,
-            request.messages,
-            request.system_prompt,
-            request.tool_specs,
-            request.tool_choice,
-            {**self.params, **request.params},
-        )
+        cache = None if self._cache_rejected.is_set() else request.cache
         client = self._get_client()
+        _register_credentials(_signing_credentials(client))
         cancel.raise_if_cancelled()
         response_stream: Any = None
         unregister_fallback: Callable[[], None] = _noop
         finished = False
         started = time.monotonic()
-        logger.debug(
-            "model_id=<%s>, streaming=<%s>, messages=<%d> | bedrock request",
-            self.model_id,
-            self.streaming,
-            len(body["messages"]),
-        )
         with abort_on_cancel(cancel) as abort:
             try:
-                try:
-                    with abort.capture():
-                        if self.streaming:
-                            response = client.converse_stream(**body)
-                        else:
-                            response = client.converse(**body)
-                except Exception as exc:
-                    cancel.raise_if_cancelled()
-                    raise map_error(exc) from exc
+                while True:
+                    body = self._build(request, cache)
+                    logger.debug(
+                        "model_id=<%s>, streaming=<%s>, messages=<%d>, cache=<%s> | "
+                        "bedrock request",
+                        self.model_id,
+                        self.streaming,
+                        len(body["messages"]),
+                        cache,
+                    )
+                    try:
+                        with abort.capture():
+                            if self.streaming:
+                                response = client.converse_stream(**body)
+                            else:
+                                response = client.converse(**body)
+                        break
+                    except Exception as exc:
+                        cancel.raise_if_cancelled()
+                        if cache is None or not is_cache_rejection(exc):
+                            raise map_error(exc) from exc
+                        # Nothing was generated: send the same request once more without
+                        # the cache points, and never send them from this model again.
+                        self._cache_rejected.set()
+                        logger.debug(
+                            "model_id=<%s>, error=<%s> | cachePoint rejected; "
+                            "sending without prompt caching from now on",
+                            self.model_id,
+                            type(exc).__name__,
+                        )
+                        cache = None
                 if not self.streaming:
-                    yield from converse_to_events(response)
+                    yield from guard_events(converse_to_events(response))
                     finished = True
                     return
                 response_stream = response["stream"]
@@ -172,13 +206,22 @@ class BedrockModel:
                     (time.monotonic() - started) * 1000,
                 )
 
+    def _build(self, request: ModelRequest, cache: Any) -> dict[str, Any]:
+        return build_request(
+            self.model_id,
+            request.messages,
+            request.system_prompt,
+            request.tool_specs,
+            request.tool_choice,
+            {**self.params, **request.params},
+            cache,
+        )
+
     def _events(self, response_stream: Any, cancel: CancelScope) -> Iterator[StreamEvent]:
         saw_stop = False
         try:
-            for raw in response_stream:  # the loop checks for cancel after every event
-                event = normalize_event(raw)
-                if event is None:
-                    continue
+            # the loop checks for cancel after every event
+            for event in guard_events(_normalized(response_stream)):
                 saw_stop = saw_stop or "messageStop" in event
                 yield event
         except Exception as exc:
@@ -252,6 +295,77 @@ def _resolve_session(boto_session: Any | None, region_name: str | None) -> tuple
             "region, or set AWS_REGION"
         )
     return session, str(region)
+
+
+def _normalized(response_stream: Any) -> Iterator[StreamEvent]:
+    for raw in response_stream:
+        event = normalize_event(raw)
+        if event is not None:
+            yield event
+
+
+@functools.cache
+def _library_logger_names() -> tuple[str, ...]:
+    """Every logger botocore, boto3 and urllib3 may log on (each module logs on its name).
+
+    Found from the installed files without importing anything; botocore's ``data`` folder
+    (service models, thousands of JSON files) holds no code and is skipped.
+    """
+    import boto3
+    import botocore
+    import urllib3
+
+    names: list[str] = []
+    for package in (botocore, boto3, urllib3):
+        root = os.path.dirname(package.__file__ or "")
+        for folder, subfolders, files in os.walk(root):
+            subfolders[:] = [d for d in subfolders if d not in ("data", "__pycache__")]
+            relative = os.path.relpath(folder, os.path.dirname(root))
+            prefix = relative.replace(os.sep, ".")
+            names.append(prefix)
+            names += [f"{prefix}.{f[:-3]}" for f in files if f.endswith(".py")]
+    return tuple(sorted(set(n.removesuffix(".__init__") for n in names)))
+
+
+def _known_credentials(session: Any, client: Any) -> Any:
+    """Credentials already held by ``session`` or ``client``, without resolving any.
+
+    Resolving the credential chain may query instance metadata, which construction must
+    not do; credentials resolved later are registered at each call instead.
+    """
+    if client is not None:
+        return getattr(getattr(client, "_request_signer", None), "_credentials", None)
+    return getattr(getattr(session, "_session", None), "_credentials", None)
+
+
+def _signing_credentials(client: Any) -> Any:
+    """The frozen credentials the client signs this call with (the chain's current ones)."""
+    credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+    freeze = getattr(credentials, "get_frozen_credentials", None)
+    if not callable(freeze):
+        return credentials
+    try:
+        return freeze()
+    except Exception:  # a refresh failing here fails again, mapped, when the call signs
+        return None
+
+
+def _register_credentials(credentials: Any) -> None:
+    # The access key id is an identifier, not a secret (AWS prints it in errors): keep it
+    # readable; the secret key and the session token are what must never leak.
+    if credentials is None:
+        return
+    if hasattr(credentials, "refresh_needed"):
+        # RefreshableCredentials: the public properties may refresh (a network call);
+        # the fields hold the current values.
+        secret = getattr(credentials, "_secret_key", None)
+        token = getattr(credentials, "_token", None)
+    else:  # Credentials or the ReadOnlyCredentials of get_frozen_credentials()
+        secret = getattr(credentials, "secret_key", None)
+        token = getattr(credentials, "token", None)
+    for value in (secret, token):
+        if isinstance(value, str):
+            register_secret(value)
 
 
 def _make_abortable(client: Any) -> None:

@@ -234,6 +234,9 @@ def _stop_reason(turn: ServerTurn) -> str:
 
 
 def _usage(turn: ServerTurn) -> dict[str, int]:
+    # Sent as scripted (cacheReadInputTokens / cacheWriteInputTokens included, and
+    # wrong types too, to test clients); only a missing total is derived.
     usage = turn.derived_usage()
-    usage.setdefault("totalTokens", usage["inputTokens"] + usage["outputTokens"])
+    if "totalTokens" not in usage:
+        usage["totalTokens"] = usage["inputTokens"] + usage["outputTokens"]
     return usage
