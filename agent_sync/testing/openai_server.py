@@ -17,6 +17,23 @@ OpenAI (and vLLM, Ollama, llama.cpp) do:
   ``data: {"error": {...}}`` line instead of the finish chunk (as vLLM and proxies do);
 * ``corrupt_after``: a ``data:`` line with malformed JSON.
 
+Compatible servers' quirks, per server (constructor arguments):
+
+* ``error_shape``: the error body as ``"openai"`` (with an ``x-request-id`` header, as
+  OpenAI sends), ``"vllm"`` (top-level ``{"object": "error", "message", "type",
+  "code": 400}``), ``"llama.cpp"`` (``{"error": {"code": 400, "message", "type"}}``),
+  ``"ollama"`` (``{"error": {"message", "type", "param": null, "code": null}}``) or
+  ``"litellm"`` (``{"error": {"message", "type": null, "param": null, "code": "400"}}``);
+* ``json_for_streams=True``: answer ``stream: true`` with one ``chat.completion`` JSON
+  object (LiteLLM's mocked responses do);
+* ``rejected_fields``: request fields this server refuses, as strict servers do with
+  fields they do not know: 400 ``Unrecognized request argument supplied: <field>``
+  without using up a turn (the turn answers the next request).
+
+Usage: a turn's ``usage`` key ``cacheReadInputTokens`` is reported as
+``prompt_tokens_details.cached_tokens`` (``prompt_tokens`` is ``inputTokens``, which for
+OpenAI includes the cached tokens).
+
 Frame counts (``stall_after`` etc.) count SSE events; frame 0 is the role chunk (or the
 ``: keep-alive`` comment when ``comments=True``).
 """
@@ -25,11 +42,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ._http_server import ScriptedServer, ServerTurn, TurnSpec, _Handler
 
-__all__ = ["OpenAIServer"]
+__all__ = ["ErrorShape", "OpenAIServer"]
+
+ErrorShape = Literal["openai", "vllm", "llama.cpp", "ollama", "litellm"]
+"""Whose error body :class:`OpenAIServer` sends; see the module docstring."""
 
 _DERIVED_CODES = {
     400: ("invalid_request_error", "invalid_request_error"),
@@ -50,6 +70,9 @@ class OpenAIServer(ScriptedServer):
         comments: Start each stream with an SSE comment line (``: keep-alive``), as
             OpenRouter and some proxies do.
         model: The ``model`` reported in chunks.
+        error_shape: Whose error body to send (see the module docstring).
+        json_for_streams: Answer ``stream: true`` with a ``chat.completion`` JSON object.
+        rejected_fields: Request fields answered with a 400 naming the field.
     """
 
     provider = "openai"
@@ -62,12 +85,19 @@ class OpenAIServer(ScriptedServer):
         comments: bool = False,
         model: str = "gpt-test",
         host: str = "127.0.0.1",
+        error_shape: ErrorShape = "openai",
+        json_for_streams: bool = False,
+        rejected_fields: Iterable[str] = (),
     ) -> None:
         super().__init__(turns, host=host)
         self.interleave_tool_calls = interleave_tool_calls
         self.comments = comments
         self.model = model
+        self.error_shape = error_shape
+        self.json_for_streams = json_for_streams
+        self.rejected_fields = tuple(rejected_fields)
         self._completions = 0
+        self._errors = 0
 
     @property
     def url(self) -> str:
@@ -80,13 +110,33 @@ class OpenAIServer(ScriptedServer):
         return method == "POST" and path.split("?", 1)[0].endswith("/chat/completions")
 
     def render_error(self, turn: ServerTurn, path: str) -> tuple[bytes, str]:
-        return json.dumps({"error": _error_object(turn)}).encode(), "application/json"
+        return json.dumps(self._error_body(turn)).encode(), "application/json"
+
+    def error_headers(self, turn: ServerTurn) -> dict[str, str]:
+        headers = super().error_headers(turn)
+        if self.error_shape == "openai":
+            with self._lock:
+                self._errors += 1
+                headers["x-request-id"] = f"req_test{self._errors:04d}"
+        return headers
 
     def corrupt_frame(self) -> bytes:
         return b'data: {"id": "chatcmpl-corrupt", "choices": [{"delta": {"content": "x"\n\n'
 
     def respond(self, handler: _Handler, turn: ServerTurn, request: Any, path: str) -> None:
-        if isinstance(request, dict) and request.get("stream") is not True:
+        rejected = [f for f in self.rejected_fields if isinstance(request, dict) and f in request]
+        if rejected:
+            with self._lock:
+                self._turns.appendleft(turn)  # this request is refused; the turn answers the next
+            refusal = ServerTurn(
+                status=400, error_message=f"Unrecognized request argument supplied: {rejected[0]}"
+            )
+            body = json.dumps(self._error_body(refusal)).encode()
+            handler.send_body(400, body, "application/json", self.error_headers(refusal))
+            return
+        if isinstance(request, dict) and (
+            request.get("stream") is not True or self.json_for_streams
+        ):
             body = json.dumps(self._completion(turn)).encode()
             handler.send_body(200, body, "application/json")
             return
@@ -141,6 +191,26 @@ class OpenAIServer(ScriptedServer):
         return frames
 
     # -- helpers --
+
+    def _error_body(self, turn: ServerTurn) -> dict[str, Any]:
+        error = _error_object(turn)
+        shape = self.error_shape
+        if shape == "vllm":
+            return {"object": "error", "message": error["message"], "type": "BadRequestError",
+                    "param": None, "code": turn.status}  # fmt: skip
+        if shape == "llama.cpp":
+            kind = turn.error_type or (
+                "invalid_request_error" if turn.status < 500 else "server_error"
+            )
+            return {"error": {"code": turn.status, "message": error["message"], "type": kind}}
+        if shape == "ollama":
+            kind = "invalid_request_error" if turn.status < 500 else "api_error"
+            return {"error": {"message": error["message"], "type": kind, "param": None,
+                              "code": None}}  # fmt: skip
+        if shape == "litellm":
+            return {"error": {"message": error["message"], "type": None, "param": None,
+                              "code": str(turn.status)}}  # fmt: skip
+        return {"error": error}
 
     def _next_id(self) -> str:
         with self._lock:
@@ -208,14 +278,17 @@ def _finish_reason(turn: ServerTurn) -> str:
     return "tool_calls" if turn.tool_calls else "stop"
 
 
-def _openai_usage(usage: dict[str, int]) -> dict[str, int]:
+def _openai_usage(usage: dict[str, int]) -> dict[str, Any]:
     prompt = usage.get("inputTokens", 0)
     completion = usage.get("outputTokens", 0)
-    return {
+    wire: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if "cacheReadInputTokens" in usage:
+        wire["prompt_tokens_details"] = {"cached_tokens": usage["cacheReadInputTokens"]}
+    return wire
 
 
 def _error_object(turn: ServerTurn) -> dict[str, Any]:
