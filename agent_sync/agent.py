@@ -1,24 +1,34 @@
 """The :class:`Agent`: invoke, stream, cancel, and the one-invocation-at-a-time guard.
 
-Concurrency design: an agent runs at most one invocation at a time. ``invoke``/``stream``
-take ``_invocation_lock`` without blocking (a busy agent raises
-:class:`~agent_sync.errors.ConcurrentInvocationError` at once and touches nothing) and
-release it in ``finally``, only if they took it. Each invocation gets a fresh
-:class:`~agent_sync.cancel.CancelScope`; ``cancel()`` reads the current scope under
-``_state_lock`` and cancels it outside that lock (abort callbacks may shut sockets down).
-The scope is closed before the lock is released, so a late ``cancel()`` returns ``False``
-and cannot touch the next invocation.
+Concurrency design: an agent runs at most one invocation at a time. The agent is held by a
+:class:`_Run` (the invocation's cancel scope, timeout timer and event generator) stored in
+``_run``: ``invoke``/``stream`` take it under ``_state_lock`` without waiting (a busy agent
+raises :class:`~agent_sync.errors.ConcurrentInvocationError` at once and touches nothing);
+``is_running`` is ``_run is not None``; ``cancel()`` reads ``_run`` once and cancels its
+scope (abort callbacks may shut sockets down), so a late ``cancel()`` reaches a finished
+run's closed scope and returns ``False``, never the next invocation.
+
+Ctrl-C: ``KeyboardInterrupt`` can land between any two bytecodes of the invoking thread
+(in practice wherever CPython checks for signals: after calls, at function entry, on loop
+back-edges). So the run is taken *inside* the ``try`` whose ``finally`` gives it back, and
+that ``finally`` (1) closes the event generator before the scope (the loop's own cleanup
+cancels the scope, wakes running tools and closes the turn; a closed scope would hide the
+cancel from them), and does so twice (:meth:`_Run.end` is idempotent, so an interruption
+of the first attempt cannot skip it), then (2) releases the agent with one attribute store
+that no call precedes, so no interruption can leave the agent held.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from types import TracebackType
 from typing import Any, Union
 
+from ._history import close_turn
 from .cancel import CancelScope
 from .errors import ConcurrentInvocationError, UsageError
 from .events import AgentEvent
@@ -51,6 +61,45 @@ UNSET = _Unset()
 def _check_cache(cache: object) -> None:
     if cache not in (None, "short", "long"):
         raise UsageError(f"cache must be None, 'short' or 'long', got {cache!r}")
+
+
+class _Run:
+    """One invocation's hold on the agent: its scope, timer, invocation and events.
+
+    :meth:`end` is idempotent, so callers attempt it twice (the second attempt finishes
+    whatever a Ctrl-C cut short) before they release the agent.
+    """
+
+    __slots__ = ("events", "invocation", "scope", "timer")
+
+    def __init__(self) -> None:
+        self.scope = CancelScope()
+        self.timer: threading.Timer | None = None
+        self.invocation: Invocation | None = None
+        self.events: Generator[AgentEvent, None, None] | None = None
+
+    def end(self) -> None:
+        """Leave the history valid, close the scope, stop the timer; each step runs even
+        if an earlier one is interrupted."""
+        try:
+            events, invocation = self.events, self.invocation
+            if events is not None and invocation is not None:
+                if inspect.getgeneratorstate(events) == inspect.GEN_CREATED:
+                    invocation.close_unstarted()  # keeps the prompt, closes the turn
+                # The loop's own cleanup runs here, while the scope is still open: it
+                # cancels the scope (waking running tools), waits out their grace period
+                # and closes the turn. No-op if the generator has finished.
+                events.close()
+                close_turn(invocation.messages, None)  # never leave a toolUse unanswered
+        finally:
+            try:
+                self.scope.close()
+            finally:
+                timer = self.timer
+                if timer is not None:
+                    timer.cancel()
+                    if timer.is_alive() and timer is not threading.current_thread():
+                        timer.join(5)
 
 
 class Agent:
@@ -125,9 +174,8 @@ class Agent:
             cache=cache,
         )
         self._messages: list[Message] = self._checked_history(messages or [])
-        self._invocation_lock = threading.Lock()
-        self._state_lock = threading.Lock()
-        self._scope: CancelScope | None = None
+        self._state_lock = threading.Lock()  # makes "check _run, then take it" atomic
+        self._run: _Run | None = None
 
     # -- public API --
 
@@ -153,17 +201,17 @@ class Agent:
     @messages.setter
     def messages(self, value: Sequence[Message]) -> None:
         checked = self._checked_history(value)
-        if not self._invocation_lock.acquire(blocking=False):
-            raise ConcurrentInvocationError("cannot replace the history while the agent is running")
-        try:
+        with self._state_lock:
+            if self._run is not None:
+                raise ConcurrentInvocationError(
+                    "cannot replace the history while the agent is running"
+                )
             self._messages = checked
-        finally:
-            self._invocation_lock.release()
 
     @property
     def is_running(self) -> bool:
         """Whether an invocation (or an unfinished stream) holds the agent."""
-        return self._invocation_lock.locked()
+        return self._run is not None
 
     def invoke(
         self,
@@ -192,14 +240,22 @@ class Agent:
             ModelError: The model failed after retries; the history is left valid and ends
                 with the user's message.
         """
-        invocation, timer = self._begin(prompt, timeout, cache, emit_deltas=False)
+        run = _Run()
         try:
-            for _ in invocation.run():
+            events = self._begin(run, prompt, timeout, cache, emit_deltas=False)
+            for _ in events:
                 pass
         finally:
-            self._end(invocation, timer)
-        assert invocation.result is not None
-        return invocation.result
+            try:
+                run.end()
+            finally:
+                try:
+                    run.end()  # again: completes whatever a Ctrl-C cut short
+                finally:
+                    if self._run is run:  # no call before the store: Ctrl-C cannot skip it
+                        self._run = None
+        assert run.invocation is not None and run.invocation.result is not None
+        return run.invocation.result
 
     __call__ = invoke
 
@@ -218,8 +274,20 @@ class Agent:
         ``"stream closed"`` and leaves the history valid. Same arguments and errors as
         :meth:`invoke`; the last event is ``Done`` carrying the result.
         """
-        invocation, timer = self._begin(prompt, timeout, cache, emit_deltas=True)
-        return AgentStream(self, invocation, timer)
+        run = _Run()
+        try:
+            self._begin(run, prompt, timeout, cache, emit_deltas=True)
+            return AgentStream(self, run)
+        except BaseException:
+            try:
+                run.end()
+            finally:
+                try:
+                    run.end()
+                finally:
+                    if self._run is run:
+                        self._run = None
+            raise
 
     def cancel(self, reason: str | None = None) -> bool:
         """Stop the running invocation, from any thread, at any moment.
@@ -232,61 +300,54 @@ class Agent:
             ``True`` if a running invocation was signalled; ``False`` if the agent was idle
             (then nothing happens, and the next invocation is not affected).
         """
-        with self._state_lock:
-            scope = self._scope
-        return scope.cancel(reason) if scope is not None else False
+        run = self._run  # one read: the run of this moment, or None
+        return run.scope.cancel(reason) if run is not None else False
 
     # -- internals --
 
     def _begin(
         self,
+        run: _Run,
         prompt: Prompt,
         timeout: float | None,
         cache: CacheMode | None | _Unset,
         *,
         emit_deltas: bool,
-    ) -> tuple[Invocation, threading.Timer | None]:
-        if not self._invocation_lock.acquire(blocking=False):
-            raise ConcurrentInvocationError(
-                "this agent is already running; use one agent per conversation or wait for it"
-            )
-        try:
-            blocks = self._prompt_blocks(prompt)
-            if timeout is not None and timeout <= 0:
-                raise UsageError("timeout must be positive (seconds)")
-            if isinstance(cache, _Unset):
-                cache = self._settings.cache
-            _check_cache(cache)
-            scope = CancelScope()
-            if blocks:
-                if self._messages and self._messages[-1]["role"] == "user":
-                    self._messages[-1]["content"].extend(blocks)  # e.g. after a model error
-                else:
-                    self._messages.append({"role": "user", "content": blocks})
-            with self._state_lock:
-                self._scope = scope
-            timer = None
-            if timeout is not None:
-                timer = threading.Timer(timeout, scope.cancel, args=("timeout",))
-                timer.name = "agent_sync-timeout"
-                timer.daemon = True
-                timer.start()
-            invocation = Invocation(
-                self._settings, self._messages, scope, self, emit_deltas=emit_deltas, cache=cache
-            )
-            return invocation, timer
-        except BaseException:
-            self._invocation_lock.release()
-            raise
+    ) -> Generator[AgentEvent, None, None]:
+        """Take the agent for ``run`` and set the invocation up; return its events.
 
-    def _end(self, invocation: Invocation, timer: threading.Timer | None) -> None:
-        if timer is not None:
-            timer.cancel()
-            timer.join(5)
-        invocation.scope.close()
+        The caller's ``finally`` ends the run and releases the agent, whether or not this
+        got as far as taking it (it only releases a run it finds in ``_run``).
+        """
         with self._state_lock:
-            self._scope = None
-        self._invocation_lock.release()
+            if self._run is not None:
+                raise ConcurrentInvocationError(
+                    "this agent is already running; use one agent per conversation or wait for it"
+                )
+            self._run = run
+        blocks = self._prompt_blocks(prompt)
+        if timeout is not None and timeout <= 0:
+            raise UsageError("timeout must be positive (seconds)")
+        if isinstance(cache, _Unset):
+            cache = self._settings.cache
+        _check_cache(cache)
+        invocation = Invocation(
+            self._settings, self._messages, run.scope, self, emit_deltas=emit_deltas, cache=cache
+        )
+        if blocks:
+            if self._messages and self._messages[-1]["role"] == "user":
+                self._messages[-1]["content"].extend(blocks)  # e.g. after a model error
+            else:
+                self._messages.append({"role": "user", "content": blocks})
+        run.invocation = invocation
+        events = run.events = invocation.run()
+        if timeout is not None:
+            timer = threading.Timer(timeout, run.scope.cancel, args=("timeout",))
+            timer.name = "agent_sync-timeout"
+            timer.daemon = True
+            run.timer = timer
+            timer.start()
+        return events
 
     def _prompt_blocks(self, prompt: Prompt) -> list[ContentBlock]:
         if prompt is None:
@@ -316,33 +377,55 @@ class Agent:
 
 
 class AgentStream:
-    """The iterator ``Agent.stream()`` returns. Close it (or use ``with``) to stop early."""
+    """The iterator ``Agent.stream()`` returns. Close it (or use ``with``) to stop early.
 
-    def __init__(self, agent: Agent, invocation: Invocation, timer: threading.Timer | None) -> None:
+    Iterate it from one thread at a time; ``close()`` and ``cancel()`` may be called from
+    any thread at any moment. If another thread is inside ``next()`` when ``close()`` is
+    called, ``close()`` cancels the run and returns at once, and that thread ends the run
+    and releases the agent as soon as its ``next()`` returns (its iteration then stops).
+    Otherwise ``close()`` ends the run itself. Either way the run is ended exactly once,
+    with one closing message.
+    """
+
+    def __init__(self, agent: Agent, run: _Run) -> None:
+        assert run.events is not None
         self._agent = agent
-        self._invocation = invocation
-        self._timer = timer
-        self._events = invocation.run()
-        self._started = False
-        self._ended = False
-        self._guard = threading.Lock()
+        self._run = run
+        self._events = run.events
+        self._guard = threading.Lock()  # orders next() against close() from other threads
+        self._iterating = False  # a thread is inside next(self._events)
+        self._closing = False  # close() was called: no new next(); an iterator finishes
+        self._ended = False  # the run has been ended (exactly once)
 
     @property
     def result(self) -> AgentResult | None:
         """The result once the stream has ended (also after ``close()``)."""
-        return self._invocation.result
+        invocation = self._run.invocation
+        return invocation.result if invocation is not None else None
 
     def __iter__(self) -> AgentStream:
         return self
 
     def __next__(self) -> AgentEvent:
-        if self._ended:
-            raise StopIteration
-        self._started = True
+        mine = False  # whether this call entered the generator (then it must finish)
         try:
-            return next(self._events)
+            with self._guard:
+                if self._ended or self._closing:
+                    raise StopIteration
+                if self._iterating:
+                    raise UsageError("this stream is being iterated by another thread")
+                self._iterating = mine = True
+            event = next(self._events)
+            with self._guard:
+                self._iterating = False
+                closing = self._closing
+            if closing:  # close() came from another thread during next(): end it here
+                raise StopIteration
+            return event
         except BaseException:
-            self._finish()
+            if mine:
+                self._iterating = False
+                self._finish()
             raise
 
     def cancel(self, reason: str | None = None) -> bool:
@@ -355,30 +438,45 @@ class AgentStream:
         Returns:
             ``True`` if the run was still going and is now signalled.
         """
-        return self._invocation.scope.cancel(reason)
+        return self._run.scope.cancel(reason)
 
     def close(self) -> None:
-        """Cancel the run if it is still going and release the agent. Idempotent."""
+        """Cancel the run if it is still going and release the agent.
+
+        Idempotent and safe from any thread; never raises (a failure while ending the run
+        is logged). The closing message ("Cancelled by user") is written exactly once.
+        """
         with self._guard:
             if self._ended:
                 return
-            if not self._started:
-                self._invocation.close_unstarted()
-            else:
-                self._invocation.scope.cancel("stream closed")
-                if getattr(self._events, "gi_running", False):
-                    # another thread is inside next(): the cancel ends its iteration,
-                    # and that thread releases the agent.
-                    return
-                self._events.close()
-        self._finish()
+            self._closing = True
+            busy = self._iterating
+        if busy:
+            # Another thread is inside next(): the cancel ends its iteration promptly and
+            # that thread ends the run (two threads never run the generator at once).
+            self._run.scope.cancel("stream closed")
+            return
+        try:
+            self._finish()
+        except Exception:  # called from finalisers and other threads: never raise
+            logger.warning("closing the agent stream failed", exc_info=True)
 
     def _finish(self) -> None:
-        with self._guard:
-            if self._ended:
-                return
-            self._ended = True
-        self._agent._end(self._invocation, self._timer)
+        agent, run = self._agent, self._run
+        mine = False
+        try:
+            with self._guard:
+                if not self._ended:
+                    self._ended = mine = True
+            if mine:
+                run.end()
+        finally:
+            if mine:
+                try:
+                    run.end()  # again: completes whatever a Ctrl-C cut short
+                finally:
+                    if agent._run is run:  # no call before the store: Ctrl-C cannot skip it
+                        agent._run = None
 
     def __enter__(self) -> AgentStream:
         return self
@@ -393,7 +491,4 @@ class AgentStream:
 
     def __del__(self) -> None:
         if not getattr(self, "_ended", True):
-            try:
-                self.close()
-            except Exception:  # never raise from a finaliser
-                logger.warning("closing an abandoned agent stream failed", exc_info=True)
+            self.close()

@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 from ._history import close_turn, tool_result_message
 from .cancel import CancelledError, CancelScope
+from .errors import ModelStreamError
 from .events import AgentEvent, Done, MessageComplete, ModelRetry
 from .messages import CANCELLED_TEXT, Message, StreamEvent, ToolSpec, Usage
 from .models.base import CacheMode, Model, ModelRequest
@@ -101,7 +102,11 @@ class Invocation:
             self.scope.cancel("stream closed")
             self._finish_cancelled()
             raise
-        except BaseException:  # a model error, or Ctrl-C: leave the history valid, then raise
+        except BaseException as exc:  # a model error, or Ctrl-C: leave the history valid, raise
+            if not isinstance(exc, Exception):
+                # Ctrl-C (KeyboardInterrupt) and the like end the run as cancel() does:
+                # running tools are told, and the turn is closed.
+                self.scope.cancel("interrupted")
             close_turn(self.messages, CANCELLED_TEXT if self.scope.cancelled else None)
             raise
         assert self.result is not None
@@ -133,14 +138,23 @@ class Invocation:
                         raise CancelledError(self.scope.reason or "cancelled")
             finally:
                 _close(stream)
+            if assembler.stop_reason is None:
+                # A truncated stream is never a finished answer. After an abort a provider
+                # may simply stop yielding (models.base): then it is the cancel (below).
+                raise ModelStreamError(
+                    "the model stream ended before its stop event (messageStop): "
+                    "the response is incomplete",
+                    provider=type(self.settings.model).__name__,
+                )
             if self._first_token is None and assembler.first_text_at is not None:
                 self._first_token = assembler.first_text_at - self._started
         except BaseException as exc:
             self._model_time += time.perf_counter() - started
-            if self.scope.cancelled or isinstance(exc, (GeneratorExit, KeyboardInterrupt)):
+            interrupted = not isinstance(exc, Exception)  # closed generator, Ctrl-C, exit
+            if self.scope.cancelled or interrupted:
                 # whatever the provider raised after an abort is the cancel, not an error
                 self.messages.append(assembler.partial(CANCELLED_TEXT))
-                if isinstance(exc, (GeneratorExit, KeyboardInterrupt)):
+                if interrupted:
                     raise
                 raise CancelledError(self.scope.reason or "cancelled") from exc
             raise

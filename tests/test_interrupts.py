@@ -1,0 +1,217 @@
+"""Ctrl-C (KeyboardInterrupt) at any moment of invoke()/stream() leaves the agent idle, the
+history valid, and the next call working (DESIGN.md 4a).
+
+Random SIGINTs run in a child process, so a stray signal can never kill the pytest run; in
+process, KeyboardInterrupt comes only from code the test controls: a tool that sends SIGINT
+to the main thread (as a terminal's Ctrl-C does), or a model stream that raises it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_sync import Agent, ToolContext, tool, validate_history
+from agent_sync.cancel import CancelScope
+from agent_sync.events import ToolStart
+from agent_sync.messages import CANCELLED_TEXT, StreamEvent
+from agent_sync.models.base import ModelRequest
+from agent_sync.testing import ScriptedModel
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# One random SIGINT per invoke; after each, wait (on signal.set_wakeup_fd, not on time) until
+# the signal has been handled, wherever it landed, then check the agent. Prints one JSON line.
+CHILD = r"""
+import json, os, random, signal, sys, threading
+from agent_sync import Agent, ConcurrentInvocationError, validate_history
+from agent_sync.testing import ScriptedModel
+
+count, timeout, seed = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+timeout = None if timeout == "none" else float(timeout)
+rng = random.Random(seed)
+handled = 0
+
+def on_sigint(signum, frame):
+    global handled
+    handled += 1
+    raise KeyboardInterrupt
+
+read_end, write_end = os.pipe()
+os.set_blocking(write_end, False)
+signal.set_wakeup_fd(write_end)
+signal.signal(signal.SIGINT, on_sigint)
+pid = os.getpid()
+seen = {"interrupted": 0, "returned": 0, "stuck": 0, "invalid": 0, "next_failed": 0}
+agent = Agent(ScriptedModel(["quick answer"], repeat=True))
+for n in range(1, count + 1):
+    timer = threading.Timer(rng.uniform(0, 0.002), os.kill, (pid, signal.SIGINT))
+    try:
+        timer.start()
+        agent.invoke("question", timeout=timeout)
+        seen["returned"] += 1
+    except KeyboardInterrupt:
+        seen["interrupted"] += 1
+    while handled < n:  # the signal may land after invoke returned: consume it here
+        try:
+            os.read(read_end, 1)  # returns once the C-level handler has run
+        except KeyboardInterrupt:
+            pass
+    timer.join(5)
+    if agent.is_running:
+        seen["stuck"] += 1
+        agent = Agent(ScriptedModel(["quick answer"], repeat=True))
+        continue
+    if validate_history(agent.messages):
+        seen["invalid"] += 1
+        agent = Agent(ScriptedModel(["quick answer"], repeat=True))
+        continue
+    try:
+        agent.invoke("next")
+    except ConcurrentInvocationError:
+        seen["next_failed"] += 1
+    if validate_history(agent.messages) or agent.is_running:
+        seen["invalid"] += 1
+        agent = Agent(ScriptedModel(["quick answer"], repeat=True))
+    if len(agent.messages) > 200:
+        agent = Agent(ScriptedModel(["quick answer"], repeat=True))
+signal.set_wakeup_fd(-1)
+print(json.dumps(seen))
+"""
+
+
+def run_child(count: int, timeout: str, seed: int) -> dict[str, int]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (env.get("PYTHONPATH", ""), str(ROOT)) if p
+    )  # an inherited PYTHONPATH (e.g. an old worktree) comes first
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(count), timeout, str(seed)],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen: dict[str, int] = json.loads(done.stdout.strip().splitlines()[-1])
+    return seen
+
+
+@pytest.mark.parametrize("timeout", ["none", "30"])
+def test_random_sigints_never_leave_the_agent_running(timeout: str) -> None:
+    seen = run_child(400, timeout, seed=7)
+    assert (seen["stuck"], seen["invalid"], seen["next_failed"]) == (0, 0, 0), seen
+    assert seen["interrupted"] + seen["returned"] == 400 - seen["stuck"] - seen["invalid"]
+
+
+def press_ctrl_c() -> None:
+    """What a terminal's Ctrl-C does: SIGINT delivered to the main thread."""
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+
+def test_ctrl_c_at_the_start_of_a_tool_batch_tells_the_tool() -> None:
+    """The signal lands while the batch starts its worker (Thread.start() waits): the tool
+    is told at once, as on cancel(), instead of sleeping out its wait, unaware."""
+    assert threading.current_thread() is threading.main_thread()
+    told = threading.Event()
+
+    @tool
+    def slow(context: ToolContext) -> str:
+        """Presses Ctrl-C, then waits cooperatively."""
+        press_ctrl_c()
+        if context.wait(30):
+            told.set()
+        return "done"
+
+    model = ScriptedModel([{"tool_calls": [{"name": "slow", "input": {}}]}, "after"], repeat=True)
+    agent = Agent(model, tools=[slow], tool_grace_period=5)
+    with pytest.raises(KeyboardInterrupt):
+        agent.invoke("go")
+    assert told.wait(10), "the running tool was never told about Ctrl-C"
+    assert not agent.is_running
+    assert validate_history(agent.messages) == []
+    assert agent.messages[-1] == {"role": "assistant", "content": [{"text": CANCELLED_TEXT}]}
+    assert agent.invoke("again").stop_reason in ("end_turn", "tool_use")
+    assert validate_history(agent.messages) == []
+
+
+def test_ctrl_c_while_a_tool_runs_keeps_its_result_and_closes_the_turn() -> None:
+    """Ctrl-C while the loop waits for a running tool: the tool is told, returns within
+    its grace period, its result is kept, and the turn is closed; then it propagates."""
+    assert threading.current_thread() is threading.main_thread()
+    running, told = threading.Event(), threading.Event()
+
+    @tool
+    def slow(context: ToolContext) -> str:
+        """Waits until the test sees it running, presses Ctrl-C, waits cooperatively."""
+        assert running.wait(10)
+        press_ctrl_c()
+        if context.wait(30):
+            told.set()
+        return "done"
+
+    model = ScriptedModel([{"tool_calls": [{"name": "slow", "input": {}}]}, "after"], repeat=True)
+    agent = Agent(model, tools=[slow], tool_grace_period=5)
+    with pytest.raises(KeyboardInterrupt), agent.stream("go") as stream:
+        for event in stream:
+            if isinstance(event, ToolStart):
+                running.set()
+    assert told.is_set(), "the running tool was never told about Ctrl-C"
+    assert not agent.is_running
+    assert validate_history(agent.messages) == []
+    result = agent.messages[2]["content"][0]["toolResult"]
+    assert result["content"] == [{"text": "done"}]  # it returned within its grace period
+    assert agent.messages[-1] == {"role": "assistant", "content": [{"text": CANCELLED_TEXT}]}
+    assert agent.invoke("again").stop_reason in ("end_turn", "tool_use")
+
+
+class InterruptingModel:
+    """Streams a little text, then raises KeyboardInterrupt (as Ctrl-C in a model's read)."""
+
+    def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
+        yield {"messageStart": {"role": "assistant"}}
+        yield {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": "Half an"}}}
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("kind", ["invoke", "stream"])
+def test_keyboard_interrupt_in_a_model_stream_leaves_the_agent_idle(kind: str) -> None:
+    agent = Agent(InterruptingModel())
+    with pytest.raises(KeyboardInterrupt):
+        if kind == "invoke":
+            agent.invoke("hi")
+        else:
+            for _ in agent.stream("hi"):
+                pass
+    assert not agent.is_running
+    assert validate_history(agent.messages) == []
+    assert agent.messages[-1] == {
+        "role": "assistant",
+        "content": [{"text": "Half an"}, {"text": CANCELLED_TEXT}],
+    }
+
+
+def test_keyboard_interrupt_raised_by_a_tool_does_not_wedge_the_agent() -> None:
+    @tool
+    def boom() -> str:
+        """Raises KeyboardInterrupt in its worker thread."""
+        raise KeyboardInterrupt
+
+    model = ScriptedModel([{"tool_calls": [{"name": "boom", "input": {}}]}, "after"], repeat=True)
+    agent = Agent(model, tools=[boom], tool_executor="sequential")
+    try:
+        agent.invoke("go")
+    except KeyboardInterrupt:
+        pass  # propagating it is allowed; wedging the agent is not
+    assert not agent.is_running
+    assert validate_history(agent.messages) == []
+    assert agent.invoke("again").stop_reason in ("end_turn", "tool_use")
