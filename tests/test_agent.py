@@ -6,12 +6,14 @@ import copy
 import gc
 import json
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from agent_sync import Agent, ConcurrentInvocationError, ModelError, UsageError, tool
+from agent_sync.errors import ModelStreamError
 from agent_sync.events import Done, MessageComplete, TextDelta, ToolEnd, ToolStart
-from agent_sync.messages import CANCELLED_TEXT
+from agent_sync.messages import CANCELLED_TEXT, StreamEvent
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.doubles import BackgroundInvoke, ObservedModel, assert_valid
 
@@ -379,4 +381,26 @@ def test_stream_cancel_targets_its_own_run_only() -> None:
     assert second.cancel("stop") is True
     assert [e.type for e in second][-1] == "done"
     assert second.result is not None and second.result.cancel_reason == "stop"
+    assert_valid(agent)
+
+
+class TruncatedModel:
+    """A stream that ends without its stop event (a dropped connection read as EOF)."""
+
+    def stream(self, request: object, *, cancel: object) -> Iterator[StreamEvent]:
+        yield {"messageStart": {"role": "assistant"}}
+        yield {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": "The answ"}}}
+
+
+@pytest.mark.parametrize("kind", ["invoke", "stream"])
+def test_a_truncated_stream_is_a_model_stream_error_not_an_answer(kind: str) -> None:
+    agent = Agent(TruncatedModel())  # type: ignore[arg-type]
+    with pytest.raises(ModelStreamError, match="stop event"):
+        if kind == "invoke":
+            agent.invoke("hi")
+        else:
+            for _ in agent.stream("hi"):
+                pass
+    assert not agent.is_running
+    assert agent.messages == [{"role": "user", "content": [{"text": "hi"}]}]  # retry-able
     assert_valid(agent)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from agent_sync import Agent, RetryPolicy, ToolContext, tool
+from agent_sync.cancel import CancelScope
 from agent_sync.errors import ModelThrottledError
 from agent_sync.events import ModelRetry, TextDelta
-from agent_sync.messages import CANCELLED_TEXT
+from agent_sync.messages import CANCELLED_TEXT, StreamEvent
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.doubles import BackgroundInvoke, ObservedModel, assert_valid, texts
 
@@ -404,4 +406,39 @@ def test_abandoned_tool_sees_its_own_scope_stay_cancelled() -> None:
     assert observed == [True]
     agent.cancel()
     second.result()
+    assert_valid(agent)
+
+
+class QuietAfterAbortModel:
+    """Follows models.base to the letter: after an abort it simply stops yielding (no
+    messageStop, no error), like a provider whose read ends quietly when its socket is
+    shut down."""
+
+    def __init__(self) -> None:
+        self.streaming = threading.Event()
+
+    def stream(self, request: object, *, cancel: CancelScope) -> Iterator[StreamEvent]:
+        aborted = threading.Event()
+        unregister = cancel.register_abort(aborted.set)
+        try:
+            yield {"messageStart": {"role": "assistant"}}
+            yield {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": "Half an"}}}
+            self.streaming.set()
+            aborted.wait(30)  # a silent socket; the abort ends it and the stream just ends
+        finally:
+            unregister()
+
+
+def test_a_stream_that_stops_quietly_after_the_abort_is_cancelled_not_an_answer() -> None:
+    model = QuietAfterAbortModel()
+    agent = Agent(model)  # type: ignore[arg-type]
+    run = BackgroundInvoke(agent, "hi")
+    assert model.streaming.wait(10)
+    assert agent.cancel("stop") is True
+    result = run.result()
+    assert (result.stop_reason, result.cancel_reason) == ("cancelled", "stop")
+    assert agent.messages[-1] == {
+        "role": "assistant",
+        "content": [{"text": "Half an"}, {"text": CANCELLED_TEXT}],
+    }
     assert_valid(agent)
