@@ -394,7 +394,7 @@ class TruncatedModel:
 
 @pytest.mark.parametrize("kind", ["invoke", "stream"])
 def test_a_truncated_stream_is_a_model_stream_error_not_an_answer(kind: str) -> None:
-    agent = Agent(TruncatedModel())  # type: ignore[arg-type]
+    agent = Agent(TruncatedModel())
     with pytest.raises(ModelStreamError, match="stop event"):
         if kind == "invoke":
             agent.invoke("hi")

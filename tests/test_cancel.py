@@ -431,7 +431,7 @@ class QuietAfterAbortModel:
 
 def test_a_stream_that_stops_quietly_after_the_abort_is_cancelled_not_an_answer() -> None:
     model = QuietAfterAbortModel()
-    agent = Agent(model)  # type: ignore[arg-type]
+    agent = Agent(model)
     run = BackgroundInvoke(agent, "hi")
     assert model.streaming.wait(10)
     assert agent.cancel("stop") is True
