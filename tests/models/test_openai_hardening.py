@@ -510,10 +510,10 @@ class KeepAliveThenClose:
                     if self.mode == "partial_on_reuse":
                         conn.sendall(b"HTTP/1.1 200")
                     return  # close, unanswered (or half-answered)
+                with self.lock:  # counted before sending: the client may assert at once
+                    self.answered += 1
                 conn.sendall(_sse_response(f"answer {number}"))
                 served += 1
-                with self.lock:
-                    self.answered += 1
 
 
 @pytest.fixture
