@@ -350,6 +350,12 @@ class Agent:
         return events
 
     def _prompt_blocks(self, prompt: Prompt) -> list[ContentBlock]:
+        """The prompt as blocks to append; ``UsageError`` naming the first problem.
+
+        Runs before anything is touched: a bad prompt leaves the history as it was.
+        """
+        from .messages import validate_prompt  # the block rules live in messages.py
+
         if prompt is None:
             if not self._messages or self._messages[-1]["role"] != "user":
                 raise UsageError("prompt is None but the history does not end with a user message")
@@ -358,18 +364,25 @@ class Agent:
             if not prompt.strip():
                 raise UsageError("the prompt is empty")
             return [{"text": prompt}]
-        blocks = [dict(block) for block in prompt]
-        if not blocks or not all(len(block) == 1 for block in blocks):
-            raise UsageError("a prompt is a str or a non-empty list of content blocks")
-        return blocks  # type: ignore[return-value]
+        problems = validate_prompt(prompt)
+        if problems:
+            raise UsageError(f"invalid prompt: {problems[0]}")
+        try:  # a copy: the caller's later changes to its blocks never reach the history
+            return copy.deepcopy(list(prompt))
+        except Exception as exc:
+            raise UsageError(f"the prompt cannot be copied ({type(exc).__name__})") from exc
 
     @staticmethod
     def _checked_history(messages: Sequence[Message]) -> list[Message]:
-        history = copy.deepcopy(list(messages))
-        problems = validate_history(history)
+        """A private copy of ``messages``; ``UsageError`` naming the first problem."""
+        problems = validate_history(messages)
         if problems:
-            raise UsageError("invalid history: " + "; ".join(problems[:5]))
-        return history
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise UsageError(f"invalid history: {problems[0]}{more}")
+        try:
+            return copy.deepcopy(list(messages))
+        except Exception as exc:
+            raise UsageError(f"the history cannot be copied ({type(exc).__name__})") from exc
 
     def __repr__(self) -> str:
         state = "running" if self.is_running else "idle"
