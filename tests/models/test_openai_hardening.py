@@ -300,6 +300,40 @@ def test_rejected_cache_fields_are_dropped_once_with_a_debug_log(
     assert len(drops) == 1 and drops[0].levelno == logging.DEBUG
 
 
+def test_cache_field_drop_is_remembered_once_across_threads(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    threads_n = 4
+    fields = ("prompt_cache_retention",)
+    with OpenAIServer(["ok"] * threads_n, rejected_fields=fields) as server:
+        model = make_model(server)
+        start = threading.Barrier(threads_n)
+        texts: list[str] = []
+        errors: list[BaseException] = []
+        caplog.set_level(logging.DEBUG, logger="agent_sync.models.openai")
+
+        def call() -> None:
+            try:
+                start.wait(5)
+                request = ModelRequest(messages=PROMPT.messages, cache="long")
+                texts.append(assemble(collect(model, request)).message["content"][0]["text"])
+            except BaseException as exc:  # noqa: BLE001 (asserted below)
+                errors.append(exc)
+
+        workers = [threading.Thread(target=call, name=f"test-call-{i}") for i in range(threads_n)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(10)
+        model.close()
+    assert errors == [] and texts == ["ok"] * threads_n
+    refused = [r for r in server.requests if "prompt_cache_retention" in r.body]
+    assert 1 <= len(refused) <= threads_n  # each call refused at most once, then never again
+    assert len(server.requests) == threads_n + len(refused)
+    drops = [r for r in caplog.records if "rejected the prompt cache fields" in r.getMessage()]
+    assert len(drops) == 1
+
+
 def test_rejection_of_other_fields_is_an_error() -> None:
     with OpenAIServer(["never"], rejected_fields=["temperature"]) as server:
         model = make_model(server, temperature=0)
