@@ -224,8 +224,16 @@ def _normalise_usage(usage: Any) -> Usage:
     input_tokens = int(usage.get("inputTokens") or 0)
     output_tokens = int(usage.get("outputTokens") or 0)
     total = usage.get("totalTokens")
-    return {
+    normalised: dict[str, int] = {
         "inputTokens": input_tokens,
         "outputTokens": output_tokens,
         "totalTokens": int(total) if total is not None else input_tokens + output_tokens,
     }
+    for key in _OPTIONAL_USAGE_KEYS:  # DESIGN.md 4b: only when the provider reports them
+        value = usage.get(key)
+        if value is not None:
+            normalised[key] = int(value)
+    return normalised  # type: ignore[return-value]
+
+
+_OPTIONAL_USAGE_KEYS = ("cacheReadInputTokens", "cacheWriteInputTokens")

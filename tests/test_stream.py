@@ -119,3 +119,16 @@ def test_contradictory_events_raise_stream_error() -> None:
         feed([TOOL_START, delta(1, text="text into a tool block")])
     with pytest.raises(ModelStreamError):
         feed([delta(0, toolUse={"input": "{}"})])
+
+
+def test_usage_keeps_cache_figures_when_reported() -> None:
+    reported = {"inputTokens": 3, "outputTokens": 4, "cacheReadInputTokens": 100}
+    assembler = feed(
+        [{"messageStop": {"stopReason": "end_turn"}}, {"metadata": {"usage": reported}}]
+    )
+    assert assembler.finish().usage == {
+        "inputTokens": 3,
+        "outputTokens": 4,
+        "totalTokens": 7,
+        "cacheReadInputTokens": 100,
+    }
