@@ -70,6 +70,11 @@ class CancelScope:
         return self.event.is_set()
 
     @property
+    def closed(self) -> bool:
+        """Whether the invocation has finished (:meth:`close`): its run is over."""
+        return self._closed
+
+    @property
     def reason(self) -> str | None:
         """The reason given to the first ``cancel()``, or ``None``."""
         return self._reason

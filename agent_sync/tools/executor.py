@@ -10,7 +10,19 @@ On cancel, calls not started yet are answered "Cancelled by user" at once; runni
 get ``grace_period`` seconds to return (a cooperative tool returns sooner), then are
 abandoned: they are answered "Cancelled by user", and when one finally returns its late
 result is logged and discarded, never written into the history. Workers are daemon threads
-so an abandoned tool that never returns cannot keep the interpreter alive.
+so an abandoned tool that never returns cannot keep the interpreter alive. Abandoned threads
+count against one process-wide cap (:mod:`agent_sync.tools._abandoned`): past it, the batch
+waits for its running tools instead of abandoning them.
+
+Reporting rule: a worker reports every call it takes exactly once, whatever the tool does
+(returns something that cannot be represented, raises anything, ``BaseException``
+included): :meth:`ToolBatch._work` runs each call inside ``try``/``finally`` whose
+``finally`` is the one report path, and result normalisation never raises. So the invoking
+thread, which waits on the report queue, never waits on a worker that died.
+
+Running calls are tracked in ``_running`` under ``_lock``; the batch decides "abandon"
+under the same lock, so each call is either reported to the batch or, exactly once,
+released from the abandoned count by its worker.
 """
 
 from __future__ import annotations
@@ -24,10 +36,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._history import error_result, result_from_value
+from .._history import describe_exception, error_result, result_from_value
 from ..cancel import CancelledError, CancelScope
 from ..events import ToolEnd, ToolStart
 from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
+from . import _abandoned
 from .context import ToolContext
 from .decorator import Tool
 
@@ -78,6 +91,7 @@ class ToolBatch:
         self._lock = threading.Lock()
         self._not_started = deque(range(len(self._calls)))
         self._abandoned = False
+        self._running: set[int] = set()  # calls a worker is executing (under _lock)
         self._grace_deadline: float | None = None
         self._workers = [
             threading.Thread(target=self._work, name=f"agent_sync-tool-{n}", daemon=True)
@@ -96,16 +110,17 @@ class ToolBatch:
         """Results in call order; unfinished calls are cancelled (after the grace period).
 
         Safe to call at any point, from ``finally``: if the batch was interrupted without a
-        cancel (Ctrl-C, a closed generator), it cancels the invocation's scope first.
+        cancel (Ctrl-C, a closed generator), it cancels the invocation's scope first. Past
+        the abandoned-thread cap it waits for running tools, however long they take.
         """
-        if self._outstanding and not self._scope.cancelled:
-            self._scope.cancel("interrupted")
-        for _ in self._drain():
-            pass
-        self._unregister()
-        with self._lock:
-            self._abandoned = True
-            self._not_started.clear()
+        try:
+            if self._outstanding and not self._scope.cancelled:
+                self._scope.cancel("interrupted")
+            for _ in self._drain():
+                pass
+            self._abandon_or_wait()
+        finally:
+            self._unregister()
         results: list[ToolResult] = []
         for call, result in zip(self._calls, self._results, strict=True):
             if result is None:
@@ -114,17 +129,36 @@ class ToolBatch:
             results.append(result)
         return results
 
-    def _drain(self) -> Iterator[ToolStart | ToolEnd]:
+    def _abandon_or_wait(self) -> None:
+        """Abandon the running tools if the process-wide cap allows, else wait for them."""
         while self._outstanding:
-            if self._grace_deadline is None and self._scope.cancelled:
+            with self._lock:
+                if _abandoned.reserve(len(self._running)):
+                    self._abandoned = True
+                    self._not_started.clear()
+                    break
+            for _ in self._drain(grace=False):  # past the cap: no grace period
+                pass
+        # Reports that arrived between the end of the grace period and the decision.
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not _WAKE and item[0] == "end":
+                self._record(item[1], item[2])
+
+    def _drain(self, *, grace: bool = True) -> Iterator[ToolStart | ToolEnd]:
+        while self._outstanding:
+            if grace and self._grace_deadline is None and self._scope.cancelled:
                 self._grace_deadline = time.monotonic() + self._grace
             timeout = None
-            if self._grace_deadline is not None:
+            if grace and self._grace_deadline is not None:
                 timeout = max(0.0, self._grace_deadline - time.monotonic())
             try:
                 item = self._queue.get(timeout=timeout)
             except queue.Empty:
-                return  # grace period over: the rest is abandoned
+                return  # grace period over: the rest is abandoned (or waited for)
             if item is _WAKE:
                 continue
             kind, index, payload = item
@@ -132,10 +166,14 @@ class ToolBatch:
             if kind == "start":
                 yield ToolStart(tool_use=tool_use)
             else:
-                result, duration = payload
-                self._results[index] = result
-                self._outstanding -= 1
+                result, duration = self._record(index, payload)
                 yield ToolEnd(tool_use=tool_use, result=result, duration_s=duration)
+
+    def _record(self, index: int, payload: tuple[ToolResult, float]) -> tuple[ToolResult, float]:
+        if self._results[index] is None:
+            self._results[index] = payload[0]
+            self._outstanding -= 1
+        return payload
 
     def _work(self) -> None:
         while True:
@@ -143,25 +181,43 @@ class ToolBatch:
                 if not self._not_started:
                     return
                 index = self._not_started.popleft()
-            call = self._calls[index]
-            tool_use_id = call.tool_use["toolUseId"]
-            if self._scope.cancelled:  # checkpoint between sequential tools
-                self._queue.put(("end", index, (error_result(tool_use_id, CANCELLED_TEXT), 0.0)))
-                continue
-            self._queue.put(("start", index, None))
-            started = time.perf_counter()
-            result = self._execute(call)
-            duration = time.perf_counter() - started
-            with self._lock:
-                late = self._abandoned
-            if late:
-                logger.warning(
-                    "tool=<%s>, duration_s=<%.2f> | discarding late result of an abandoned tool",
-                    call.tool_use["name"],
-                    duration,
-                )
-                continue
-            self._queue.put(("end", index, (result, duration)))
+                self._running.add(index)
+            outcome: tuple[ToolResult, float] | None = None
+            try:
+                outcome = self._call(index)
+            except BaseException as exc:  # noqa: BLE001 - reported below, never re-raised
+                name = self._calls[index].tool_use["name"]
+                text = f"Tool {name!r} failed: {describe_exception(exc)}"
+                outcome = (error_result(self._calls[index].tool_use["toolUseId"], text), 0.0)
+            finally:
+                self._report(index, outcome)
+
+    def _call(self, index: int) -> tuple[ToolResult, float]:
+        call = self._calls[index]
+        if self._scope.cancelled:  # checkpoint between sequential tools
+            return error_result(call.tool_use["toolUseId"], CANCELLED_TEXT), 0.0
+        self._queue.put(("start", index, None))
+        started = time.perf_counter()
+        result = self._execute(call)
+        return result, time.perf_counter() - started
+
+    def _report(self, index: int, outcome: tuple[ToolResult, float] | None) -> None:
+        """The one report path of a call: to the batch, or (abandoned) to the log."""
+        tool_use = self._calls[index].tool_use
+        if outcome is None:  # only if even building the error result failed
+            outcome = (error_result(tool_use["toolUseId"], "The tool's worker failed."), 0.0)
+        with self._lock:
+            self._running.discard(index)
+            late = self._abandoned
+        if not late:
+            self._queue.put(("end", index, outcome))
+            return
+        _abandoned.release()
+        logger.warning(
+            "tool=<%s>, duration_s=<%.2f> | discarding late result of an abandoned tool",
+            tool_use["name"],
+            outcome[1],
+        )
 
     def _execute(self, call: ToolCall) -> ToolResult:
         tool_use = call.tool_use
@@ -190,5 +246,5 @@ class ToolBatch:
             if self._scope.cancelled:
                 return error_result(tool_use_id, CANCELLED_TEXT)
             logger.debug("tool=<%s> | tool raised %s", name, type(exc).__name__, exc_info=True)
-            return error_result(tool_use_id, f"Tool {name!r} failed: {type(exc).__name__}: {exc}")
+            return error_result(tool_use_id, f"Tool {name!r} failed: {describe_exception(exc)}")
         return result_from_value(tool_use_id, value)

@@ -1,0 +1,101 @@
+"""The process-wide cap on abandoned tool threads.
+
+A tool that ignores cancel is abandoned after the grace period: its call is answered
+"Cancelled by user" and the run returns, but Python cannot stop the thread, which lives
+on until the tool returns. Without a bound, a service that cancels runs of stuck tools
+grows threads forever. So abandonment is rationed: a batch *reserves* one slot per thread
+it abandons (all or none, atomically), and each abandoned thread gives its slot back when
+its tool finally returns. When the slots would run out, the run does not abandon: it waits
+for its tools (the grace period no longer applies), and a warning says so, once per
+process (until the limit is changed).
+
+The lock is held only for counter arithmetic, never while waiting or logging.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from ..errors import UsageError
+
+__all__ = [
+    "DEFAULT_MAX_ABANDONED_TOOL_THREADS",
+    "abandoned_tool_threads",
+    "max_abandoned_tool_threads",
+    "set_max_abandoned_tool_threads",
+]
+
+logger = logging.getLogger("agent_sync.tools.executor")
+
+DEFAULT_MAX_ABANDONED_TOOL_THREADS = 64
+"""Abandoned tool threads allowed at once in a process, unless changed."""
+
+_lock = threading.Lock()
+_count = 0
+_limit = DEFAULT_MAX_ABANDONED_TOOL_THREADS
+_warned = False
+
+
+def abandoned_tool_threads() -> int:
+    """How many tool threads are abandoned right now (their tool has not returned yet).
+
+    Thread-safe; a cheap read for metrics and health checks.
+    """
+    return _count
+
+
+def max_abandoned_tool_threads() -> int:
+    """The process-wide cap on abandoned tool threads (default 64)."""
+    return _limit
+
+
+def set_max_abandoned_tool_threads(limit: int) -> None:
+    """Set the process-wide cap on abandoned tool threads.
+
+    Past the cap, a cancelled run waits for its tools instead of abandoning them after
+    ``tool_grace_period``. ``0`` never abandons a tool. Lowering the cap below the current
+    count abandons nothing more until enough abandoned tools have returned.
+
+    Args:
+        limit: Threads allowed at once, ``>= 0``.
+
+    Raises:
+        UsageError: ``limit`` is not a non-negative int.
+    """
+    global _limit, _warned
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise UsageError(f"the abandoned tool thread limit is an int >= 0, got {limit!r}")
+    with _lock:
+        _limit = limit
+        _warned = False
+
+
+def reserve(threads: int) -> bool:
+    """Take ``threads`` slots, all or none. ``False`` (and a warning, once): the cap is hit."""
+    global _count, _warned
+    with _lock:
+        if _count + threads <= _limit:
+            _count += threads
+            return True
+        limit, count, warn = _limit, _count, not _warned
+        _warned = True
+    if warn:
+        logger.warning(
+            "abandoned=<%d>, limit=<%d>, stuck=<%d> | abandoned tool thread limit reached: "
+            "cancelled runs now wait for tools that ignore cancel "
+            "(agent_sync.tools.set_max_abandoned_tool_threads)",
+            count,
+            limit,
+            threads,
+        )
+    else:
+        logger.debug("abandoned=<%d>, limit=<%d> | limit reached, waiting for tools", count, limit)
+    return False
+
+
+def release() -> None:
+    """Give back one slot: an abandoned tool has returned."""
+    global _count
+    with _lock:
+        _count -= 1
