@@ -70,3 +70,17 @@ def test_event_examples_narrow_under_mypy_strict(tmp_path: Path) -> None:
     ]
     out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_each_readme_quick_start_command_works_in_a_fresh_shell() -> None:
+    # A fresh shell has no virtualenv active: each command creates (or reuses) and activates
+    # .venv itself before pip or python runs, rather than relying on the one before it.
+    # (Checked for real in `env -i` shells on fresh clones; this pins the rule.)
+    readme = (ROOT / "README.md").read_text()
+    quick_start = readme.split("\n---\n", 1)[0]
+    commands = re.findall(r"```bash\n(.*?)```", quick_start, re.S)
+    assert len(commands) == 2
+    for command in commands:
+        lines = command.strip().splitlines()
+        assert len(lines) == 1, command
+        assert lines[0].startswith("python3 -m venv .venv && . .venv/bin/activate && pip install")
