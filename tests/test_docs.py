@@ -1,9 +1,11 @@
 """Every Python example in README.md and docs/**/*.md runs; the typed ones also type-check.
 
 Blocks whose first line is ``# requires: ...`` (credentials, a web framework's project
-setup) are shown, not run. Blocks that iterate events with ``match event:`` are also
-checked with ``mypy --strict``, together with ``tests/typing/``, so an ``AgentEvent`` that
-stops narrowing fails here (and in CI), not in a user's editor.
+setup) are shown, not run. A block whose first line is ``# setup: ...`` runs, and is also
+run before each later block of the same page (helpers those examples share). Blocks that
+iterate events with ``match event:`` are also checked with ``mypy --strict``, together
+with ``tests/typing/``, so an ``AgentEvent`` that stops narrowing fails here (and in CI),
+not in a user's editor.
 """
 
 from __future__ import annotations
@@ -26,9 +28,13 @@ def examples() -> list[tuple[str, str]]:
     found = []
     for page in PAGES:
         name = page.relative_to(ROOT).as_posix()
+        setup = ""
         for number, code in enumerate(BLOCK.findall(page.read_text()), start=1):
-            if not code.lstrip().startswith("# requires:"):
-                found.append((f"{name}#{number}", code))
+            if code.lstrip().startswith("# requires:"):
+                continue
+            found.append((f"{name}#{number}", setup + code))
+            if code.lstrip().startswith("# setup:"):
+                setup = code  # the page's later examples build on it
     return found
 
 
