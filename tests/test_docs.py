@@ -90,3 +90,16 @@ def test_each_readme_quick_start_command_works_in_a_fresh_shell() -> None:
         lines = command.strip().splitlines()
         assert len(lines) == 1, command
         assert lines[0].startswith("python3 -m venv .venv && . .venv/bin/activate && pip install")
+
+
+def test_every_docs_page_is_linked_from_the_index_the_nav_and_the_readme() -> None:
+    index = (ROOT / "docs" / "index.md").read_text()
+    nav = (ROOT / "mkdocs.yml").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        name = page.relative_to(ROOT / "docs").as_posix()
+        if name == "index.md":
+            continue
+        assert f"({name})" in index, f"docs/index.md does not link {name}"
+        assert f": {name}" in nav, f"mkdocs.yml nav lacks {name}"
+        assert f"(docs/{name})" in readme, f"README's Documentation list lacks {name}"
