@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from agent_sync.messages import validate_history
 
 
-def user(*blocks: dict) -> dict:
+def user(*blocks: dict[str, Any]) -> dict[str, Any]:
     return {"role": "user", "content": list(blocks)}
 
 
-def assistant(*blocks: dict) -> dict:
+def assistant(*blocks: dict[str, Any]) -> dict[str, Any]:
     return {"role": "assistant", "content": list(blocks)}
 
 
-def use(i: str) -> dict:
+def use(i: str) -> dict[str, Any]:
     return {"toolUse": {"toolUseId": i, "name": "t", "input": {}}}
 
 
-def res(i: str) -> dict:
+def res(i: str) -> dict[str, Any]:
     return {"toolResult": {"toolUseId": i, "status": "success", "content": [{"text": "ok"}]}}
 
 
@@ -71,3 +75,76 @@ def test_malformed_blocks_are_reported() -> None:
     assert "text must be a string" in joined
     assert "exactly one key" in joined
     assert "input must be a JSON object" in joined
+
+
+def _result_with(*pieces: object, status: object = "success") -> list[dict[str, Any]]:
+    body = {"toolUseId": "1", "status": status, "content": list(pieces)}
+    return [user({"text": "q"}), assistant(use("1")), user({"toolResult": body})]
+
+
+@pytest.mark.parametrize(
+    ("history", "named"),
+    [
+        (_result_with({"text": 5}), "toolResult content piece 0: text must be a string"),
+        (_result_with({"json": {1, 2}}), "json is not JSON-serialisable"),
+        (_result_with({"json": float("nan")}), "json is not JSON-serialisable"),
+        (_result_with({"json": 10**5000}), "json is not JSON-serialisable"),
+        (_result_with({"text": "a", "json": 1}), "exactly one key"),
+        (_result_with({"image": {}}), "unknown piece kind 'image'"),
+        (_result_with("bare string"), "exactly one key"),
+        (_result_with({"text": "x"}, status="maybe"), "status must be 'success' or 'error'"),
+        ([user({"text": "q"}), assistant({"toolUse": {"toolUseId": "1", "name": "t",
+                                                      "input": {"x": {1}}}})],
+         "toolUse input is not JSON-serialisable"),
+        ([user({"weird": {}})], "unknown block kind 'weird'"),
+        ([user({"image": {"format": "png"}})], "image needs a source"),
+        ([user({"image": {"source": {"bytes": b"x"}}})], "image needs a 'format'"),
+        ([user({"document": {"format": "pdf", "source": {"bytes": b"x"}}})],
+         "document needs a 'name'"),
+        ([user({"text": "q"}), assistant({"reasoningContent": {"reasoningText": {"text": 1}}})],
+         "reasoningText must be a dict with a str 'text'"),
+        ([user({"text": "q"}), assistant({"reasoningContent": {"oops": 1}})],
+         "reasoningContent reasoningText must be"),
+        ([user({"text": "q"}), assistant({"reasoningContent": {"redactedContent": 5}})],
+         "redactedContent must be bytes or str"),
+        ([user({"reasoningContent": {"redactedContent": b"x"}})],
+         "reasoningContent in a user message"),
+        ([user({"text": "q"}), assistant({"text": "a"}), user({"toolResult": {"status": "error",
+                                                                        "content": []}})],
+         "toolResult without a toolUseId"),
+    ],
+)  # fmt: skip
+def test_content_a_provider_would_reject_is_reported(history: list[Any], named: str) -> None:
+    problems = validate_history(history)
+    assert any(named in problem for problem in problems), problems
+
+
+def test_content_every_provider_takes_is_valid() -> None:
+    image = {"image": {"format": "png", "source": {"bytes": b"\x89PNG"}}}
+    document = {"document": {"format": "txt", "name": "notes", "source": {"bytes": "aGk="}}}
+    reasoning = {"reasoningContent": {"reasoningText": {"text": "hm", "signature": "s"}}}
+    redacted = {"reasoningContent": {"redactedContent": b"\x00"}}
+    history = [
+        user({"text": "q"}, image, document),
+        assistant(reasoning, redacted, {"text": "x"}, use("1")),
+        user(
+            {
+                "toolResult": {
+                    "toolUseId": "1",
+                    "content": [{"json": {"a": [1, None]}}, {"text": ""}],
+                }
+            }
+        ),
+        assistant({"text": "done"}),
+    ]
+    assert validate_history(history) == []
+
+
+def test_validate_history_never_raises() -> None:
+    class Hostile:
+        def __repr__(self) -> str:
+            raise RuntimeError("no")
+
+    assert validate_history([{"role": "user", "content": [{Hostile(): 1}]}])
+    assert validate_history(None)  # type: ignore[arg-type]
+    assert validate_history([user({"text": "q"}), assistant({"text": Hostile()})])
