@@ -13,7 +13,7 @@ import itertools
 import json
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from ..cancel import CancelScope
@@ -47,7 +47,8 @@ class ScriptedTurn:
             so a retryable error is retried).
         stop_reason: Reported stop reason (default ``"tool_use"`` with tool calls, else
             ``"end_turn"``).
-        usage: Reported ``inputTokens``/``outputTokens`` (default: a size-based estimate).
+        usage: Reported ``inputTokens``/``outputTokens`` and, if given, ``cacheReadInputTokens``/
+            ``cacheWriteInputTokens`` (default: a size-based estimate).
     """
 
     text: str = ""
@@ -114,11 +115,11 @@ class ScriptedModel:
     def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
         """Replay the next turn as stream events (see :class:`~agent_sync.models.Model`)."""
         with self._lock:
-            recorded = ModelRequest(
+            # every field as sent (cache included), the mutable ones copied
+            recorded = replace(
+                request,
                 messages=copy.deepcopy(list(request.messages)),
-                system_prompt=request.system_prompt,
                 tool_specs=tuple(request.tool_specs),
-                tool_choice=request.tool_choice,
                 params=dict(request.params),
             )
             self.calls.append(recorded)
@@ -252,4 +253,8 @@ def _usage(turn: ScriptedTurn, request: ModelRequest) -> Usage:
         prompt_chars = sum(len(json.dumps(m["content"], default=str)) for m in request.messages)
         inp = prompt_chars // 4 + 1
         out = (len(turn.text) + len(json.dumps(list(turn.tool_calls), default=str))) // 4 + 1
-    return {"inputTokens": inp, "outputTokens": out, "totalTokens": inp + out}
+    usage: Usage = {"inputTokens": inp, "outputTokens": out, "totalTokens": inp + out}
+    for key in ("cacheReadInputTokens", "cacheWriteInputTokens"):
+        if turn.usage is not None and key in turn.usage:
+            usage[key] = int(turn.usage[key])
+    return usage
