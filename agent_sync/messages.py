@@ -291,6 +291,7 @@ HistoryItem = Union[Message, dict[str, Any]]
 # passes them is content every provider translator accepts. The checks are type checks plus
 # one json.dumps per JSON value, so validating a long history stays cheap.
 
+_STRICT_JSON = json.JSONEncoder(allow_nan=False)  # what every provider's JSON encoder accepts
 _PROMPT_KINDS = frozenset({"text", "image", "document"})
 # Converse block kinds that only Bedrock sends on (Anthropic and OpenAI drop them): accepted
 # as dicts, their fields are Bedrock's to check.
@@ -439,7 +440,7 @@ def tool_result_piece_problem(piece: Any) -> str | None:
 def json_problem(value: Any, what: str) -> str | None:
     """Why ``value`` cannot be sent as JSON (``what`` names it), or ``None`` if it can."""
     try:
-        json.dumps(value, allow_nan=False)
+        _STRICT_JSON.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         return f"{what} is not JSON-serialisable ({type(exc).__name__})"
     return None
