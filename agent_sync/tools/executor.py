@@ -97,13 +97,20 @@ class ToolBatch:
             threading.Thread(target=self._work, name=f"agent_sync-tool-{n}", daemon=True)
             for n in range(min(max_workers, len(self._calls)))
         ]
+        self._started = False
         self._unregister = scope.register_abort(lambda: self._queue.put(_WAKE))
-        for worker in self._workers:
-            worker.start()
 
     def run(self) -> Iterator[ToolStart | ToolEnd]:
-        """Yield start/end events as tools run, until every call has a result or cancel's
-        grace period is over."""
+        """Start the workers, then yield start/end events as tools run, until every call has
+        a result or cancel's grace period is over.
+
+        Nothing runs before the first ``next()``: the caller enters its ``try`` (whose
+        ``finally`` calls :meth:`finish`) first, so a Ctrl-C landing while the workers
+        start still has every started tool told and its result kept.
+        """
+        self._started = True
+        for worker in self._workers:
+            worker.start()
         yield from self._drain()
 
     def finish(self) -> list[ToolResult]:
@@ -114,11 +121,15 @@ class ToolBatch:
         the abandoned-thread cap it waits for running tools, however long they take.
         """
         try:
-            if self._outstanding and not self._scope.cancelled:
-                self._scope.cancel("interrupted")
-            for _ in self._drain():
-                pass
-            self._abandon_or_wait()
+            if not self._started:  # run() never began: no tool ran, nothing to wait for
+                with self._lock:
+                    self._not_started.clear()
+            else:
+                if self._outstanding and not self._scope.cancelled:
+                    self._scope.cancel("interrupted")
+                for _ in self._drain():
+                    pass
+                self._abandon_or_wait()
         finally:
             self._unregister()
         results: list[ToolResult] = []
