@@ -29,6 +29,19 @@ other urllib3 user such as botocore (:func:`make_pool_manager_abortable`,
   into the pool. A ``requests.Session`` shared by threads is therefore safe: an abort only
   ever shuts down a connection while *its own* request owns it.
 
+Stale keep-alive connections
+----------------------------
+Servers such as llama.cpp answer with ``Connection: keep-alive`` and then close the socket.
+urllib3 checks a pooled connection before reusing it, but a request sent before the close
+arrives finds a dead socket: the read sees end-of-file with no response byte. Neither
+botocore (retries off) nor ``requests`` (no read retries for POST) re-send it, so the
+agent paid a full retry back-off for nothing. :class:`AbortablePoolMixin` re-sends such a
+request at once, on another connection, and only when it provably never reached the
+server: the connection had already served a response on its current socket (it came from
+the pool), the failure was ``RemoteDisconnected`` (end-of-file before the first byte of the
+status line; a partial line or a reset is not re-sent), the request was not aborted, and
+the body can be sent again (bytes, str or none). A fresh connection is never re-sent.
+
 Known races, and why they are harmless
 --------------------------------------
 * Abort before the socket exists: the handle remembers it was aborted and the connection
@@ -46,6 +59,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import errno
+import http.client
 import logging
 import os
 import selectors
@@ -58,7 +72,13 @@ from typing import TYPE_CHECKING, Any, cast
 from requests.adapters import HTTPAdapter
 from urllib3 import PoolManager
 from urllib3.connectionpool import HTTPConnectionPool
-from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    MaxRetryError,
+    NameResolutionError,
+    NewConnectionError,
+    ProtocolError,
+)
 from urllib3.util.connection import allowed_gai_family
 from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
@@ -78,6 +98,7 @@ __all__ = [
     "AbortableHTTPAdapter",
     "AbortablePoolMixin",
     "RequestAbort",
+    "StaleConnectionError",
     "abort_on_cancel",
     "abortable_pool_class",
     "make_pool_manager_abortable",
@@ -88,6 +109,14 @@ logger = logging.getLogger(__name__)
 _current: contextvars.ContextVar[RequestAbort | None] = contextvars.ContextVar(
     "agent_sync_request_abort", default=None
 )
+
+
+class StaleConnectionError(http.client.RemoteDisconnected):
+    """A pooled keep-alive connection the server had closed: nothing came back.
+
+    Raised (inside urllib3, which wraps it in ``ProtocolError``) only when the request
+    provably never reached the server; :class:`AbortablePoolMixin` re-sends it.
+    """
 
 
 class RequestAbort:
@@ -182,11 +211,15 @@ class AbortableConnectionMixin(_ConnectionBase):
     _abort_lock: threading.Lock
     _abort_owner: RequestAbort | None
     _abort_socket: socket.socket | None
+    _abort_responses: int
+    _abort_reused: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._abort_lock = threading.Lock()
         self._abort_owner = None
         self._abort_socket = None
+        self._abort_responses = 0  # responses received on the current socket
+        self._abort_reused = False  # the request in flight went out on a pooled socket
         super().__init__(*args, **kwargs)
 
     def _new_conn(self) -> socket.socket:
@@ -217,7 +250,21 @@ class AbortableConnectionMixin(_ConnectionBase):
         # A pooled connection is reused without _new_conn: claim it here, in the
         # requesting thread, before anything can block.
         self._abort_claim()
+        self._abort_reused = self.sock is not None and self._abort_responses > 0
         super().request(*args, **kwargs)
+
+    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = super().getresponse(*args, **kwargs)
+        except http.client.RemoteDisconnected as exc:
+            # End-of-file before the first byte of the status line, on a socket that had
+            # already served a response: the server closed it while it sat in the pool.
+            owner = self._abort_owner
+            if self._abort_reused and not (owner is not None and owner.aborted):
+                raise StaleConnectionError("pooled connection closed by the server") from exc
+            raise
+        self._abort_responses += 1
+        return response
 
     def close(self) -> None:
         try:
@@ -230,6 +277,7 @@ class AbortableConnectionMixin(_ConnectionBase):
     def _abort_track(self, sock: socket.socket | None) -> RequestAbort | None:
         """Keep a duplicate of ``sock`` (``None``: forget it) and claim the current handle."""
         duplicate = sock.dup() if sock is not None else None
+        self._abort_responses = 0  # a new (or no) socket has served nothing yet
         with self._abort_lock:
             previous, self._abort_socket = self._abort_socket, duplicate
             if sock is None:
@@ -268,12 +316,53 @@ class AbortableConnectionMixin(_ConnectionBase):
 
 
 class AbortablePoolMixin(_PoolBase):
-    """Mixin for a urllib3 connection pool: releases a connection's claim when it is pooled."""
+    """Mixin for a urllib3 connection pool: releases a connection's claim when it is pooled,
+    and re-sends at once a request whose pooled connection turned out stale (see the
+    module docstring)."""
+
+    def urlopen(self, method: str, url: str, body: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # Each stale failure discards one pooled connection, so this ends when the pool has
+        # no idle connection left; the bound only guards against other threads refilling it.
+        attempts = 1 + max(1, int(getattr(self.pool, "maxsize", None) or 1))
+        for attempt in range(1, attempts + 1):
+            try:
+                return super().urlopen(method, url, body, *args, **kwargs)
+            except (ProtocolError, MaxRetryError) as exc:
+                handle = _current.get()
+                if (
+                    attempt == attempts
+                    or not _is_stale(exc)
+                    or not isinstance(body, bytes | bytearray | str | None)
+                    or (handle is not None and handle.aborted)
+                ):
+                    raise
+                logger.debug(
+                    "host=<%s>, attempt=<%d> | pooled connection was closed by the server; "
+                    "sending again on another connection",
+                    self.host,
+                    attempt,
+                )
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _put_conn(self, conn: Any) -> None:
         if isinstance(conn, AbortableConnectionMixin):
             conn._abort_release()
         super()._put_conn(conn)
+
+
+def _is_stale(exc: BaseException) -> bool:
+    """Whether urllib3's ``exc`` wraps a :class:`StaleConnectionError`."""
+    seen: list[BaseException] = []
+    pending: list[Any] = [exc]
+    while pending:
+        error = pending.pop()
+        if not isinstance(error, BaseException) or any(error is e for e in seen):
+            continue
+        if isinstance(error, StaleConnectionError):
+            return True
+        seen.append(error)
+        pending += [*error.args, getattr(error, "reason", None), error.__cause__]
+    return False
 
 
 _pool_classes: dict[type[Any], type[Any]] = {}

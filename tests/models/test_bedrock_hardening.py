@@ -220,11 +220,6 @@ def test_cache_figures_pass_through_as_bedrock_reports_them(
     model.close()
 
 
-@pytest.mark.xfail(
-    reason="agent_sync/stream.py _normalise_usage keeps only input/output/total tokens "
-    "(not a Bedrock file; change requested)",
-    strict=False,
-)
 def test_agent_usage_carries_the_cache_figures(server: BedrockServer, model: BedrockModel) -> None:
     server.add_turns({"text": "hi", "usage": CACHED_USAGE})
 
