@@ -6,6 +6,7 @@ thread at any moment, stops it within milliseconds and leaves the history valid.
 
 import logging
 
+from ._repair import repair_history
 from .agent import Agent, AgentStream, Prompt
 from .cancel import CancelledError, CancelScope
 from .errors import (
@@ -45,6 +46,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "UsageError",
+    "repair_history",
     "tool",
     "validate_history",
 ]

@@ -34,6 +34,7 @@ def test_exported_names_are_pinned() -> None:
         "ToolContext",
         "ToolError",
         "UsageError",
+        "repair_history",
         "tool",
         "validate_history",
     ]
