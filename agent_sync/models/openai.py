@@ -14,11 +14,9 @@ No retries here: the agent's retry policy retries the errors this module marks
 inside one call, because they are not failures of the server:
 
 * a *stale pooled connection* (the server closed a keep-alive connection, as llama.cpp
-  does after a stream): a request sent on a connection reused from the pool that failed
-  before any response byte (on send, or an empty first read) provably never reached a
-  live server; it is re-sent on another connection, without back-off and not counted
-  as a retry. A fresh connection that fails, or any failure after a response byte, is an
-  ordinary error;
+  does after a stream) is re-sent by the abortable pool itself, without back-off and not
+  counted as a retry (the rule, shared with Bedrock, is in
+  :mod:`~agent_sync.models._urllib3_abort`);
 * prompt-cache fields (``prompt_cache_retention``/``prompt_cache_key``) that the server
   rejects with a 400 naming them are dropped, remembered per model, and the request is
   sent again without them.
@@ -29,20 +27,15 @@ Tolerated: a ``200 application/json`` ``chat.completion`` answer to ``stream: tr
 
 from __future__ import annotations
 
-import contextvars
-import http.client
 import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import requests
-from urllib3 import PoolManager
-from urllib3.connectionpool import HTTPConnectionPool
-from urllib3.exceptions import ProtocolError
 
 from .._redact import register_secret
 from ..cancel import CancelledError, CancelScope
@@ -61,11 +54,6 @@ from ._urllib3_abort import AbortableHTTPAdapter, RequestAbort, abort_on_cancel
 from ._wire import is_context_overflow, retry_after_seconds, shorten, with_request_id
 from .base import ModelRequest
 
-if TYPE_CHECKING:
-    _PoolBase = HTTPConnectionPool
-else:
-    _PoolBase = object
-
 __all__ = ["OpenAIModel"]
 
 logger = logging.getLogger(__name__)
@@ -77,8 +65,6 @@ DEFAULT_TIMEOUT = (10.0, 120.0)
 
 _MAX_ERROR_BODY = 2000
 _DRAIN_TIMEOUT = 0.5
-_MAX_STALE_RESENDS = 8
-"""Stale pooled connections re-sent at once in one call (each failure discards one)."""
 _CREDENTIAL_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie")
 _REJECTION_STATUSES = (400, 422)
 
@@ -230,27 +216,13 @@ class OpenAIModel:
         headers = dict(self._headers)
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
-        resends = 0
-        while True:
-            attempt = _Attempt()
-            token = _attempt.set(attempt)
-            try:
-                with abort.capture():
-                    response = self.session.post(
-                        self.url, json=body, headers=headers, stream=True, timeout=self.timeout
-                    )
-                break
-            except requests.RequestException as exc:
-                stale = attempt.reused and _never_answered(exc)
-                if abort.aborted or cancel.cancelled or not stale or resends >= _MAX_STALE_RESENDS:
-                    self._raise(exc, abort, cancel)
-                resends += 1
-                # Not a retry: the request never reached a live server (see module docstring).
-                logger.debug(
-                    "error=<%s> | stale pooled connection, re-sending at once", type(exc).__name__
+        try:
+            with abort.capture():  # a stale pooled connection is re-sent by the pool itself
+                response = self.session.post(
+                    self.url, json=body, headers=headers, stream=True, timeout=self.timeout
                 )
-            finally:
-                _attempt.reset(token)
+        except requests.RequestException as exc:
+            self._raise(exc, abort, cancel)
         if response.status_code >= 400:
             try:
                 text = response.text  # small JSON error body; aborted by cancel like the rest
@@ -349,98 +321,22 @@ def _drain(response: requests.Response, chunks: Iterator[bytes]) -> None:
         logger.debug("server kept the body open after [DONE]; dropping the connection")
 
 
-class _Attempt:
-    """What the pool told one send attempt: whether its connection came from the pool."""
-
-    __slots__ = ("reused",)
-
-    def __init__(self) -> None:
-        self.reused = False
-
-
-_attempt: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar(
-    "agent_sync_openai_attempt", default=None
-)
-
-
-class _ReuseTrackingPoolMixin(_PoolBase):
-    """Records on the current :class:`_Attempt` whether the connection handed out was
-    reused (already connected) or fresh. ``_get_conn`` runs in the requesting thread."""
-
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        conn = super()._get_conn(timeout)
-        attempt = _attempt.get()
-        if attempt is not None:
-            # urllib3 closes a pooled connection it sees dropped: only a live one has a socket.
-            attempt.reused = getattr(conn, "sock", None) is not None
-        return conn
-
-
-_tracking_classes: dict[type[Any], type[Any]] = {}
-_tracking_lock = threading.Lock()
-
-
-def _track_reuse(manager: PoolManager) -> None:
-    classes = {}
-    for scheme, cls in manager.pool_classes_by_scheme.items():
-        if not issubclass(cls, _ReuseTrackingPoolMixin):
-            with _tracking_lock:
-                tracked = _tracking_classes.get(cls)
-                if tracked is None:
-                    tracked = type(f"ReuseTracking{cls.__name__}", (_ReuseTrackingPoolMixin, cls),
-                                   {"__module__": __name__})  # fmt: skip
-                    _tracking_classes[cls] = tracked
-            cls = tracked
-        classes[scheme] = cls
-    manager.pool_classes_by_scheme = classes
-
-
-class _Adapter(AbortableHTTPAdapter):
-    """Abortable, and tells :meth:`OpenAIModel._send` whether a connection was reused."""
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        _track_reuse(self.poolmanager)
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        if not proxy.lower().startswith("socks"):
-            _track_reuse(manager)
-        return manager
-
-
-def _never_answered(exc: requests.RequestException) -> bool:
-    """Whether the request failed on send or on an empty first read: no response byte.
-
-    urllib3 raises ``ProtocolError("Connection aborted.", cause)`` only while sending or
-    reading the status line; ``RemoteDisconnected`` means the status line read was empty.
-    A partial status line is ``BadStatusLine``, not matched here.
-    """
-    reason = exc.args[0] if exc.args else None
-    if not isinstance(reason, ProtocolError) or len(reason.args) < 2:
-        return False
-    return isinstance(
-        reason.args[1],
-        (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError),
-    )
-
-
 def _mount_abortable(session: requests.Session) -> None:
     for prefix in ("http://", "https://"):
         current = session.adapters.get(prefix)
-        if isinstance(current, _Adapter):
+        if isinstance(current, AbortableHTTPAdapter):
             continue
         # Retries off: the agent's policy retries, cancel-aware and counted once.
         if isinstance(current, requests.adapters.HTTPAdapter):
             # Keep the pool sizes the caller configured (requests keeps them private).
-            adapter = _Adapter(
+            adapter = AbortableHTTPAdapter(
                 pool_connections=getattr(current, "_pool_connections", 10),
                 pool_maxsize=getattr(current, "_pool_maxsize", 10),
                 pool_block=getattr(current, "_pool_block", False),
                 max_retries=0,
             )
         else:
-            adapter = _Adapter(max_retries=0)
+            adapter = AbortableHTTPAdapter(max_retries=0)
         session.mount(prefix, adapter)
 
 
