@@ -38,8 +38,9 @@ botocore (retries off) nor ``requests`` (no read retries for POST) re-send it, s
 agent paid a full retry back-off for nothing. :class:`AbortablePoolMixin` re-sends such a
 request at once, on another connection, and only when it provably never reached the
 server: the connection had already served a response on its current socket (it came from
-the pool), the failure was ``RemoteDisconnected`` (end-of-file before the first byte of the
-status line; a partial line or a reset is not re-sent), the request was not aborted, and
+the pool), the server closed it (end-of-file or reset) before the first byte of the
+response (seen by peeking at the socket; on TLS, ``RemoteDisconnected``; a partial status
+line is never re-sent), the request was not aborted, and
 the body can be sent again (bytes, str or none). A fresh connection is never re-sent.
 
 Known races, and why they are harmless
@@ -254,17 +255,23 @@ class AbortableConnectionMixin(_ConnectionBase):
         super().request(*args, **kwargs)
 
     def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+        if self._abort_reused and _closed_before_first_byte(self.sock) and not self._aborted():
+            # The server closed (end-of-file or reset) this socket, which had already
+            # served a response, before a byte of the new response: it died in the pool.
+            raise StaleConnectionError("pooled connection closed by the server")
         try:
             response = super().getresponse(*args, **kwargs)
         except http.client.RemoteDisconnected as exc:
-            # End-of-file before the first byte of the status line, on a socket that had
-            # already served a response: the server closed it while it sat in the pool.
-            owner = self._abort_owner
-            if self._abort_reused and not (owner is not None and owner.aborted):
+            # TLS sockets cannot peek: end-of-file before the status line is the same case.
+            if self._abort_reused and not self._aborted():
                 raise StaleConnectionError("pooled connection closed by the server") from exc
             raise
         self._abort_responses += 1
         return response
+
+    def _aborted(self) -> bool:
+        owner = self._abort_owner
+        return owner is not None and owner.aborted
 
     def close(self) -> None:
         try:
@@ -348,6 +355,22 @@ class AbortablePoolMixin(_PoolBase):
         if isinstance(conn, AbortableConnectionMixin):
             conn._abort_release()
         super()._put_conn(conn)
+
+
+def _closed_before_first_byte(sock: Any) -> bool:
+    """Wait for the first response byte without consuming it; ``True`` if the server closed
+    the connection (end-of-file or reset) before sending one.
+
+    Only a plain TCP socket can peek (``MSG_PEEK``); for TLS this returns ``False`` and
+    :meth:`AbortableConnectionMixin.getresponse` falls back to ``RemoteDisconnected``. A
+    timeout or an abort propagates as it would from the status-line read.
+    """
+    if type(sock) is not socket.socket:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
 
 
 def _is_stale(exc: BaseException) -> bool:

@@ -10,6 +10,7 @@ bytes, or closes a fresh connection). Real boto3 client, real urllib3 pool; no m
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -66,8 +67,9 @@ class KeepAliveThenClose:
     """Answers one request per connection with keep-alive, then misbehaves on the next.
 
     ``mode``: ``"silent"`` closes without a byte once the next request arrived (the stale
-    case); ``"partial"`` sends a few bytes of a status line and closes; ``"fresh"`` closes
-    every connection without answering at all.
+    case); ``"reset"`` likewise, but with a TCP reset instead of end-of-file; ``"partial"``
+    sends a few bytes of a status line and closes; ``"fresh"`` closes every connection
+    without answering at all.
     """
 
     def __init__(self, mode: str = "silent") -> None:
@@ -131,6 +133,8 @@ class KeepAliveThenClose:
                     self.requests += 1
                 if self.mode == "partial":
                     conn.sendall(b"HTTP/1.1 2")
+                elif self.mode == "reset":  # close with RST instead of FIN
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             except OSError:
                 return
 
@@ -153,13 +157,14 @@ def _call(model: BedrockModel) -> str:
     )
 
 
+@pytest.mark.parametrize("mode", ["silent", "reset"])
 def test_sequential_calls_survive_a_server_that_closes_kept_alive_connections(
-    stale_server: KeepAliveThenClose, session: boto3.Session
+    session: boto3.Session, mode: str
 ) -> None:
-    model = BedrockModel("m", endpoint_url=stale_server.url, boto_session=session)
-
-    answers = [_call(model) for _ in range(CALLS)]
-    model.close()
+    with KeepAliveThenClose(mode) as stale_server:
+        model = BedrockModel("m", endpoint_url=stale_server.url, boto_session=session)
+        answers = [_call(model) for _ in range(CALLS)]
+        model.close()
 
     assert answers == ["pong"] * CALLS
     # every call after the first met a stale connection and was re-sent on a new one
