@@ -12,6 +12,19 @@ Two directions, no I/O:
   Converse :data:`~agent_sync.messages.StreamEvent` dicts, one call per event on the hot
   path. It reads plain dicts, not the SDK's pydantic event models: building those costs
   about a third of the time of iterating a stream, for objects we would at once convert.
+  A whole ``Message`` (a server that answers ``stream: true`` with JSON) goes through the
+  same translator as the events it stands for: :func:`message_events`.
+
+Prompt caching (``request.cache``, DESIGN.md 4b): ``cache_control`` on the system prompt,
+the last tool spec and the last block of the message before the new prompt; ``"ttl": "1h"``
+for ``"long"``. Usage keeps Anthropic's meaning of ``input_tokens`` (the uncached rest of the
+prompt) and adds ``cacheReadInputTokens``/``cacheWriteInputTokens`` when the server reports
+``cache_read_input_tokens``/``cache_creation_input_tokens``.
+
+Boundary rule: nothing malformed escapes as a raw ``TypeError``/``KeyError``/... A history
+:func:`build_body` cannot express raises :class:`~agent_sync.errors.UsageError` naming the
+message (the caller's input); an event :meth:`EventTranslator.translate` cannot read raises
+:class:`~agent_sync.errors.ModelStreamError` (the server's output).
 """
 
 from __future__ import annotations
@@ -21,13 +34,19 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import ModelError
+from ..errors import ModelError, ModelStreamError, UsageError
 from ..messages import Message, StreamEvent, ToolSpec, Usage
-from .base import ModelRequest
+from .base import CacheMode, ModelRequest
 
-__all__ = ["CALL_OPTIONS", "EventTranslator", "build_body", "map_stop_reason"]
+__all__ = [
+    "CALL_OPTIONS",
+    "EventTranslator",
+    "build_body",
+    "map_stop_reason",
+    "message_events",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +79,13 @@ _IMAGE_TYPES = {
 }
 _TEXT_DOCUMENTS = frozenset({"txt", "md", "csv", "html"})
 
+_MALFORMED = (AttributeError, IndexError, KeyError, TypeError, ValueError)
+"""What translating malformed content raises (``ValueError`` covers ``json.dumps`` of a
+circular or oversized value)."""
+
+_UNCACHEABLE_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+"""Blocks the API refuses a ``cache_control`` on."""
+
 
 def map_stop_reason(reason: str | None) -> str:
     """Anthropic stop reason -> Converse stop reason; unknown ones pass through as-is."""
@@ -72,7 +98,12 @@ def map_stop_reason(reason: str | None) -> str:
 
 
 def build_body(
-    request: ModelRequest, *, model_id: str, max_tokens: int, params: Mapping[str, Any]
+    request: ModelRequest,
+    *,
+    model_id: str,
+    max_tokens: int,
+    params: Mapping[str, Any],
+    cache: CacheMode | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Build the request body and the SDK call options.
 
@@ -81,12 +112,17 @@ def build_body(
         model_id: Anthropic model id.
         max_tokens: Default ``max_tokens`` (a ``max_tokens`` param overrides it).
         params: The model's own parameters; ``request.params`` are merged over them.
+        cache: ``"short"``/``"long"`` adds the ``cache_control`` markers (the model passes
+            ``request.cache``, or ``None`` once a server rejected them); ``None`` sends
+            none.
 
     Returns:
         ``(body, options)``: the JSON body, and SDK options (``extra_headers``...).
 
     Raises:
         ModelError: A block cannot be expressed for Anthropic (e.g. a ``docx`` document).
+        UsageError: The history or a tool spec is malformed (a non-string text, a block
+            missing its fields); names the message.
     """
     merged: dict[str, Any] = {}
     for source in (params, request.params):
@@ -101,11 +137,36 @@ def build_body(
     if request.system_prompt and request.system_prompt.strip():
         body["system"] = request.system_prompt
     if request.tool_specs:
-        body["tools"] = [_tool(spec) for spec in request.tool_specs]
-        if request.tool_choice:
-            body["tool_choice"] = _tool_choice(request.tool_choice)
+        try:
+            body["tools"] = [_tool(spec) for spec in request.tool_specs]
+            if request.tool_choice:
+                body["tool_choice"] = _tool_choice(request.tool_choice)
+        except _MALFORMED as exc:
+            raise UsageError(
+                f"malformed tool spec or tool_choice: {type(exc).__name__}: {exc}"
+            ) from exc
     body.update(merged)
+    if cache is not None:
+        _mark_cache(body, cache)
     return body, options
+
+
+def _mark_cache(body: dict[str, Any], cache: CacheMode) -> None:
+    """Put ``cache_control`` on the system prompt, the last tool and the last prior block."""
+    control: dict[str, str] = {"type": "ephemeral"}
+    if cache == "long":
+        control["ttl"] = "1h"
+    if isinstance(body.get("system"), str):
+        body["system"] = [{"type": "text", "text": body["system"], "cache_control": control}]
+    tools = body.get("tools")
+    if tools:
+        tools[-1] = {**tools[-1], "cache_control": dict(control)}
+    messages = body["messages"]
+    if len(messages) >= 2:  # the prefix before the new prompt: messages[-2]
+        for block in reversed(messages[-2]["content"]):
+            if block["type"] not in _UNCACHEABLE_BLOCKS:
+                block["cache_control"] = dict(control)
+                break
 
 
 def _tool(spec: ToolSpec) -> dict[str, Any]:
@@ -127,14 +188,21 @@ def convert_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Converse messages -> Anthropic messages (merged by role, blank blocks dropped)."""
     converted: list[dict[str, Any]] = []
     message: Mapping[str, Any]
-    for message in messages:
-        blocks = [b for b in (_block(block) for block in message["content"]) if b is not None]
+    for position, message in enumerate(messages):
+        try:
+            role = message["role"]
+            blocks = [b for b in (_block(block) for block in message["content"]) if b is not None]
+        except _MALFORMED as exc:
+            raise UsageError(
+                f"cannot send messages[{position}] to Anthropic ({type(exc).__name__}: {exc}); "
+                "validate_history/repair_history can help"
+            ) from exc
         if not blocks:
             continue  # Anthropic rejects empty messages; nothing of value is lost
-        if converted and converted[-1]["role"] == message["role"]:
+        if converted and converted[-1]["role"] == role:
             converted[-1]["content"].extend(blocks)
         else:
-            converted.append({"role": message["role"], "content": blocks})
+            converted.append({"role": role, "content": blocks})
     for merged in converted:
         content = merged["content"]
         if any(block["type"] == "tool_result" for block in content):
@@ -248,6 +316,8 @@ class EventTranslator:
     """
 
     __slots__ = (
+        "_cache_read",
+        "_cache_write",
         "_ignored",
         "_input_tokens",
         "_output_tokens",
@@ -260,6 +330,8 @@ class EventTranslator:
         self._ignored: set[int] = set()  # indexes of block types we do not surface
         self._input_tokens = 0
         self._output_tokens = 0
+        self._cache_read: int | None = None  # None: the server did not report it
+        self._cache_write: int | None = None
         self._started = time.monotonic()
         self.finished = False
         self.stop_reason: str | None = None
@@ -268,9 +340,27 @@ class EventTranslator:
         """The Converse events for one Anthropic event (often one, sometimes none).
 
         Raises:
-            KeyError, TypeError, AttributeError: The event is malformed (the caller maps
-                these to :class:`~agent_sync.errors.ModelStreamError`).
+            agent_sync.errors.ModelStreamError: The event is malformed (wrong shape or
+                types); never a raw ``KeyError``/``TypeError``.
         """
+        try:
+            return self._translate(event)
+        except _MALFORMED as exc:
+            raise ModelStreamError(
+                f"malformed Anthropic stream event: {type(exc).__name__}: {exc}"[:500],
+                provider="anthropic",
+            ) from exc
+
+    def _usage(self, usage: Any) -> None:
+        # message_start carries the input figures; message_delta may update any of them.
+        if usage is None:
+            return
+        self._input_tokens = _tokens(usage, "input_tokens", self._input_tokens)
+        self._output_tokens = _tokens(usage, "output_tokens", self._output_tokens)
+        self._cache_read = _tokens(usage, "cache_read_input_tokens", self._cache_read)
+        self._cache_write = _tokens(usage, "cache_creation_input_tokens", self._cache_write)
+
+    def _translate(self, event: dict[str, Any]) -> Iterable[StreamEvent]:
         kind = event["type"]
         if kind == "content_block_delta":
             index = event["index"]
@@ -285,15 +375,11 @@ class EventTranslator:
                 return ()
             return ({"contentBlockStop": {"contentBlockIndex": index}},)
         if kind == "message_start":
-            usage = event["message"].get("usage")
-            self._input_tokens = _tokens(usage, "input_tokens", self._input_tokens)
-            self._output_tokens = _tokens(usage, "output_tokens", self._output_tokens)
+            self._usage(event["message"].get("usage"))
             return ({"messageStart": {"role": "assistant"}},)
         if kind == "message_delta":
             self.stop_reason = event["delta"].get("stop_reason") or self.stop_reason
-            usage = event.get("usage")
-            self._input_tokens = _tokens(usage, "input_tokens", self._input_tokens)
-            self._output_tokens = _tokens(usage, "output_tokens", self._output_tokens)
+            self._usage(event.get("usage"))
             return ()
         if kind == "message_stop":
             self.finished = True
@@ -345,11 +431,18 @@ class EventTranslator:
         return ()
 
     def _stop(self) -> Iterable[StreamEvent]:
+        # inputTokens is Anthropic's input_tokens: the prompt tokens *not* read from or
+        # written to the cache. totalTokens counts every token the call processed.
+        cached = (self._cache_read or 0) + (self._cache_write or 0)
         usage: Usage = {
             "inputTokens": self._input_tokens,
             "outputTokens": self._output_tokens,
-            "totalTokens": self._input_tokens + self._output_tokens,
+            "totalTokens": self._input_tokens + cached + self._output_tokens,
         }
+        if self._cache_read is not None:
+            usage["cacheReadInputTokens"] = self._cache_read
+        if self._cache_write is not None:
+            usage["cacheWriteInputTokens"] = self._cache_write
         latency_ms = int((time.monotonic() - self._started) * 1000)
         return (
             {"messageStop": {"stopReason": map_stop_reason(self.stop_reason)}},
@@ -361,6 +454,39 @@ def _delta(index: int, delta: Any) -> StreamEvent:
     return {"contentBlockDelta": {"contentBlockIndex": index, "delta": delta}}
 
 
-def _tokens(usage: dict[str, Any] | None, name: str, default: int) -> int:
+_T = TypeVar("_T", int, "int | None")
+
+
+def _tokens(usage: Any, name: str, default: _T) -> int | _T:
     value = usage.get(name) if usage else None
-    return int(value) if value is not None else default
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"usage {name} is {value!r}, not a token count")
+    return int(value)
+
+
+def message_events(message: Any) -> list[dict[str, Any]]:
+    """The stream events a whole ``Message`` (``"type": "message"``) stands for.
+
+    For servers that answer ``stream: true`` with one ``200 application/json`` Message
+    (LiteLLM's ``/v1/messages`` with a mocked response): its text, tool calls, reasoning,
+    stop reason and usage go through :class:`EventTranslator` like a stream would.
+
+    Raises:
+        agent_sync.errors.ModelStreamError: ``message`` is not a Message.
+    """
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        raise ModelStreamError(
+            f"JSON answer is not an Anthropic Message: {str(message)[:200]}",
+            provider="anthropic",
+        )
+    usage = message.get("usage") or {}
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": {"usage": usage}}]
+    for index, block in enumerate(message["content"]):
+        events.append({"type": "content_block_start", "index": index, "content_block": block})
+        events.append({"type": "content_block_stop", "index": index})
+    delta = {"stop_reason": message.get("stop_reason")}
+    events.append({"type": "message_delta", "delta": delta, "usage": None})
+    events.append({"type": "message_stop"})
+    return events

@@ -25,6 +25,17 @@ than return it to the pool.
 built; that is the single private attribute this module touches (``_pool``), checked at
 construction.
 
+Stale pooled connections: a server may close a keep-alive connection right after a
+response while advertising keep-alive (llama.cpp's ``llama-server`` does), so the next
+request on it fails. :class:`AbortableTransport` re-sends such a request at once, on
+another connection, without involving the agent's retry policy (no back-off, no retry
+counted), but only when the request provably never got an answer: the connection came
+from the pool (it had served a response before), it failed on send or on the first read
+before a single response byte, the request was not aborted, and its body can be replayed.
+A fresh connection's failure, a timeout, or a failure after any byte came back is never
+re-sent. Each stream records this per request in an :class:`_Attempt` bound to the
+context by :meth:`AbortableTransport.handle_request`.
+
 Known limits: DNS resolution (``getaddrinfo``) cannot be interrupted; HTTP/2 (off by
 default) multiplexes requests on one socket, so an abort would fail its neighbours too.
 """
@@ -63,6 +74,24 @@ _current_slot: ContextVar[AbortSlot | None] = ContextVar(
 )
 current = _current_slot
 """The context variable :func:`bound` sets, for hot loops that set and reset it inline."""
+
+_STALE_RESENDS = 64
+"""At most this many stale pooled connections are skipped for one request (each one is
+closed as it fails, so the pool runs out of them long before in practice)."""
+
+
+class _Attempt:
+    """What one send of a request did on the wire: which connection, reused, any answer."""
+
+    __slots__ = ("received", "reused", "stream")
+
+    def __init__(self) -> None:
+        self.stream: _AbortableStream | None = None
+        self.reused = False
+        self.received = False
+
+
+_current_attempt: ContextVar[_Attempt | None] = ContextVar("agent_sync_httpx_attempt", default=None)
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -180,10 +209,11 @@ def _is_readable(sock: socket.socket) -> bool:
 class _AbortableStream(httpcore2.NetworkStream):
     """A blocking socket stream that reports blocking calls to the bound slot."""
 
-    __slots__ = ("_sock",)
+    __slots__ = ("_answered", "_sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self._answered = False  # a response byte ever came back: the pool reuses us
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         slot = _current_slot.get()
@@ -191,7 +221,13 @@ class _AbortableStream(httpcore2.NetworkStream):
             slot.enter(self._sock)
         try:
             self._sock.settimeout(timeout)
-            return self._sock.recv(max_bytes)
+            data = self._sock.recv(max_bytes)
+            if data:
+                self._answered = True
+                attempt = _current_attempt.get()
+                if attempt is not None and attempt.stream is self:
+                    attempt.received = True
+            return data
         except TimeoutError as exc:
             raise httpcore2.ReadTimeout(exc) from exc
         except OSError as exc:
@@ -203,6 +239,10 @@ class _AbortableStream(httpcore2.NetworkStream):
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
+        attempt = _current_attempt.get()
+        if attempt is not None and attempt.stream is not self:
+            # The request's first write on this connection: was it pooled (used before)?
+            attempt.stream, attempt.reused, attempt.received = self, self._answered, False
         slot = _current_slot.get()
         if slot is not None:
             slot.enter(self._sock)
@@ -348,3 +388,36 @@ class AbortableTransport(httpx2.HTTPTransport):
                 "this httpx2 version's HTTPTransport has no pool to give a network backend"
             )
         pool._network_backend = AbortableBackend()  # type: ignore[union-attr]
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Send ``request``; re-send it at once if its pooled connection had gone stale.
+
+        See the module docstring for when a re-send is allowed (never after a response
+        byte, a timeout, an abort, or a failure on a fresh connection).
+        """
+        for resend in range(_STALE_RESENDS + 1):
+            attempt = _Attempt()
+            token = _current_attempt.set(attempt)
+            try:
+                return super().handle_request(request)
+            except (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError) as exc:
+                if resend == _STALE_RESENDS or not _is_stale(attempt, request):
+                    raise
+                logger.debug(
+                    "error=<%s> | pooled connection was closed by the server; re-sending",
+                    type(exc).__name__,
+                )
+            finally:
+                _current_attempt.reset(token)
+        raise AssertionError("unreachable")  # the last pass returns or raises
+
+
+def _is_stale(attempt: _Attempt, request: httpx2.Request) -> bool:
+    """Whether a failed send provably got no answer on a connection the server closed."""
+    slot = _current_slot.get()
+    return (
+        attempt.reused
+        and not attempt.received
+        and not (slot is not None and slot.aborted)
+        and isinstance(request.stream, httpx2.ByteStream)  # the body can be sent again
+    )

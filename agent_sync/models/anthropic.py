@@ -13,19 +13,36 @@ before; build it with :func:`abortable_http_client` to get all of it.
 
 The SDK's own retries are off (``max_retries=0``): the agent's single, cancel-aware retry
 policy decides, using the ``retryable`` flag and ``retry_after`` of the errors raised here.
+
+Hardening (DESIGN.md 4a, 4b):
+
+* every credential the model is given or the SDK resolves (API key, auth token, secret
+  headers, proxy passwords) is registered with :mod:`agent_sync._redact` at construction,
+  and the SDK's and httpx2's loggers carry the redacting filter: no error surface or log
+  record shows them, even when a server echoes the key back;
+* the default client honours ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/``NO_PROXY`` as
+  the SDK's own client does, with every proxied connection still abortable;
+* a stale pooled keep-alive connection is re-sent at once by the transport
+  (:mod:`._httpx_abort`); a ``200 application/json`` Message answering a stream request
+  is taken as the whole answer;
+* ``cache_control`` markers (``request.cache``) that a server rejects are dropped once,
+  remembered per model, and the call goes on without them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
-from collections.abc import Generator, Mapping
+import threading
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import anthropic
 import httpx2
 
+from .._redact import install_log_filter, register_secret
 from ..cancel import CancelScope
 from ..errors import (
     ContextWindowOverflowError,
@@ -37,10 +54,15 @@ from ..errors import (
     UsageError,
 )
 from ..messages import StreamEvent
-from ._anthropic_format import EventTranslator, build_body
+from ._anthropic_format import EventTranslator, build_body, message_events
 from ._httpx_abort import AbortableTransport, AbortSlot, bound, current, is_abortable
-from ._wire import retry_after_seconds, shorten
-from .base import ModelRequest
+from ._wire import is_context_overflow, retry_after_seconds, shorten, with_request_id
+from .base import CacheMode, ModelRequest
+
+try:  # the SDK's own client reads the environment's proxies with this very function
+    from httpx2._utils import get_environment_proxies
+except ImportError:  # pragma: no cover - a future httpx2 without it: no env proxies
+    get_environment_proxies = None  # type: ignore[assignment]
 
 __all__ = ["DEFAULT_TIMEOUT", "AnthropicModel", "abortable_http_client"]
 
@@ -50,6 +72,27 @@ PROVIDER = "anthropic"
 
 DEFAULT_TIMEOUT = httpx2.Timeout(connect=10.0, read=300.0, write=60.0, pool=30.0)
 """Connect 10 s; read 300 s between two chunks (the API sends pings while it thinks)."""
+
+_LOGGERS_TO_REDACT = (
+    # The SDK logs request options (extra headers included) and its retries; httpx2 and
+    # httpcore2 log URLs and connection steps. A filter only sees its own logger's records.
+    "anthropic._base_client",
+    "anthropic._response",
+    "httpx2",
+    "httpx2._client",
+    "httpcore2.connection",
+    "httpcore2.http11",
+    "httpcore2.proxy",
+    __name__,
+    "agent_sync.models._httpx_abort",
+)
+
+_SECRET_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization", "api-key"})
+
+_CACHE_FIELDS = ("cache_control", "ttl")
+"""Words of a server's error that mean it refused the prompt-cache markers."""
+
+_REJECTION_STATUSES = frozenset({400, 422})
 
 
 def _keepalive_options() -> list[tuple[int, int, int]]:
@@ -75,7 +118,7 @@ def abortable_http_client(**kwargs: Any) -> httpx2.Client:
     Returns:
         A client (close it when done, or let the model own it).
     """
-    transport_args = {
+    transport_args: dict[str, Any] = {
         key: kwargs.pop(key)
         for key in ("verify", "cert", "proxy", "limits", "socket_options", "http1", "http2")
         if key in kwargs
@@ -85,7 +128,44 @@ def abortable_http_client(**kwargs: Any) -> httpx2.Client:
     transport_args.setdefault("limits", limits)
     kwargs.setdefault("timeout", DEFAULT_TIMEOUT)
     kwargs.setdefault("follow_redirects", True)
+    if "proxy" not in transport_args and kwargs.get("trust_env", True):
+        # httpx2 reads env proxies only when it builds the transport itself; we build it
+        # (to make it abortable), so mount the same proxies the SDK's client would.
+        mounts = _environment_proxy_mounts(transport_args)
+        mounts.update(kwargs.pop("mounts", None) or {})
+        if mounts:
+            kwargs["mounts"] = mounts
+    elif "proxy" in transport_args:
+        _register_proxy_secret(transport_args["proxy"])
     return httpx2.Client(transport=AbortableTransport(**transport_args), **kwargs)
+
+
+def _environment_proxy_mounts(
+    transport_args: Mapping[str, Any],
+) -> dict[str, httpx2.BaseTransport | None]:
+    """``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/``NO_PROXY`` as httpx2 mounts.
+
+    The patterns are httpx2's own (so the SDK's default client and ours agree); ``None``
+    (a ``NO_PROXY`` host) means the client's direct, abortable transport.
+    """
+    if get_environment_proxies is None:  # pragma: no cover
+        return {}
+    mounts: dict[str, httpx2.BaseTransport | None] = {}
+    for pattern, url in get_environment_proxies().items():
+        if url is None:
+            mounts[pattern] = None
+        else:
+            _register_proxy_secret(url)
+            mounts[pattern] = AbortableTransport(proxy=url, **transport_args)
+    return mounts
+
+
+def _register_proxy_secret(proxy: Any) -> None:
+    url = getattr(proxy, "url", proxy)
+    try:
+        register_secret(httpx2.URL(str(url)).password)
+    except (TypeError, ValueError):
+        pass  # not a URL httpx2 parses: it will say so when it is used
 
 
 class AnthropicModel:
@@ -136,6 +216,10 @@ class AnthropicModel:
             if "http_client" not in args:
                 args["http_client"] = abortable_http_client(timeout=args["timeout"])
             self._client = anthropic.Anthropic(**args)
+        _register_client_secrets(self._client)
+        install_log_filter(_LOGGERS_TO_REDACT)
+        self._lock = threading.Lock()
+        self._cache_rejected = False  # a server refused the cache_control markers once
 
     @property
     def client(self) -> anthropic.Anthropic:
@@ -171,9 +255,8 @@ class AnthropicModel:
             agent_sync.errors.ModelError: Mapped from the SDK, see :func:`map_error`.
             agent_sync.cancel.CancelledError: The scope was cancelled.
         """
-        body, options = build_body(
-            request, model_id=self.model_id, max_tokens=self.max_tokens, params=self.params
-        )
+        cache = None if self._cache_rejected else request.cache
+        body, options = self._build(request, cache)
         cancel.raise_if_cancelled()
         slot = AbortSlot()
         unregister = cancel.register_abort(slot.abort)
@@ -188,14 +271,28 @@ class AnthropicModel:
         try:
             try:
                 with bound(slot):
-                    response = self._create(body, options)
+                    try:
+                        response = self._create(body, options)
+                    except anthropic.APIStatusError as exc:
+                        if cache is None or not self._rejects_cache(exc):
+                            raise
+                        body, options = self._build(request, None)
+                        response = self._create(body, options)
                 network_stream = response.extensions.get("network_stream")
                 if network_stream is not None and not is_abortable(network_stream):
                     # A transport we do not own: hold its socket for the whole response.
                     slot.pin(network_stream.get_extra_info("socket"))
-                # The SDK's own SSE decoder; the JSON is translated from plain dicts (see
-                # _anthropic_format: the SDK's per-event pydantic models cost ~30%).
-                events = anthropic.Stream.raw_events(response)
+                if _is_json(response):
+                    with bound(slot):
+                        text = response.read()
+                    logger.debug("model_id=<%s> | JSON answer to a stream request", self.model_id)
+                    for event in message_events(_json_message(text, response)):
+                        yield from translator.translate(event)
+                    events: Iterator[Any] = iter(())
+                else:
+                    # The SDK's own SSE decoder; the JSON is translated from plain dicts
+                    # (see _anthropic_format: the SDK's per-event pydantic models cost ~30%).
+                    events = anthropic.Stream.raw_events(response)
                 while True:
                     # Inline rather than `with bound(slot)`: this runs once per event.
                     token = current.set(slot)
@@ -231,6 +328,36 @@ class AnthropicModel:
                 response.close()  # mid-body: httpcore2 closes the connection, never pools it
         logger.debug("stop_reason=<%s> | anthropic response complete", translator.stop_reason)
 
+    def _build(
+        self, request: ModelRequest, cache: CacheMode | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        return build_body(
+            request,
+            model_id=self.model_id,
+            max_tokens=self.max_tokens,
+            params=self.params,
+            cache=cache,
+        )
+
+    def _rejects_cache(self, error: anthropic.APIStatusError) -> bool:
+        """Whether ``error`` is the server refusing the ``cache_control`` markers.
+
+        The first time, remembers it for this model (thread-safe) and logs at DEBUG.
+        """
+        text = f"{error.message} {error.body}"
+        if error.status_code not in _REJECTION_STATUSES or "cache_control" not in text:
+            return False
+        with self._lock:
+            first, self._cache_rejected = not self._cache_rejected, True
+        if first:
+            logger.debug(
+                "model_id=<%s>, status=<%d> | server rejected the cache_control markers; "
+                "sending requests without them",
+                self.model_id,
+                error.status_code,
+            )
+        return True
+
     def _create(self, body: dict[str, Any], options: dict[str, Any]) -> httpx2.Response:
         """Send the request; return the streaming response once its headers are in.
 
@@ -248,6 +375,38 @@ class AnthropicModel:
             **options,
         )
         return raw.http_response
+
+
+def _register_client_secrets(client: anthropic.Anthropic) -> None:
+    """Register every credential ``client`` carries: errors and logs redact them by value."""
+    register_secret(client.api_key)
+    register_secret(client.auth_token)
+    register_secret(os.environ.get("ANTHROPIC_API_KEY"))
+    register_secret(os.environ.get("ANTHROPIC_AUTH_TOKEN"))
+    for name, value in client.default_headers.items():
+        if name.lower() in _SECRET_HEADERS and isinstance(value, str):
+            register_secret(value)
+            register_secret(value.split()[-1] if value.split() else None)  # "Bearer <token>"
+
+
+def _is_json(response: httpx2.Response) -> bool:
+    content_type = response.headers.get("content-type", "").lower()
+    return "json" in content_type and "event-stream" not in content_type
+
+
+def _json_message(text: bytes, response: httpx2.Response) -> Any:
+    """The Message of a JSON answer; an error object in it raises like an ``event: error``."""
+    try:
+        payload: Any = json.loads(text)
+    except ValueError as exc:
+        raise ModelStreamError(
+            f"malformed JSON answer from the Anthropic server: {shorten(text, 200)}",
+            provider=PROVIDER,
+            retryable=True,
+        ) from exc
+    if isinstance(payload, dict) and payload.get("type") == "error":
+        raise _error_event(text.decode("utf-8", "replace"), response)
+    return payload
 
 
 def _error_event(data: str, response: httpx2.Response) -> anthropic.APIStatusError:
@@ -297,16 +456,18 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
     status = exc.status_code
     error_type = exc.type or ""
     detail = exc.api_message or shorten(exc.body)
-    request_id = exc.request_id or "-"
-    text = f"Anthropic {status} {error_type}: {detail} (request-id {request_id})"
+    request_id = exc.request_id
+    text = with_request_id(f"Anthropic {status} {error_type}: {detail}", request_id)
     body = shorten(exc.body, 2000)
     retry_after = retry_after_seconds(exc.response.headers)
     if status == 200:  # an `event: error` in the middle of a 200 stream
         status = {"overloaded_error": 529, "rate_limit_error": 429}.get(error_type, status)
         if status == 200:
             retryable = error_type in ("api_error", "timeout_error")
+            if is_context_overflow(detail, error_type, str(exc.body)):
+                return ContextWindowOverflowError(text, provider=PROVIDER)
             return ModelStreamError(
-                f"Anthropic stream error {error_type}: {detail} (request-id {request_id})",
+                with_request_id(f"Anthropic stream error {error_type}: {detail}", request_id),
                 provider=PROVIDER,
                 retryable=retryable,
             )
@@ -314,7 +475,8 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
         return ModelThrottledError(
             text, status=status, body=body, retry_after=retry_after, provider=PROVIDER
         )
-    if status == 400 and _is_overflow(detail):
+    if status not in (401, 403) and is_context_overflow(detail, error_type, str(exc.body)):
+        # One wording table for every provider and server (llama.cpp, vLLM, LiteLLM...).
         return ContextWindowOverflowError(text, provider=PROVIDER)
     if status in (401, 403):
         hint = "check the API key" if status == 401 else "the key lacks permission"
@@ -332,13 +494,4 @@ def _status_error(exc: anthropic.APIStatusError) -> ModelError:
         retry_after=retry_after,
         provider=PROVIDER,
         retryable=True if status >= 500 else None,  # None: the shared retryable-status list
-    )
-
-
-def _is_overflow(message: str) -> bool:
-    lowered = message.lower()
-    return (
-        "prompt is too long" in lowered
-        or ("context" in lowered and ("window" in lowered or "length" in lowered))
-        or "too many tokens" in lowered
     )

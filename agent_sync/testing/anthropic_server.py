@@ -12,6 +12,13 @@ Like the real API, it rejects requests Anthropic rejects (blank text blocks, emp
 messages, tool results after other blocks) with a 400 ``invalid_request_error``, so tests
 catch translation mistakes the real service would.
 
+Third-party front ends are scripted too: ``json_answer`` answers a stream request with one
+``200 application/json`` Message (LiteLLM's mocked responses), ``error_body`` sends any
+error shape (llama.cpp's, an OpenAI-style ``{"error": {...}}``), ``reject_cache_control``
+refuses ``cache_control`` markers like a server that does not know them, and usage may
+carry cache figures (``cacheReadInputTokens``/``cacheWriteInputTokens`` in ``usage`` are
+sent as ``cache_read_input_tokens``/``cache_creation_input_tokens``).
+
 Example::
 
     with AnthropicServer(["Hello!", {"tool_calls": [{"name": "f", "input": {}}]}]) as server:
@@ -55,6 +62,12 @@ class AnthropicTurn(ServerTurn):
         redacted_thinking: If set, a ``redacted_thinking`` block with this data comes first.
         stop_sequence: The ``stop_sequence`` reported with ``stop_reason="stop_sequence"``.
         ping: Send a ``ping`` event after the first block starts, as the API does.
+        json_answer: Answer the stream request with the whole Message as one
+            ``200 application/json`` body (as LiteLLM's ``/v1/messages`` does).
+        error_body: The exact JSON error body to send with ``status`` (any shape),
+            instead of Anthropic's ``{"type": "error", "error": {...}}``.
+        delta_usage: Usage fields (Anthropic names) sent in ``message_delta``: the API may
+            update input and cache figures there.
     """
 
     error_event_after: int | None = None
@@ -62,6 +75,9 @@ class AnthropicTurn(ServerTurn):
     redacted_thinking: str | None = None
     stop_sequence: str | None = None
     ping: bool = True
+    json_answer: bool = False
+    error_body: Any = None
+    delta_usage: dict[str, int] | None = None
 
 
 class AnthropicServer(ScriptedServer):
@@ -71,13 +87,23 @@ class AnthropicServer(ScriptedServer):
         turns: Scripted responses, one per ``/v1/messages`` call (``str``, dict of
             :class:`AnthropicTurn` attributes, or a turn).
         host: Interface to bind (loopback).
+        reject_cache_control: Answer any request carrying ``cache_control`` with a 400
+            naming the field (a server that does not support prompt caching); such a
+            request consumes no scripted turn.
     """
 
     provider = "anthropic"
     content_type = "text/event-stream; charset=utf-8"
 
-    def __init__(self, turns: Iterable[TurnSpec] = (), *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        turns: Iterable[TurnSpec] = (),
+        *,
+        host: str = "127.0.0.1",
+        reject_cache_control: bool = False,
+    ) -> None:
         super().__init__((AnthropicTurn.of(t) for t in turns), host=host)
+        self.reject_cache_control = reject_cache_control
 
     def add_turns(self, *turns: TurnSpec) -> None:
         """Queue more scripted responses."""
@@ -91,10 +117,21 @@ class AnthropicServer(ScriptedServer):
 
     def respond(self, handler: Any, turn: ServerTurn, request: Any, path: str) -> None:
         """Validate the request like the API does, then stream ``turn``."""
+        if self.reject_cache_control and '"cache_control"' in json.dumps(request):
+            with self._lock:  # not this request's turn: the client re-sends without them
+                self._turns.appendleft(turn)
+            message = "system.0.cache_control: Extra inputs are not permitted"
+            body = _error_body("invalid_request_error", message)
+            handler.send_body(400, body, "application/json", {"request-id": _request_id()})
+            return
         problem = _validate(request)
         if problem is not None:
             body = _error_body("invalid_request_error", problem)
             handler.send_body(400, body, "application/json", {"request-id": _request_id()})
+            return
+        if isinstance(turn, AnthropicTurn) and turn.json_answer:
+            body = json.dumps(_message(request, turn)).encode()
+            handler.send_body(200, body, "application/json", {"request-id": _request_id()})
             return
         super().respond(handler, turn, request, path)
 
@@ -103,7 +140,7 @@ class AnthropicServer(ScriptedServer):
         extra = turn if isinstance(turn, AnthropicTurn) else AnthropicTurn()
         model = request.get("model", "claude-test") if isinstance(request, dict) else "?"
         usage = turn.derived_usage()
-        frames = [_message_start(model, usage["inputTokens"])]
+        frames = [_message_start(model, _wire_usage(usage, output=1))]
         blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
         if extra.redacted_thinking is not None:
             blocks.append(({"type": "redacted_thinking", "data": extra.redacted_thinking}, []))
@@ -132,7 +169,7 @@ class AnthropicServer(ScriptedServer):
         stop_reason = turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn")
         stop_sequence = extra.stop_sequence if stop_reason == "stop_sequence" else None
         delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
-        output = {"output_tokens": usage["outputTokens"]}
+        output = {"output_tokens": usage["outputTokens"], **(extra.delta_usage or {})}
         frames.append(
             _event("message_delta", {"type": "message_delta", "delta": delta, "usage": output})
         )
@@ -145,7 +182,12 @@ class AnthropicServer(ScriptedServer):
         return frames
 
     def render_error(self, turn: ServerTurn, path: str) -> tuple[bytes, str]:
-        """``{"type": "error", "error": {"type": ..., "message": ...}, "request_id": ...}``."""
+        """``{"type": "error", "error": {"type": ..., "message": ...}, "request_id": ...}``.
+
+        A turn's ``error_body`` is sent as is instead (another server's error shape).
+        """
+        if isinstance(turn, AnthropicTurn) and turn.error_body is not None:
+            return json.dumps(turn.error_body).encode(), "application/json"
         error_type = turn.error_type or _ERROR_TYPES.get(turn.status, "api_error")
         return _error_body(error_type, turn.error_message), "application/json"
 
@@ -166,7 +208,17 @@ def _pieces(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def _message_start(model: str, input_tokens: int) -> bytes:
+def _wire_usage(usage: dict[str, int], *, output: int) -> dict[str, int]:
+    """Converse-named usage -> the API's usage object (cache figures only when scripted)."""
+    wire = {"input_tokens": usage["inputTokens"], "output_tokens": output}
+    if "cacheReadInputTokens" in usage:
+        wire["cache_read_input_tokens"] = usage["cacheReadInputTokens"]
+    if "cacheWriteInputTokens" in usage:
+        wire["cache_creation_input_tokens"] = usage["cacheWriteInputTokens"]
+    return wire
+
+
+def _message_start(model: str, usage: dict[str, int]) -> bytes:
     message: dict[str, Any] = {
         "id": f"msg_{uuid.uuid4().hex[:24]}",
         "type": "message",
@@ -175,9 +227,37 @@ def _message_start(model: str, input_tokens: int) -> bytes:
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+        "usage": usage,
     }
     return _event("message_start", {"type": "message_start", "message": message})
+
+
+def _message(request: Any, turn: AnthropicTurn) -> dict[str, Any]:
+    """The whole Message a non-streaming answer carries (text, reasoning, tool calls)."""
+    content: list[dict[str, Any]] = []
+    if turn.reasoning is not None:
+        content.append(
+            {"type": "thinking", "thinking": turn.reasoning, "signature": turn.signature}
+        )
+    if turn.text:
+        content.append({"type": "text", "text": turn.text})
+    for position, call in enumerate(turn.tool_calls):
+        tool_id = call.get("id") or f"toolu_{uuid.uuid4().hex[:20]}"
+        tool_input = json.loads(turn.tool_input_json(position))
+        content.append(
+            {"type": "tool_use", "id": tool_id, "name": call["name"], "input": tool_input}
+        )
+    usage = turn.derived_usage()
+    return {
+        "id": f"msg_{uuid.uuid4().hex[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": request.get("model", "claude-test") if isinstance(request, dict) else "?",
+        "content": content,
+        "stop_reason": turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn"),
+        "stop_sequence": None,
+        "usage": {**_wire_usage(usage, output=usage["outputTokens"]), **(turn.delta_usage or {})},
+    }
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
