@@ -42,7 +42,7 @@ from typing import Any
 import anthropic
 import httpx2
 
-from .._redact import install_log_filter, register_secret
+from .._redact import install_log_filter, redact, register_secret
 from ..cancel import CancelScope
 from ..errors import (
     ContextWindowOverflowError,
@@ -217,6 +217,7 @@ class AnthropicModel:
                 args["http_client"] = abortable_http_client(timeout=args["timeout"])
             self._client = anthropic.Anthropic(**args)
         _register_client_secrets(self._client)
+        _register_header_secrets(self.params.get("extra_headers") or {})
         install_log_filter(_LOGGERS_TO_REDACT)
         self._lock = threading.Lock()
         self._cache_rejected = False  # a server refused the cache_control markers once
@@ -383,7 +384,11 @@ def _register_client_secrets(client: anthropic.Anthropic) -> None:
     register_secret(client.auth_token)
     register_secret(os.environ.get("ANTHROPIC_API_KEY"))
     register_secret(os.environ.get("ANTHROPIC_AUTH_TOKEN"))
-    for name, value in client.default_headers.items():
+    _register_header_secrets(client.default_headers)
+
+
+def _register_header_secrets(headers: Mapping[str, Any]) -> None:
+    for name, value in headers.items():
         if name.lower() in _SECRET_HEADERS and isinstance(value, str):
             register_secret(value)
             register_secret(value.split()[-1] if value.split() else None)  # "Bearer <token>"
@@ -430,6 +435,7 @@ def map_error(exc: BaseException) -> ModelError:
     Returns:
         The error to raise (``raise map_error(exc) from exc``).
     """
+    _scrub(exc)  # it becomes __cause__: a printed traceback shows its message too
     if isinstance(exc, anthropic.APIStatusError):
         return _status_error(exc)
     if isinstance(exc, (anthropic.APITimeoutError, httpx2.TimeoutException)):
@@ -450,6 +456,27 @@ def map_error(exc: BaseException) -> ModelError:
             f"malformed Anthropic stream event: {shorten(exc)}", provider=PROVIDER
         )
     return ModelError(f"Anthropic call failed: {type(exc).__name__}", provider=PROVIDER)
+
+
+def _scrub(exc: BaseException) -> None:
+    """Redact, in place, what an SDK exception holds: args, message and body."""
+    exc.args = tuple(_redacted(arg) for arg in exc.args)
+    if isinstance(exc, anthropic.APIError):
+        exc.message = redact(exc.message)
+        exc.body = _redacted(exc.body)
+        if isinstance(exc, anthropic.APIStatusError) and exc.api_message:
+            exc.api_message = redact(exc.api_message)
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` with every string in it redacted (dicts and lists walked)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redacted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redacted(item) for item in value]
+    return value
 
 
 def _status_error(exc: anthropic.APIStatusError) -> ModelError:

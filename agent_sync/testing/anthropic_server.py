@@ -65,7 +65,8 @@ class AnthropicTurn(ServerTurn):
         json_answer: Answer the stream request with the whole Message as one
             ``200 application/json`` body (as LiteLLM's ``/v1/messages`` does).
         error_body: The exact JSON error body to send with ``status`` (any shape),
-            instead of Anthropic's ``{"type": "error", "error": {...}}``.
+            instead of Anthropic's ``{"type": "error", "error": {...}}``; with
+            ``json_answer``, the exact 200 JSON answer instead of the Message.
         delta_usage: Usage fields (Anthropic names) sent in ``message_delta``: the API may
             update input and cache figures there.
     """
@@ -130,7 +131,8 @@ class AnthropicServer(ScriptedServer):
             handler.send_body(400, body, "application/json", {"request-id": _request_id()})
             return
         if isinstance(turn, AnthropicTurn) and turn.json_answer:
-            body = json.dumps(_message(request, turn)).encode()
+            answer = _message(request, turn) if turn.error_body is None else turn.error_body
+            body = json.dumps(answer).encode()
             handler.send_body(200, body, "application/json", {"request-id": _request_id()})
             return
         super().respond(handler, turn, request, path)
