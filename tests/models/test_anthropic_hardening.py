@@ -11,7 +11,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import pytest
@@ -290,7 +290,7 @@ def test_an_error_with_a_request_id_names_it(
 
 def usage_of(events: list[StreamEvent]) -> dict[str, int]:
     [metadata] = [e["metadata"] for e in events if "metadata" in e]
-    return {key: int(value) for key, value in metadata["usage"].items()}
+    return cast(dict[str, int], dict(metadata["usage"]))
 
 
 def test_cache_figures_are_reported_with_converse_names(
