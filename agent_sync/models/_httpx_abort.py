@@ -267,8 +267,12 @@ class _AbortableStream(httpcore2.NetworkStream):
         timeout: float | None = None,
     ) -> httpcore2.NetworkStream:
         slot = _current_slot.get()
-        if slot is not None:
-            slot.enter(self._sock)
+        # wrap_socket detaches our socket object from its descriptor before the handshake
+        # blocks, so shutting that object down would do nothing: give the slot a duplicate
+        # descriptor of the same connection (shutdown acts on the connection, not the fd).
+        handle = self._sock.dup() if slot is not None else None
+        if slot is not None and handle is not None:
+            slot.enter(handle)
         try:
             self._sock.settimeout(timeout)
             tls = ssl_context.wrap_socket(self._sock, server_hostname=server_hostname)
@@ -279,8 +283,9 @@ class _AbortableStream(httpcore2.NetworkStream):
             self._sock.close()
             raise httpcore2.ConnectError(exc) from exc
         finally:
-            if slot is not None:
+            if slot is not None and handle is not None:
                 slot.leave()
+                handle.close()
         return _AbortableStream(tls)
 
     def get_extra_info(self, info: str) -> Any:
