@@ -78,11 +78,15 @@ _LOGGERS_TO_REDACT = (
     # httpcore2 log URLs and connection steps. A filter only sees its own logger's records.
     "anthropic._base_client",
     "anthropic._response",
+    "anthropic._tracing",
+    "anthropic.lib.credentials._auth",
+    "anthropic.lib.credentials._providers",
     "httpx2",
-    "httpx2._client",
     "httpcore2.connection",
     "httpcore2.http11",
+    "httpcore2.http2",
     "httpcore2.proxy",
+    "httpcore2.socks",
     __name__,
     "agent_sync.models._httpx_abort",
 )
@@ -111,6 +115,10 @@ def abortable_http_client(**kwargs: Any) -> httpx2.Client:
     Pass it as ``client_args={"http_client": ...}`` or to your own ``anthropic.Anthropic``
     when you need client settings ``AnthropicModel`` does not expose.
 
+    Like the SDK's own client, it honours ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/
+    ``NO_PROXY`` (httpx2's rules, read now) unless ``proxy=`` or ``trust_env=False`` is
+    given; proxied connections (forward or ``CONNECT`` tunnels) stay abortable.
+
     Args:
         **kwargs: ``httpx2.Client`` arguments; ``verify``, ``proxy``, ``limits`` and
             ``socket_options`` configure the transport.
@@ -128,15 +136,15 @@ def abortable_http_client(**kwargs: Any) -> httpx2.Client:
     transport_args.setdefault("limits", limits)
     kwargs.setdefault("timeout", DEFAULT_TIMEOUT)
     kwargs.setdefault("follow_redirects", True)
-    if "proxy" not in transport_args and kwargs.get("trust_env", True):
+    if transport_args.get("proxy") is not None:
+        _register_proxy_secret(transport_args["proxy"])
+    elif kwargs.get("trust_env", True):
         # httpx2 reads env proxies only when it builds the transport itself; we build it
         # (to make it abortable), so mount the same proxies the SDK's client would.
         mounts = _environment_proxy_mounts(transport_args)
         mounts.update(kwargs.pop("mounts", None) or {})
         if mounts:
             kwargs["mounts"] = mounts
-    elif "proxy" in transport_args:
-        _register_proxy_secret(transport_args["proxy"])
     return httpx2.Client(transport=AbortableTransport(**transport_args), **kwargs)
 
 

@@ -19,6 +19,7 @@ from typing import Literal
 import pytest
 
 from agent_sync import Agent, RetryPolicy, validate_history
+from agent_sync._redact import redact
 from agent_sync.cancel import CancelledError, CancelScope
 from agent_sync.errors import ModelError
 from agent_sync.events import Done, ModelRetry
@@ -320,12 +321,15 @@ def no_env_proxies(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def test_http_proxy_from_the_environment_is_used(
     proxy: Proxy, no_env_proxies: pytest.MonkeyPatch
 ) -> None:
-    no_env_proxies.setenv("HTTP_PROXY", proxy.url)
+    password = "proxy-pass-SECRET-99a8"
+    authenticated = proxy.url.replace("http://", f"http://user:{password}@")
+    no_env_proxies.setenv("HTTP_PROXY", authenticated)
     with AnthropicServer(["through the proxy"]) as server:
         model = wire_model(server.base_url)  # the default client, built after the env is set
         assert text_of(collect(model)) == [{"text": "through the proxy"}]
         model.close()
     assert proxy.lines == [f"POST {server.base_url}/v1/messages HTTP/1.1"]
+    assert redact(f"proxy said {password}") == "proxy said ***"  # registered as a secret
 
 
 def test_no_proxy_hosts_go_direct(proxy: Proxy, no_env_proxies: pytest.MonkeyPatch) -> None:
