@@ -16,6 +16,10 @@ every provider's errors go through here without each one remembering to. For log
 (botocore logs signed headers at DEBUG) :class:`RedactingFilter` rewrites a record before
 any handler sees it; :func:`install_log_filter` attaches it to named loggers once.
 
+A provider raises ``map_error(exc) from exc``, so the SDK's own exception becomes the
+``__cause__`` that every printed traceback shows: :func:`scrub_exception` redacts that
+chain in place, in each provider's one mapping function.
+
 The registry holds secrets for the life of the process (a model's key stays registered
 after the model is closed): a handful of strings, and forgetting one early would be worse.
 """
@@ -27,10 +31,19 @@ import re
 import threading
 from collections.abc import Iterable
 
-__all__ = ["MASK", "RedactingFilter", "install_log_filter", "redact", "register_secret"]
+__all__ = [
+    "MASK",
+    "RedactingFilter",
+    "install_log_filter",
+    "redact",
+    "register_secret",
+    "scrub_exception",
+]
 
 MASK = "***"
 """What a secret is replaced with."""
+
+logger = logging.getLogger(__name__)
 
 _MIN_SECRET_LENGTH = 8  # shorter values are not credentials and would mask ordinary words
 
@@ -84,6 +97,48 @@ def redact(text: str) -> str:
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text
+
+
+_MAX_CHAIN = 16  # exceptions walked per chain; a cycle or a pathological chain stops here
+
+
+def scrub_exception(exc: BaseException) -> BaseException:
+    """Redact, in place, every exception in ``exc``'s chain (itself, ``__cause__``,
+    ``__context__``): its ``args`` and its string, dict and list attributes (an SDK's
+    ``message``, ``body``, botocore's ``response``). Never raises.
+
+    Returns:
+        ``exc``, for ``raise map_error(scrub_exception(exc)) from exc``.
+    """
+    pending: list[BaseException | None] = [exc]
+    seen: list[BaseException] = []
+    while pending and len(seen) < _MAX_CHAIN:
+        current = pending.pop()
+        if current is None or any(current is done for done in seen):
+            continue
+        seen.append(current)
+        try:
+            current.args = tuple(_redacted(arg) for arg in current.args)
+            for name, value in list(vars(current).items()):
+                if isinstance(value, (str, dict, list)):
+                    setattr(current, name, _redacted(value))
+        except Exception:  # a read-only or hostile attribute: redact what we can
+            logger.debug("could not redact every field of %s", type(current).__name__)
+        pending += [current.__cause__, current.__context__]
+    return exc
+
+
+def _redacted(value: object) -> object:
+    """``value`` with every string in it redacted (dicts, lists and tuples walked)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redacted(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_redacted(item) for item in value]
+    if type(value) is tuple:  # exact type: a namedtuple is left as it is
+        return tuple(_redacted(item) for item in value)
+    return value
 
 
 class RedactingFilter(logging.Filter):

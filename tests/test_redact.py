@@ -58,3 +58,37 @@ def test_filter_rewrites_the_formatted_record() -> None:
     assert RedactingFilter().filter(record) is True
     assert "logged-secret-0123456789" not in record.getMessage()
     assert record.args is None
+
+
+class _SDKError(Exception):
+    def __init__(self, message: str, body: dict[str, object]) -> None:
+        super().__init__(message)
+        self.message = message
+        self.body = body
+
+
+def test_scrub_exception_redacts_the_whole_chain_in_place() -> None:
+    import traceback
+
+    from agent_sync._redact import scrub_exception
+
+    secret = "chained-" + "secret-0123456789"  # not spelled whole in the printed source
+    register_secret(secret)
+    try:
+        try:
+            raise OSError(f"inner {secret}")
+        except OSError as inner:
+            raise _SDKError(
+                f"outer {secret}",
+                {"error": {"message": [secret]}},
+            ) from inner
+    except _SDKError as exc:
+        caught = exc
+    assert scrub_exception(caught) is caught
+    try:
+        raise ModelError("mapped") from caught
+    except ModelError as mapped:
+        printed = "".join(traceback.format_exception(mapped))
+    assert secret not in printed
+    assert secret not in repr((caught.message, caught.body, caught.args))
+    assert MASK in printed

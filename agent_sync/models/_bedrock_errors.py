@@ -25,6 +25,7 @@ from botocore import exceptions as boto_errors
 from botocore.eventstream import ParserError
 from urllib3 import exceptions as urllib3_errors
 
+from .._redact import scrub_exception
 from ..errors import (
     ContextWindowOverflowError,
     ModelConnectionError,
@@ -80,6 +81,7 @@ def map_error(exc: BaseException) -> ModelError:
     """
     if isinstance(exc, ModelError):
         return exc
+    scrub_exception(exc)  # it becomes __cause__: a printed traceback shows its message too
     if isinstance(exc, boto_errors.ClientError):  # EventStreamError is a ClientError too
         return _map_client_error(exc)
     if isinstance(exc, ParserError):

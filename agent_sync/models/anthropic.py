@@ -42,7 +42,7 @@ from typing import Any
 import anthropic
 import httpx2
 
-from .._redact import install_log_filter, redact, register_secret
+from .._redact import install_log_filter, register_secret, scrub_exception
 from ..cancel import CancelScope
 from ..errors import (
     ContextWindowOverflowError,
@@ -443,7 +443,7 @@ def map_error(exc: BaseException) -> ModelError:
     Returns:
         The error to raise (``raise map_error(exc) from exc``).
     """
-    _scrub(exc)  # it becomes __cause__: a printed traceback shows its message too
+    scrub_exception(exc)  # it becomes __cause__: a printed traceback shows its message too
     if isinstance(exc, anthropic.APIStatusError):
         return _status_error(exc)
     if isinstance(exc, (anthropic.APITimeoutError, httpx2.TimeoutException)):
@@ -464,27 +464,6 @@ def map_error(exc: BaseException) -> ModelError:
             f"malformed Anthropic stream event: {shorten(exc)}", provider=PROVIDER
         )
     return ModelError(f"Anthropic call failed: {type(exc).__name__}", provider=PROVIDER)
-
-
-def _scrub(exc: BaseException) -> None:
-    """Redact, in place, what an SDK exception holds: args, message and body."""
-    exc.args = tuple(_redacted(arg) for arg in exc.args)
-    if isinstance(exc, anthropic.APIError):
-        exc.message = redact(exc.message)
-        exc.body = _redacted(exc.body)
-        if isinstance(exc, anthropic.APIStatusError) and exc.api_message:
-            exc.api_message = redact(exc.api_message)
-
-
-def _redacted(value: Any) -> Any:
-    """``value`` with every string in it redacted (dicts and lists walked)."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {key: _redacted(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_redacted(item) for item in value]
-    return value
 
 
 def _status_error(exc: anthropic.APIStatusError) -> ModelError:

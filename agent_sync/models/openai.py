@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 
 import requests
 
-from .._redact import register_secret
+from .._redact import register_secret, scrub_exception
 from ..cancel import CancelledError, CancelScope
 from ..errors import (
     ContextWindowOverflowError,
@@ -356,6 +356,7 @@ def _map_error(exc: Exception) -> ModelError:
     """The one place where ``requests`` exceptions become agent_sync errors."""
     if isinstance(exc, ModelError):
         return exc
+    scrub_exception(exc)  # it becomes __cause__: a printed traceback shows its message too
     if isinstance(exc, requests.exceptions.ChunkedEncodingError):
         return ModelStreamError(
             f"the connection broke while streaming: {type(exc).__name__}",
