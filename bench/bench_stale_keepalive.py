@@ -8,14 +8,15 @@ client that treats this as an ordinary error pays a full retry back-off (1.5-2 s
 expected behaviour (issue 10 item 11, DESIGN 4a) is an immediate re-send that is not a
 retry, so 20 calls cost about 20 x one call.
 
-The local server answers both wire formats by path (``/v1/chat/completions`` as OpenAI SSE,
-``/v1/messages`` as Anthropic SSE) in three modes:
+The local server (``agent_sync.testing._keepalive_server``) answers both wire formats by
+path (``/v1/chat/completions`` as OpenAI SSE, ``/v1/messages`` as Anthropic SSE) in three
+modes:
 
 * ``keep``: a well-behaved keep-alive server (the baseline);
-* ``next``: closes a connection when the next request arrives on it, unanswered (every
-  reuse fails: the deterministic worst case);
-* ``after``: closes right after the response (the natural race: the client's pool check
-  sees the close or not, depending on timing).
+* ``next`` (``close_on_reuse``): closes a connection when the next request arrives on it,
+  unanswered (every reuse fails: the deterministic worst case);
+* ``after`` (``close_after``): closes right after the response (the natural race: the
+  client's pool check sees the close or not, depending on timing).
 
 For each provider and mode it prints the total of ``--calls`` sequential ``invoke``s with
 the default retry policy, ``calls x`` the median single call on the ``keep`` server, their
@@ -25,11 +26,8 @@ ratio, the retries counted and the requests the server received.
 from __future__ import annotations
 
 import argparse
-import select
-import socket
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent_sync import Agent  # noqa: E402
 from agent_sync.models import AnthropicModel, OpenAIModel  # noqa: E402
+from agent_sync.testing._keepalive_server import (  # noqa: E402
+    KeepAliveServer,
+    Mode,
+    chunked_response,
+)
 
 _OPENAI = [
     b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":'
@@ -64,79 +67,12 @@ _ANTHROPIC = [
 ]
 
 
-def _response(frames: list[bytes]) -> bytes:
-    head = (
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-        b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
-    )
-    return head + b"".join(b"%x\r\n%s\r\n" % (len(f), f) for f in frames) + b"0\r\n\r\n"
+# The table's mode names and the server's.
+_MODES: dict[str, Mode] = {"keep": "keep", "next": "close_on_reuse", "after": "close_after"}
 
 
-class KeepAliveServer:
-    """A raw-socket HTTP/1.1 server on 127.0.0.1 in the given mode (see the docstring)."""
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.received = 0
-        self.lock = threading.Lock()
-        self.closing = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.acceptor = threading.Thread(target=self._accept, name="bench-keepalive-server")
-        self.acceptor.start()
-
-    def close(self) -> None:
-        self.closing.set()
-        self.acceptor.join(5)
-        self.listener.close()
-        for thread in self.threads:
-            thread.join(5)
-
-    def _accept(self) -> None:
-        while not self.closing.is_set():
-            if select.select([self.listener], [], [], 0.05)[0]:
-                conn, _ = self.listener.accept()
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                thread = threading.Thread(target=self._serve, args=(conn,), name="bench-conn")
-                self.threads.append(thread)
-                thread.start()
-
-    def _read_request(self, conn: socket.socket) -> str | None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            if not select.select([conn], [], [], 5)[0] or self.closing.is_set():
-                return None
-            piece = conn.recv(65536)
-            if not piece:
-                return None
-            data += piece
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        while len(body) < length:
-            piece = conn.recv(65536)
-            if not piece:
-                return None
-            body += piece
-        return head.split(b" ")[1].decode()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            served = 0
-            while (path := self._read_request(conn)) is not None:
-                with self.lock:
-                    self.received += 1
-                if self.mode == "next" and served:
-                    return  # the stale connection: closed, unanswered
-                frames = _ANTHROPIC if path.endswith("/messages") else _OPENAI
-                conn.sendall(_response(frames))
-                served += 1
-                if self.mode == "after":
-                    return
+def _respond(path: str, number: int) -> bytes:
+    return chunked_response(_ANTHROPIC if path.endswith("/messages") else _OPENAI)
 
 
 def _models(port: int) -> dict[str, Callable[[], Any]]:
@@ -152,7 +88,7 @@ def _models(port: int) -> dict[str, Callable[[], Any]]:
 
 
 def _run(name: str, mode: str, calls: int) -> tuple[list[float], int, int]:
-    server = KeepAliveServer(mode)
+    server = KeepAliveServer(_respond, _MODES[mode], name="bench-keepalive")
     model = _models(server.port)[name]()
     agent = Agent(model)
     times: list[float] = []

@@ -10,6 +10,10 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.logs import root_records
+
+__all__ = ["root_records"]  # fixture, shared with every test
+
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
 

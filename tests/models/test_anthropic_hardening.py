@@ -7,17 +7,14 @@ keep-alive connections and proxies are in test_anthropic_wire.py.
 
 from __future__ import annotations
 
-import logging
 import threading
 import traceback
-from collections.abc import Iterator
 from typing import Any, cast
 
 import anthropic
 import pytest
 
 from agent_sync import Agent, RetryPolicy, tool, validate_history
-from agent_sync.cancel import CancelScope
 from agent_sync.errors import (
     ContextWindowOverflowError,
     ModelError,
@@ -29,13 +26,14 @@ from agent_sync.messages import Message, StreamEvent, ToolSpec
 from agent_sync.models import AnthropicModel
 from agent_sync.models._anthropic_format import EventTranslator
 from agent_sync.models.base import CacheMode, ModelRequest
-from agent_sync.stream import AssembledMessage, MessageAssembler
 from agent_sync.testing.anthropic_server import AnthropicServer
+from tests.fixtures.logs import RootRecords
+from tests.fixtures.streams import HELLO, assemble, collect
+
+from ._anthropic_fixtures import anthropic_fixtures
 
 # No well-known secret shape: only registration at construction can hide it.
 KEY = "local-anthropic-SECRET-7e1f2a9c4b"
-HELLO: list[Message] = [{"role": "user", "content": [{"text": "hi"}]}]
-PROMPT = ModelRequest(messages=HELLO)
 SLOW_RETRY = RetryPolicy(max_attempts=3, initial_delay=30, max_delay=30, jitter=0)
 WEATHER: ToolSpec = {
     "name": "get_weather",
@@ -49,56 +47,7 @@ CLOCK: ToolSpec = {
 }
 
 
-@pytest.fixture
-def server() -> Iterator[AnthropicServer]:
-    with AnthropicServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def model(server: AnthropicServer) -> Iterator[AnthropicModel]:
-    instance = AnthropicModel(
-        "claude-test", client_args={"base_url": server.base_url, "api_key": KEY}
-    )
-    yield instance
-    instance.close()
-
-
-def collect(model: AnthropicModel, request: ModelRequest = PROMPT) -> list[StreamEvent]:
-    return list(model.stream(request, cancel=CancelScope()))
-
-
-def assemble(events: list[StreamEvent]) -> AssembledMessage:
-    assembler = MessageAssembler()
-    for event in events:
-        assembler.add(event)
-    return assembler.finish()
-
-
-class RecordAll(logging.Handler):
-    """Every record of every logger, formatted with its traceback (root at DEBUG)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.texts: list[str] = []
-        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.texts.append(self.format(record))
-
-
-@pytest.fixture
-def all_records() -> Iterator[RecordAll]:
-    root = logging.getLogger()
-    handler = RecordAll()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
+server, model = anthropic_fixtures(KEY)
 
 
 # -- item 9: secrets ---------------------------------------------------------------------------
@@ -118,7 +67,7 @@ ECHOES = [
 @pytest.mark.parametrize("given", ["client_args", "env", "client"])
 def test_an_echoed_key_reaches_no_error_surface_and_no_log_record(
     server: AnthropicServer,
-    all_records: RecordAll,
+    root_records: RootRecords,
     monkeypatch: pytest.MonkeyPatch,
     turn: dict[str, Any],
     given: str,
@@ -145,16 +94,16 @@ def test_an_echoed_key_reaches_no_error_surface_and_no_log_record(
         repr(error.args),
         str(error.body),
         "".join(traceback.format_exception(error)),  # the SDK error chained as __cause__
-        *all_records.texts,
+        *root_records.texts,
     ]
-    assert all_records.texts, "the root logger at DEBUG saw no record"
+    assert root_records.texts, "the root logger at DEBUG saw no record"
     leaks = [text for text in surfaces if KEY in text]
     assert leaks == []
     assert "***" in str(error) or "***" in str(error.body)
 
 
 def test_a_key_in_extra_headers_is_not_logged_by_the_sdk(
-    server: AnthropicServer, all_records: RecordAll
+    server: AnthropicServer, root_records: RootRecords
 ) -> None:
     server.add_turns("fine")
     model = AnthropicModel(
@@ -164,8 +113,8 @@ def test_a_key_in_extra_headers_is_not_logged_by_the_sdk(
     )
     assert assemble(collect(model)).message["content"] == [{"text": "fine"}]
     model.close()
-    assert any("Request options" in text for text in all_records.texts)
-    assert [text for text in all_records.texts if KEY in text] == []
+    assert any("Request options" in text for text in root_records.texts)
+    assert [text for text in root_records.texts if KEY in text] == []
 
 
 # -- item 13: context overflow in every known wording ------------------------------------------
@@ -455,7 +404,7 @@ def test_cache_flag_from_the_agent_reaches_the_wire(
 
 
 def test_rejected_cache_fields_are_dropped_once_and_remembered(
-    all_records: RecordAll,
+    root_records: RootRecords,
 ) -> None:
     with AnthropicServer(reject_cache_control=True) as server:
         model = AnthropicModel(
@@ -472,11 +421,11 @@ def test_rejected_cache_fields_are_dropped_once_and_remembered(
         bodies = [str(request.body) for request in server.requests]
     # Rejected once, re-sent without the markers, then never sent them again.
     assert ["cache_control" in body for body in bodies] == [True, False, False]
-    logged = [text for text in all_records.texts if "rejected the cache_control" in text]
+    logged = [text for text in root_records.texts if "rejected the cache_control" in text]
     assert len(logged) == 1 and "DEBUG" in logged[0]
 
 
-def test_concurrent_calls_drop_the_cache_fields_with_one_log(all_records: RecordAll) -> None:
+def test_concurrent_calls_drop_the_cache_fields_with_one_log(root_records: RootRecords) -> None:
     callers = 4
     with AnthropicServer(reject_cache_control=True) as server:
         model = AnthropicModel(
@@ -500,7 +449,7 @@ def test_concurrent_calls_drop_the_cache_fields_with_one_log(all_records: Record
             thread.join(30)
         model.close()
     assert results == ["end_turn"] * callers
-    logged = [text for text in all_records.texts if "rejected the cache_control" in text]
+    logged = [text for text in root_records.texts if "rejected the cache_control" in text]
     assert len(logged) == 1
 
 

@@ -1,9 +1,10 @@
 """AnthropicModel on the wire (issue 10 items 11 and 16): stale keep-alive connections and
 proxies from the environment.
 
-Small servers written here produce what the fakes cannot: a server that answers one
-streamed response advertising keep-alive and then closes the socket (llama.cpp's
-``llama-server`` does), and an HTTP proxy (forward and ``CONNECT``) on 127.0.0.1.
+Small servers produce what the fakes cannot: one that answers a streamed response
+advertising keep-alive and then closes the socket (llama.cpp's ``llama-server`` does;
+``agent_sync.testing._keepalive_server``), and an HTTP proxy (forward and ``CONNECT``) on
+127.0.0.1, written here.
 """
 
 from __future__ import annotations
@@ -11,46 +12,35 @@ from __future__ import annotations
 import json
 import select
 import socket
-import struct
 import threading
 from collections.abc import Iterator
-from typing import Literal
 
 import pytest
 
-from agent_sync import Agent, RetryPolicy, validate_history
+from agent_sync import RetryPolicy
 from agent_sync._redact import redact
 from agent_sync.cancel import CancelledError, CancelScope
 from agent_sync.errors import ModelError
-from agent_sync.events import Done, ModelRetry
-from agent_sync.messages import Message, StreamEvent
-from agent_sync.models import AnthropicModel, ModelRequest
-from agent_sync.stream import MessageAssembler
+from agent_sync.models import AnthropicModel
+from agent_sync.testing._keepalive_server import KeepAliveServer, Mode, chunked_response
 from agent_sync.testing.anthropic_server import AnthropicServer
+from tests.fixtures.keepalive import (
+    check_failure_after_a_byte_not_resent,
+    check_fresh_failure_not_resent,
+    check_stale_connection_resent,
+)
+from tests.fixtures.streams import assemble, collect
 
 KEY = "local-wire-SECRET-5d4c3b2a19"
-HELLO: list[Message] = [{"role": "user", "content": [{"text": "hi"}]}]
 SLOW_RETRY = RetryPolicy(max_attempts=3, initial_delay=30, max_delay=30, jitter=0)
 HANG_BOUND = 10.0  # seconds; only catches a hang
 
 
-def collect(model: AnthropicModel, scope: CancelScope | None = None) -> list[StreamEvent]:
-    return list(model.stream(ModelRequest(messages=HELLO), cancel=scope or CancelScope()))
-
-
-def text_of(events: list[StreamEvent]) -> object:
-    assembler = MessageAssembler()
-    for event in events:
-        assembler.add(event)
-    return assembler.finish().message["content"]
-
-
 # -- item 11: stale keep-alive connections -----------------------------------------------------
 
-Mode = Literal["close_on_reuse", "reset_on_reuse", "close_fresh", "partial_on_reuse"]
 
-
-def _sse_response(text: str) -> bytes:
+def _sse_response(path: str, number: int) -> bytes:
+    """Anthropic SSE answering ``answer <number>``."""
     events = [
         ("message_start", {"type": "message_start", "message": {"usage": {"input_tokens": 3}}}),
         (
@@ -62,7 +52,7 @@ def _sse_response(text: str) -> bytes:
             {
                 "type": "content_block_delta",
                 "index": 0,
-                "delta": {"type": "text_delta", "text": text},
+                "delta": {"type": "text_delta", "text": f"answer {number}"},
             },
         ),
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
@@ -76,36 +66,54 @@ def _sse_response(text: str) -> bytes:
         ),
         ("message_stop", {"type": "message_stop"}),
     ]
-    frames = [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
-    head = (
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-        b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
+    return chunked_response(
+        f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events
     )
-    return head + b"".join(b"%x\r\n%s\r\n" % (len(f), f) for f in frames) + b"0\r\n\r\n"
 
 
-def _read_request(conn: socket.socket) -> bytes | None:
-    """One HTTP/1.1 request (head and content-length body), or None if the peer left."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        if not select.select([conn], [], [], HANG_BOUND)[0]:
-            return None
-        piece = conn.recv(65536)
-        if not piece:
-            return None
-        data += piece
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        piece = conn.recv(65536)
-        if not piece:
-            return None
-        body += piece
-    return head
+@pytest.fixture
+def keepalive_server(request: pytest.FixtureRequest) -> Iterator[KeepAliveServer]:
+    mode: Mode = getattr(request, "param", "close_on_reuse")
+    with KeepAliveServer(_sse_response, mode, timeout=HANG_BOUND) as server:
+        yield server
+
+
+def wire_model(url: str) -> AnthropicModel:
+    return AnthropicModel(
+        "claude-test", client_args={"base_url": url, "api_key": KEY, "timeout": HANG_BOUND}
+    )
+
+
+@pytest.mark.parametrize("keepalive_server", ["close_on_reuse", "reset_on_reuse"], indirect=True)
+def test_a_stale_pooled_connection_is_resent_at_once_and_not_counted(
+    keepalive_server: KeepAliveServer,
+) -> None:
+    check_stale_connection_resent(wire_model(keepalive_server.url), keepalive_server)
+
+
+@pytest.mark.parametrize("keepalive_server", ["close_fresh"], indirect=True)
+def test_a_fresh_connection_failure_is_not_resent(keepalive_server: KeepAliveServer) -> None:
+    check_fresh_failure_not_resent(wire_model(keepalive_server.url), keepalive_server, ModelError)
+
+
+@pytest.mark.parametrize("keepalive_server", ["partial_on_reuse"], indirect=True)
+def test_a_failure_after_a_response_byte_is_not_resent(keepalive_server: KeepAliveServer) -> None:
+    check_failure_after_a_byte_not_resent(wire_model(keepalive_server.url), keepalive_server)
+
+
+# -- item 16: proxies from the environment -----------------------------------------------------
+
+
+def _pipe(one: socket.socket, other: socket.socket, closing: threading.Event) -> None:
+    """Copy bytes both ways until either side closes (or the test ends)."""
+    sockets = [one, other]
+    while not closing.is_set():
+        readable, _, _ = select.select(sockets, [], [], 0.05)
+        for sock in readable:
+            data = sock.recv(65536)
+            if not data:
+                return
+            (other if sock is one else one).sendall(data)
 
 
 class _ThreadedListener:
@@ -147,116 +155,6 @@ class _ThreadedListener:
 
     def serve(self, conn: socket.socket) -> None:
         raise NotImplementedError
-
-
-class KeepAliveThenClose(_ThreadedListener):
-    """Answers one streamed response per connection advertising keep-alive, then closes
-    that socket when the next request arrives on it, unanswered: llama.cpp's behaviour,
-    made deterministic (the close always wins the race with the pool's readability check).
-
-    ``reset_on_reuse``: the same with a TCP RST instead of a FIN. ``close_fresh``: closes
-    every connection at its first request. ``partial_on_reuse``: answers a reused
-    connection's request with a partial status line, then closes (a response byte came
-    back: must not be re-sent).
-    """
-
-    name = "test-keepalive"
-
-    def __init__(self, mode: Mode) -> None:
-        self.mode = mode
-        self.received = 0
-        self.answered = 0
-        self.lock = threading.Lock()
-        super().__init__()
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def serve(self, conn: socket.socket) -> None:
-        served = 0
-        while _read_request(conn) is not None:
-            with self.lock:
-                self.received += 1
-                number = self.received
-            if self.mode == "close_fresh" or served:
-                if self.mode == "partial_on_reuse":
-                    conn.sendall(b"HTTP/1.1 200")
-                elif self.mode == "reset_on_reuse":
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                return  # close, unanswered (or half-answered)
-            with self.lock:  # counted before sending: the client may assert at once
-                self.answered += 1
-            conn.sendall(_sse_response(f"answer {number}"))
-            served += 1
-
-
-@pytest.fixture
-def keepalive_server(request: pytest.FixtureRequest) -> Iterator[KeepAliveThenClose]:
-    server = KeepAliveThenClose(getattr(request, "param", "close_on_reuse"))
-    yield server
-    server.close()
-
-
-def wire_model(url: str) -> AnthropicModel:
-    return AnthropicModel(
-        "claude-test", client_args={"base_url": url, "api_key": KEY, "timeout": HANG_BOUND}
-    )
-
-
-@pytest.mark.parametrize("keepalive_server", ["close_on_reuse", "reset_on_reuse"], indirect=True)
-def test_a_stale_pooled_connection_is_resent_at_once_and_not_counted(
-    keepalive_server: KeepAliveThenClose,
-) -> None:
-    model = wire_model(keepalive_server.url)
-    agent = Agent(model, retry=SLOW_RETRY)
-    for call in range(5):
-        events = list(agent.stream(f"question {call}"))
-        assert not [e for e in events if isinstance(e, ModelRetry)]
-        done = events[-1]
-        assert isinstance(done, Done)
-        assert done.result.stop_reason == "end_turn"
-        assert done.result.metrics.retries == 0
-        assert done.result.text.startswith("answer ")
-    model.close()
-    # Every call after the first found its pooled connection closed and re-sent once.
-    assert keepalive_server.answered == 5
-    assert keepalive_server.received == 9
-    assert validate_history(agent.messages) == []
-
-
-@pytest.mark.parametrize("keepalive_server", ["close_fresh"], indirect=True)
-def test_a_fresh_connection_failure_is_not_resent(keepalive_server: KeepAliveThenClose) -> None:
-    model = wire_model(keepalive_server.url)
-    with pytest.raises(ModelError) as info:
-        collect(model)
-    model.close()
-    assert info.value.retryable  # the agent's policy decides, with back-off
-    assert keepalive_server.received == 1
-
-
-@pytest.mark.parametrize("keepalive_server", ["partial_on_reuse"], indirect=True)
-def test_a_failure_after_a_response_byte_is_not_resent(
-    keepalive_server: KeepAliveThenClose,
-) -> None:
-    model = wire_model(keepalive_server.url)
-    assert text_of(collect(model)) == [{"text": "answer 1"}]
-    with pytest.raises(ModelError):
-        collect(model)
-    model.close()
-    assert keepalive_server.received == 2
-
-
-# -- item 16: proxies from the environment -----------------------------------------------------
-
-
-def _pipe(one: socket.socket, other: socket.socket, closing: threading.Event) -> None:
-    """Copy bytes both ways until either side closes (or the test ends)."""
-    sockets = [one, other]
-    while not closing.is_set():
-        readable, _, _ = select.select(sockets, [], [], 0.05)
-        for sock in readable:
-            data = sock.recv(65536)
-            if not data:
-                return
-            (other if sock is one else one).sendall(data)
 
 
 class Proxy(_ThreadedListener):
@@ -326,7 +224,7 @@ def test_http_proxy_from_the_environment_is_used(
     no_env_proxies.setenv("HTTP_PROXY", authenticated)
     with AnthropicServer(["through the proxy"]) as server:
         model = wire_model(server.base_url)  # the default client, built after the env is set
-        assert text_of(collect(model)) == [{"text": "through the proxy"}]
+        assert assemble(collect(model)).message["content"] == [{"text": "through the proxy"}]
         model.close()
     assert proxy.lines == [f"POST {server.base_url}/v1/messages HTTP/1.1"]
     assert redact(f"proxy said {password}") == "proxy said ***"  # registered as a secret
@@ -337,7 +235,7 @@ def test_no_proxy_hosts_go_direct(proxy: Proxy, no_env_proxies: pytest.MonkeyPat
     no_env_proxies.setenv("NO_PROXY", "127.0.0.1")
     with AnthropicServer(["direct"]) as server:
         model = wire_model(server.base_url)
-        assert text_of(collect(model)) == [{"text": "direct"}]
+        assert assemble(collect(model)).message["content"] == [{"text": "direct"}]
         model.close()
     assert proxy.lines == []
 
@@ -352,7 +250,7 @@ class Consumer:
 
     def _run(self, model: AnthropicModel, scope: CancelScope) -> None:
         try:
-            collect(model, scope)
+            collect(model, cancel=scope)
         except BaseException as exc:  # asserted by the test
             self.error = exc
 
@@ -374,7 +272,7 @@ def test_cancel_aborts_a_read_blocked_behind_an_http_proxy(
         consumer.join()
         assert isinstance(consumer.error, CancelledError)
         # The pool is healthy after the abort: the next call goes through.
-        assert text_of(collect(model)) == [{"text": "next"}]
+        assert assemble(collect(model)).message["content"] == [{"text": "next"}]
         model.close()
     assert len(proxy.lines) == 2
 

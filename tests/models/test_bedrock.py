@@ -31,6 +31,7 @@ from agent_sync.errors import (
 from agent_sync.messages import Message, StreamEvent
 from agent_sync.models import BedrockModel, ModelRequest
 from agent_sync.testing.bedrock_server import BedrockServer, encode_message
+from tests.fixtures.streams import collect
 
 from ._bedrock_fixtures import aws_session, server
 
@@ -56,10 +57,6 @@ def model(server: BedrockServer, session: boto3.Session) -> Iterator[BedrockMode
     bedrock = BedrockModel("test.model-v1:0", endpoint_url=server.base_url, boto_session=session)
     yield bedrock
     bedrock.close()
-
-
-def collect(model: BedrockModel, request: ModelRequest | None = None) -> list[StreamEvent]:
-    return list(model.stream(request or ModelRequest(messages=HELLO), cancel=CancelScope()))
 
 
 def text_of(events: list[StreamEvent]) -> str:

@@ -15,7 +15,6 @@ import boto3
 import pytest
 
 from agent_sync import Agent
-from agent_sync.cancel import CancelScope
 from agent_sync.errors import (
     AgentSyncError,
     ContextWindowOverflowError,
@@ -30,6 +29,8 @@ from agent_sync.models import BedrockModel, ModelRequest
 from agent_sync.models._wire import CONTEXT_OVERFLOW_MARKERS
 from agent_sync.testing._http_server import ServerTurn
 from agent_sync.testing.bedrock_server import BedrockServer
+from tests.fixtures.logs import RootRecords
+from tests.fixtures.streams import HELLO, collect
 
 from ._bedrock_fixtures import server
 
@@ -39,7 +40,6 @@ ACCESS_KEY = "ASIAHARDENINGTEST01"
 SECRET_KEY = "hardening/Secret+Key/wJalrXUtnFEMIK7MDENGbPxRfiCY"
 # A temporary credential as STS hands it out (no recognisable shape of its own).
 SESSION_TOKEN = "IQoJb3JpZ2luX2VjEHardeningSessionToken0123456789abcdefABCDEF"
-HELLO: list[Message] = [{"role": "user", "content": [{"text": "hi"}]}]
 SPEC: Any = {
     "name": "get_weather",
     "description": "Weather for a city.",
@@ -71,39 +71,6 @@ def model(server: BedrockServer, temporary_session: boto3.Session) -> Iterator[B
     bedrock.close()
 
 
-class _Capture(logging.Handler):
-    """Every record that reaches the root logger, formatted as a handler would see it."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def texts(self) -> list[str]:
-        return [self.format(r) for r in self.records]
-
-
-@pytest.fixture
-def root_debug() -> Iterator[_Capture]:
-    root = logging.getLogger()
-    capture = _Capture()
-    level = root.level
-    root.setLevel(logging.DEBUG)
-    root.addHandler(capture)
-    try:
-        yield capture
-    finally:
-        root.removeHandler(capture)
-        root.setLevel(level)
-
-
-def collect(model: BedrockModel, request: ModelRequest | None = None) -> list[StreamEvent]:
-    return list(model.stream(request or ModelRequest(messages=HELLO), cancel=CancelScope()))
-
-
 def usage_of(events: list[StreamEvent]) -> Any:
     return next(e["metadata"]["usage"] for e in events if "metadata" in e)
 
@@ -112,14 +79,14 @@ def usage_of(events: list[StreamEvent]) -> Any:
 
 
 def test_no_credential_reaches_any_log_record_with_the_root_logger_at_debug(
-    server: BedrockServer, model: BedrockModel, root_debug: _Capture
+    server: BedrockServer, model: BedrockModel, root_records: RootRecords
 ) -> None:
     server.add_turns("hello")
 
     collect(model)
 
-    texts = root_debug.texts()
-    names = {r.name for r in root_debug.records}
+    texts = root_records.texts
+    names = {r.name for r in root_records.records}
     assert {"botocore.auth", "botocore.endpoint"} <= names  # the lines that carried them
     assert any("x-amz-security-token" in t.lower() for t in texts)
     for text in texts:
@@ -128,7 +95,7 @@ def test_no_credential_reaches_any_log_record_with_the_root_logger_at_debug(
 
 
 def test_an_error_body_echoing_the_credentials_leaks_them_nowhere(
-    server: BedrockServer, model: BedrockModel, root_debug: _Capture
+    server: BedrockServer, model: BedrockModel, root_records: RootRecords
 ) -> None:
     echo = f"The security token {SESSION_TOKEN} signed with {SECRET_KEY} is invalid."
     server.add_turns(
@@ -145,7 +112,7 @@ def test_an_error_body_echoing_the_credentials_leaks_them_nowhere(
     assert isinstance(errors[0], ModelHTTPError) and errors[0].body
     for error in errors:
         surfaces = [str(error), repr(error), repr(error.args), str(getattr(error, "body", ""))]
-        for text in surfaces + root_debug.texts():
+        for text in surfaces + root_records.texts:
             assert SESSION_TOKEN not in text
             assert SECRET_KEY not in text
         assert "is invalid" in str(error)  # the message itself is kept

@@ -22,8 +22,8 @@ from agent_sync.errors import (
 from agent_sync.messages import StreamEvent
 from agent_sync.models import OpenAIModel
 from agent_sync.models.base import ModelRequest
-from agent_sync.stream import MessageAssembler
 from agent_sync.testing.openai_server import OpenAIServer
+from tests.fixtures.streams import assemble, collect
 
 from ._openai_fixtures import openai_fixtures
 from .test_urllib3_abort import _connect_hangs, _unanswered_listener
@@ -33,17 +33,6 @@ PROMPT = ModelRequest(messages=[{"role": "user", "content": [{"text": "hi"}]}])
 
 
 server, model = openai_fixtures(KEY)
-
-
-def collect(model: OpenAIModel, request: ModelRequest = PROMPT) -> list[StreamEvent]:
-    return list(model.stream(request, cancel=CancelScope()))
-
-
-def assemble(events: list[StreamEvent]) -> Any:
-    assembler = MessageAssembler()
-    for event in events:
-        assembler.add(event)
-    return assembler.finish()
 
 
 # -- responses -----------------------------------------------------------------------------

@@ -6,16 +6,13 @@ keep-alive connections. Real ``requests`` against local servers speaking the wir
 from __future__ import annotations
 
 import logging
-import select
-import socket
 import threading
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
 from agent_sync import Agent, RetryPolicy, validate_history
-from agent_sync.cancel import CancelScope
 from agent_sync.errors import (
     ContextWindowOverflowError,
     ModelConnectionError,
@@ -24,13 +21,18 @@ from agent_sync.errors import (
     ModelStreamError,
     UsageError,
 )
-from agent_sync.events import Done, ModelRetry
-from agent_sync.messages import StreamEvent
 from agent_sync.models import OpenAIModel
 from agent_sync.models._openai_format import ChunkTranslator
 from agent_sync.models.base import CacheMode, ModelRequest
-from agent_sync.stream import MessageAssembler
+from agent_sync.testing._keepalive_server import KeepAliveServer, Mode, chunked_response
 from agent_sync.testing.openai_server import ErrorShape, OpenAIServer
+from tests.fixtures.keepalive import (
+    check_failure_after_a_byte_not_resent,
+    check_fresh_failure_not_resent,
+    check_stale_connection_resent,
+)
+from tests.fixtures.logs import RootRecords
+from tests.fixtures.streams import assemble, collect
 
 KEY = "local-token-SECRET-4f9a8b7c6d5e"  # no well-known shape: only registration hides it
 AZURE_KEY = "azure-SECRET-0a1b2c3d4e5f6a7b"  # an extra credential header (Azure's api-key)
@@ -49,41 +51,6 @@ def make_model(server: OpenAIServer, **kwargs: Any) -> OpenAIModel:
     return OpenAIModel("gpt-test", base_url=server.url, api_key=KEY, timeout=(5, 30), **kwargs)
 
 
-def collect(model: OpenAIModel, request: ModelRequest = PROMPT) -> list[StreamEvent]:
-    return list(model.stream(request, cancel=CancelScope()))
-
-
-def assemble(events: list[StreamEvent]) -> Any:
-    assembler = MessageAssembler()
-    for event in events:
-        assembler.add(event)
-    return assembler.finish()
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-
-@pytest.fixture
-def root_records() -> Iterator[_Records]:
-    """Every record of every logger, with the root logger at DEBUG."""
-    root = logging.getLogger()
-    handler, level = _Records(), root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
-
-
 # -- item 9: secrets ----------------------------------------------------------------------
 
 
@@ -97,7 +64,7 @@ def root_records() -> Iterator[_Records]:
     ids=["401-body", "400-body", "mid-stream"],
 )
 def test_echoed_credentials_reach_no_surface(
-    server: OpenAIServer, root_records: _Records, turn: dict[str, Any]
+    server: OpenAIServer, root_records: RootRecords, turn: dict[str, Any]
 ) -> None:
     server.add_turns(turn)
     model = make_model(server, headers={"api-key": AZURE_KEY})
@@ -111,9 +78,9 @@ def test_echoed_credentials_reach_no_surface(
         "args": repr(error.args),
         "body": str(getattr(error, "body", "")),
         "model repr": repr(model),
-        "logs": "\n".join(root_records.lines),
+        "logs": "\n".join(root_records.texts),
     }
-    assert root_records.lines  # the capture works: urllib3 and the fake log at DEBUG
+    assert root_records.texts  # the capture works: urllib3 and the fake log at DEBUG
     for name, text in surfaces.items():
         assert KEY not in text, name
         assert AZURE_KEY not in text, name
@@ -454,148 +421,45 @@ def test_malformed_usage_is_a_stream_error() -> None:
 
 # -- item 11: stale keep-alive connections ----------------------------------------------------
 
-Mode = Literal["close_on_reuse", "close_fresh", "partial_on_reuse"]
 
-
-def _sse_response(text: str) -> bytes:
-    frames = [
-        b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"'
-        + text.encode()
-        + b'"},"finish_reason":null}]}\n\n',
-        b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},'
-        b'"finish_reason":"stop"}]}\n\n',
-        b"data: [DONE]\n\n",
-    ]
-    head = (
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-        b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
+def _sse_response(path: str, number: int) -> bytes:
+    """An OpenAI chat.completion stream answering ``answer <number>``."""
+    return chunked_response(
+        [
+            b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"'
+            + f"answer {number}".encode()
+            + b'"},"finish_reason":null}]}\n\n',
+            b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{},'
+            b'"finish_reason":"stop"}]}\n\n',
+            b"data: [DONE]\n\n",
+        ]
     )
-    return head + b"".join(b"%x\r\n%s\r\n" % (len(f), f) for f in frames) + b"0\r\n\r\n"
-
-
-class KeepAliveThenClose:
-    """Answers a request with one streamed completion advertising keep-alive, then closes
-    that socket when the next request arrives on it, unanswered: llama.cpp's behaviour,
-    made deterministic (the close always wins the race with the client's pool check).
-
-    ``close_fresh``: closes every connection at its first request, unanswered.
-    ``partial_on_reuse``: answers a reused connection's request with a partial status
-    line, then closes (a response byte came back: must not be re-sent).
-    """
-
-    def __init__(self, mode: Mode = "close_on_reuse") -> None:
-        self.mode = mode
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1"
-        self.received = 0
-        self.answered = 0
-        self.lock = threading.Lock()
-        self.closing = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.acceptor = threading.Thread(target=self._accept, name="test-keepalive-server")
-        self.acceptor.start()
-
-    def close(self) -> None:
-        self.closing.set()
-        self.acceptor.join(5)
-        self.listener.close()
-        for thread in self.threads:
-            thread.join(5)
-
-    def _accept(self) -> None:
-        while not self.closing.is_set():
-            if not select.select([self.listener], [], [], 0.05)[0]:
-                continue
-            conn, _ = self.listener.accept()
-            thread = threading.Thread(target=self._serve, args=(conn,), name="test-keepalive-conn")
-            self.threads.append(thread)
-            thread.start()
-
-    def _read_request(self, conn: socket.socket) -> bool:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            if not select.select([conn], [], [], 5)[0]:
-                return False
-            piece = conn.recv(65536)
-            if not piece:
-                return False
-            data += piece
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n"):
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        while len(body) < length:
-            piece = conn.recv(65536)
-            if not piece:
-                return False
-            body += piece
-        return True
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            served = 0
-            while self._read_request(conn):
-                with self.lock:
-                    self.received += 1
-                    number = self.received
-                if self.mode == "close_fresh" or served:
-                    if self.mode == "partial_on_reuse":
-                        conn.sendall(b"HTTP/1.1 200")
-                    return  # close, unanswered (or half-answered)
-                with self.lock:  # counted before sending: the client may assert at once
-                    self.answered += 1
-                conn.sendall(_sse_response(f"answer {number}"))
-                served += 1
 
 
 @pytest.fixture
-def keepalive_server(request: pytest.FixtureRequest) -> Iterator[KeepAliveThenClose]:
+def keepalive_server(request: pytest.FixtureRequest) -> Iterator[KeepAliveServer]:
     mode: Mode = getattr(request, "param", "close_on_reuse")
-    server = KeepAliveThenClose(mode)
-    yield server
-    server.close()
+    with KeepAliveServer(_sse_response, mode) as server:
+        yield server
+
+
+def keepalive_model(server: KeepAliveServer) -> OpenAIModel:
+    return OpenAIModel("llama", base_url=f"{server.url}/v1", timeout=(5, 10))
 
 
 def test_stale_pooled_connection_is_resent_at_once_and_not_counted(
-    keepalive_server: KeepAliveThenClose,
+    keepalive_server: KeepAliveServer,
 ) -> None:
-    model = OpenAIModel("llama", base_url=keepalive_server.url, timeout=(5, 10))
-    agent = Agent(model, retry=SLOW_RETRY)
-    for call in range(5):
-        events = list(agent.stream(f"question {call}"))
-        assert not any(isinstance(e, ModelRetry) for e in events)
-        done = events[-1]
-        assert isinstance(done, Done)
-        result = done.result
-        assert result.stop_reason == "end_turn"
-        assert result.metrics.retries == 0
-        assert result.text.startswith("answer ")
-    model.close()
-    # Every call after the first found its pooled connection closed and re-sent once.
-    assert keepalive_server.answered == 5
-    assert keepalive_server.received == 9
-    assert validate_history(agent.messages) == []
+    check_stale_connection_resent(keepalive_model(keepalive_server), keepalive_server)
 
 
 @pytest.mark.parametrize("keepalive_server", ["close_fresh"], indirect=True)
-def test_fresh_connection_failure_is_not_resent(keepalive_server: KeepAliveThenClose) -> None:
-    model = OpenAIModel("llama", base_url=keepalive_server.url, timeout=(5, 10))
-    with pytest.raises(ModelConnectionError) as info:
-        collect(model)
-    model.close()
-    assert info.value.retryable  # the agent's policy decides, with back-off
-    assert keepalive_server.received == 1
+def test_fresh_connection_failure_is_not_resent(keepalive_server: KeepAliveServer) -> None:
+    check_fresh_failure_not_resent(
+        keepalive_model(keepalive_server), keepalive_server, ModelConnectionError
+    )
 
 
 @pytest.mark.parametrize("keepalive_server", ["partial_on_reuse"], indirect=True)
-def test_failure_after_a_response_byte_is_not_resent(
-    keepalive_server: KeepAliveThenClose,
-) -> None:
-    model = OpenAIModel("llama", base_url=keepalive_server.url, timeout=(5, 10))
-    assert assemble(collect(model)).message["content"] == [{"text": "answer 1"}]
-    with pytest.raises(ModelError):
-        collect(model)
-    model.close()
-    assert keepalive_server.received == 2
+def test_failure_after_a_response_byte_is_not_resent(keepalive_server: KeepAliveServer) -> None:
+    check_failure_after_a_byte_not_resent(keepalive_model(keepalive_server), keepalive_server)
