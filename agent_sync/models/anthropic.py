@@ -12,7 +12,9 @@ response headers have arrived (through httpcore's ``network_stream`` extension),
 before; build it with :func:`abortable_http_client` to get all of it.
 
 The SDK's own retries are off (``max_retries=0``): the agent's single, cancel-aware retry
-policy decides, using the ``retryable`` flag and ``retry_after`` of the errors raised here.
+policy decides, using the ``retryable`` flag and ``retry_after`` of the errors raised here
+(mapped in one place, :mod:`._anthropic_errors`; the default client is built in
+:mod:`._anthropic_http`).
 
 Hardening (DESIGN.md 4a, 4b):
 
@@ -34,7 +36,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import threading
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any
@@ -42,36 +43,20 @@ from typing import Any
 import anthropic
 import httpx2
 
-from .._redact import install_log_filter, register_secret, scrub_exception
+from .._redact import install_log_filter, register_secret
 from ..cancel import CancelScope
-from ..errors import (
-    ContextWindowOverflowError,
-    ModelConnectionError,
-    ModelError,
-    ModelHTTPError,
-    ModelStreamError,
-    ModelThrottledError,
-    UsageError,
-)
+from ..errors import ModelError, ModelStreamError, UsageError
 from ..messages import StreamEvent
+from ._anthropic_errors import PROVIDER, error_event, map_error
 from ._anthropic_format import EventTranslator, build_body, message_events
-from ._httpx_abort import AbortableTransport, AbortSlot, bound, current, is_abortable
-from ._wire import is_context_overflow, retry_after_seconds, shorten, with_request_id
+from ._anthropic_http import DEFAULT_TIMEOUT, abortable_http_client
+from ._httpx_abort import AbortSlot, bound, current, is_abortable
+from ._wire import shorten
 from .base import CacheMode, ModelRequest
-
-try:  # the SDK's own client reads the environment's proxies with this very function
-    from httpx2._utils import get_environment_proxies
-except ImportError:  # pragma: no cover - a future httpx2 without it: no env proxies
-    get_environment_proxies = None  # type: ignore[assignment]
 
 __all__ = ["DEFAULT_TIMEOUT", "AnthropicModel", "abortable_http_client"]
 
 logger = logging.getLogger(__name__)
-
-PROVIDER = "anthropic"
-
-DEFAULT_TIMEOUT = httpx2.Timeout(connect=10.0, read=300.0, write=60.0, pool=30.0)
-"""Connect 10 s; read 300 s between two chunks (the API sends pings while it thinks)."""
 
 _LOGGERS_TO_REDACT = (
     # The SDK logs request options (extra headers included) and its retries; httpx2 and
@@ -97,83 +82,6 @@ _CACHE_FIELDS = ("cache_control", "ttl")
 """Words of a server's error that mean it refused the prompt-cache markers."""
 
 _REJECTION_STATUSES = frozenset({400, 422})
-
-
-def _keepalive_options() -> list[tuple[int, int, int]]:
-    # As the SDK's default client: detect dead peers on long, quiet streams.
-    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
-    for name, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 60), ("TCP_KEEPCNT", 5)):
-        constant = getattr(socket, name, None)
-        if constant is not None:
-            options.append((socket.IPPROTO_TCP, constant, value))
-    return options
-
-
-def abortable_http_client(**kwargs: Any) -> httpx2.Client:
-    """An ``httpx2.Client`` whose requests ``cancel()`` can abort at any point.
-
-    Pass it as ``client_args={"http_client": ...}`` or to your own ``anthropic.Anthropic``
-    when you need client settings ``AnthropicModel`` does not expose.
-
-    Like the SDK's own client, it honours ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/
-    ``NO_PROXY`` (httpx2's rules, read now) unless ``proxy=`` or ``trust_env=False`` is
-    given; proxied connections (forward or ``CONNECT`` tunnels) stay abortable.
-
-    Args:
-        **kwargs: ``httpx2.Client`` arguments; ``verify``, ``proxy``, ``limits`` and
-            ``socket_options`` configure the transport.
-
-    Returns:
-        A client (close it when done, or let the model own it).
-    """
-    transport_args: dict[str, Any] = {
-        key: kwargs.pop(key)
-        for key in ("verify", "cert", "proxy", "limits", "socket_options", "http1", "http2")
-        if key in kwargs
-    }
-    transport_args.setdefault("socket_options", _keepalive_options())
-    limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
-    transport_args.setdefault("limits", limits)
-    kwargs.setdefault("timeout", DEFAULT_TIMEOUT)
-    kwargs.setdefault("follow_redirects", True)
-    if transport_args.get("proxy") is not None:
-        _register_proxy_secret(transport_args["proxy"])
-    elif kwargs.get("trust_env", True):
-        # httpx2 reads env proxies only when it builds the transport itself; we build it
-        # (to make it abortable), so mount the same proxies the SDK's client would.
-        mounts = _environment_proxy_mounts(transport_args)
-        mounts.update(kwargs.pop("mounts", None) or {})
-        if mounts:
-            kwargs["mounts"] = mounts
-    return httpx2.Client(transport=AbortableTransport(**transport_args), **kwargs)
-
-
-def _environment_proxy_mounts(
-    transport_args: Mapping[str, Any],
-) -> dict[str, httpx2.BaseTransport | None]:
-    """``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/``NO_PROXY`` as httpx2 mounts.
-
-    The patterns are httpx2's own (so the SDK's default client and ours agree); ``None``
-    (a ``NO_PROXY`` host) means the client's direct, abortable transport.
-    """
-    if get_environment_proxies is None:  # pragma: no cover
-        return {}
-    mounts: dict[str, httpx2.BaseTransport | None] = {}
-    for pattern, url in get_environment_proxies().items():
-        if url is None:
-            mounts[pattern] = None
-        else:
-            _register_proxy_secret(url)
-            mounts[pattern] = AbortableTransport(proxy=url, **transport_args)
-    return mounts
-
-
-def _register_proxy_secret(proxy: Any) -> None:
-    url = getattr(proxy, "url", proxy)
-    try:
-        register_secret(httpx2.URL(str(url)).password)
-    except (TypeError, ValueError):
-        pass  # not a URL httpx2 parses: it will say so when it is used
 
 
 class AnthropicModel:
@@ -314,7 +222,7 @@ class AnthropicModel:
                     if sse.event in ("ping", None) or not sse.data:
                         continue  # as the SDK: keep-alives and unnamed events carry nothing
                     if sse.event == "error":
-                        raise _error_event(sse.data, response)
+                        raise error_event(sse.data, response)
                     yield from translator.translate(json.loads(sse.data))
                     if translator.finished:
                         slot.pin(None)  # the rest is the body's end; the socket goes back
@@ -418,94 +326,5 @@ def _json_message(text: bytes, response: httpx2.Response) -> Any:
             retryable=True,
         ) from exc
     if isinstance(payload, dict) and payload.get("type") == "error":
-        raise _error_event(text.decode("utf-8", "replace"), response)
+        raise error_event(text.decode("utf-8", "replace"), response)
     return payload
-
-
-def _error_event(data: str, response: httpx2.Response) -> anthropic.APIStatusError:
-    """An ``event: error`` in a 200 stream, as the SDK reports it (then :func:`map_error`)."""
-    try:
-        payload: object = json.loads(data)
-    except ValueError:
-        payload = data
-    return anthropic.APIStatusError(f"stream error: {data[:300]}", response=response, body=payload)
-
-
-def map_error(exc: BaseException) -> ModelError:
-    """Map an SDK / httpx2 / stream-decoding exception to a :class:`ModelError`.
-
-    The one place where Anthropic failures are translated. Messages are built from the
-    provider's error body and status, never from request headers (no API key).
-
-    Args:
-        exc: What the SDK call or the stream iteration raised.
-
-    Returns:
-        The error to raise (``raise map_error(exc) from exc``).
-    """
-    scrub_exception(exc)  # it becomes __cause__: a printed traceback shows its message too
-    if isinstance(exc, anthropic.APIStatusError):
-        return _status_error(exc)
-    if isinstance(exc, (anthropic.APITimeoutError, httpx2.TimeoutException)):
-        return ModelConnectionError("timed out talking to Anthropic", provider=PROVIDER)
-    if isinstance(exc, httpx2.RemoteProtocolError):
-        return ModelStreamError(
-            f"the Anthropic response was cut off: {shorten(exc)}",
-            provider=PROVIDER,
-            retryable=True,
-        )
-    if isinstance(exc, (anthropic.APIConnectionError, httpx2.TransportError)):
-        return ModelConnectionError(
-            f"connection to Anthropic failed: {shorten(exc.__cause__ or exc)}", provider=PROVIDER
-        )
-    if isinstance(exc, (ValueError, AttributeError, KeyError, TypeError)):
-        # Malformed SSE data (JSON that does not parse or has the wrong shape).
-        return ModelStreamError(
-            f"malformed Anthropic stream event: {shorten(exc)}", provider=PROVIDER
-        )
-    return ModelError(f"Anthropic call failed: {type(exc).__name__}", provider=PROVIDER)
-
-
-def _status_error(exc: anthropic.APIStatusError) -> ModelError:
-    status = exc.status_code
-    error_type = exc.type or ""
-    detail = exc.api_message or shorten(exc.body)
-    request_id = exc.request_id
-    text = with_request_id(f"Anthropic {status} {error_type}: {detail}", request_id)
-    body = shorten(exc.body, 2000)
-    retry_after = retry_after_seconds(exc.response.headers)
-    if status == 200:  # an `event: error` in the middle of a 200 stream
-        status = {"overloaded_error": 529, "rate_limit_error": 429}.get(error_type, status)
-        if status == 200:
-            retryable = error_type in ("api_error", "timeout_error")
-            if is_context_overflow(detail, error_type, str(exc.body)):
-                return ContextWindowOverflowError(text, provider=PROVIDER)
-            return ModelStreamError(
-                with_request_id(f"Anthropic stream error {error_type}: {detail}", request_id),
-                provider=PROVIDER,
-                retryable=retryable,
-            )
-    if status in (429, 529) or error_type in ("rate_limit_error", "overloaded_error"):
-        return ModelThrottledError(
-            text, status=status, body=body, retry_after=retry_after, provider=PROVIDER
-        )
-    if status not in (401, 403) and is_context_overflow(detail, error_type, str(exc.body)):
-        # One wording table for every provider and server (llama.cpp, vLLM, LiteLLM...).
-        return ContextWindowOverflowError(text, provider=PROVIDER)
-    if status in (401, 403):
-        hint = "check the API key" if status == 401 else "the key lacks permission"
-        return ModelHTTPError(
-            f"{text}; {hint} (ANTHROPIC_API_KEY or client_args['api_key'])",
-            status=status,
-            body=body,
-            provider=PROVIDER,
-            retryable=False,
-        )
-    return ModelHTTPError(
-        text,
-        status=status,
-        body=body,
-        retry_after=retry_after,
-        provider=PROVIDER,
-        retryable=True if status >= 500 else None,  # None: the shared retryable-status list
-    )
