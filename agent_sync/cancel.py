@@ -22,6 +22,20 @@ Known races, and why they are harmless
   a cancel that loses the race returns ``False`` and runs no callbacks.
 * A callback that is running while its owner unregisters: the owner must tolerate one late
   call (socket shutdown on a connection already released is a no-op for our providers).
+
+Caller-held tokens
+------------------
+A :class:`CancelToken` belongs to the caller (a web request, a job) and outlives runs: each
+run it is passed to links its own scope to it for as long as the run lives. Cancelling the
+token cancels every linked scope, outside the token's lock (a scope's cancel runs abort
+callbacks); a token cancelled before a run links to it cancels that run's scope at once.
+
+* ``cancel()`` racing an unlink: the scopes to cancel are taken under the lock, so a scope
+  unlinked just after may still be cancelled once. The run driver closes its scope before
+  unlinking, and a closed scope ignores ``cancel()``: a finished run is never touched.
+* ``cancel()`` racing a link: the link either lands before (and is cancelled by the
+  cancelling thread) or sees the token cancelled (and cancels in the linking thread):
+  never both, never neither.
 """
 
 from __future__ import annotations
@@ -29,10 +43,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 
 from .errors import AgentSyncError
 
-__all__ = ["AbortCallback", "CancelScope", "CancelledError"]
+__all__ = ["AbortCallback", "CancelScope", "CancelToken", "CancelledError"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +65,18 @@ class CancelledError(AgentSyncError):
 class CancelScope:
     """Cancellation state of one invocation. Thread-safe.
 
+    Args:
+        run_id: The id of the run this scope belongs to, if any (for logs and reprs).
+
     Attributes:
         event: Set once the scope is cancelled; pass it to anything that can wait on it.
+        run_id: The run's id, or ``None``.
     """
 
-    __slots__ = ("_callbacks", "_closed", "_lock", "_next_key", "_reason", "event")
+    __slots__ = ("_callbacks", "_closed", "_lock", "_next_key", "_reason", "event", "run_id")
 
-    def __init__(self) -> None:
+    def __init__(self, run_id: str | None = None) -> None:
+        self.run_id = run_id
         self.event = threading.Event()
         self._lock = threading.Lock()
         self._reason: str | None = None
@@ -150,7 +170,114 @@ class CancelScope:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "cancelled" if self.cancelled else "live"
-        return f"<CancelScope {state} reason={self._reason!r}>"
+        return f"<CancelScope run_id={self.run_id!r} {state} reason={self._reason!r}>"
+
+
+class CancelToken:
+    """A caller-held cancel switch for any number of runs. Thread-safe.
+
+    Pass it to ``invoke``/``stream``/``steps`` (``cancel=token``): while a run lives,
+    cancelling the token cancels it with the token's reason (``result.stop_reason ==
+    "cancelled"``, ``result.cancel_reason == reason``). One token can serve several agents'
+    runs, at once or one after another; a token that is already cancelled stops a run it is
+    passed to before its first model call. A token never reaches a run it was not passed to,
+    nor a run that has finished. Cancelling is final: a token cannot be reset.
+
+    Example: one web request runs two agents in threads; its teardown stops both (a run
+    that had not started yet when the token was cancelled stops just the same):
+
+    >>> import threading
+    >>> from agent_sync import Agent, CancelToken
+    >>> from agent_sync.testing import ScriptedModel
+    >>> token = CancelToken()  # one per request
+    >>> hangs = {"text": "...", "stall_after": 1}  # answers, then goes silent
+    >>> agents = {"researcher": Agent(ScriptedModel([hangs])),
+    ...           "writer": Agent(ScriptedModel([hangs]))}
+    >>> results = {}
+    >>> def work(name, agent):
+    ...     results[name] = agent.invoke("draft the report", cancel=token)
+    >>> threads = [threading.Thread(target=work, args=item) for item in agents.items()]
+    >>> for thread in threads:
+    ...     thread.start()
+    >>> token.cancel("client disconnected")  # e.g. from the request's teardown
+    True
+    >>> for thread in threads:
+    ...     thread.join(timeout=30)
+    >>> {name: result.cancel_reason for name, result in sorted(results.items())}
+    {'researcher': 'client disconnected', 'writer': 'client disconnected'}
+
+    Attributes:
+        event: Set once the token is cancelled; wait on it, or poll :attr:`cancelled`.
+    """
+
+    __slots__ = ("_lock", "_next_key", "_reason", "_scopes", "event")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+        self._scopes: dict[int, CancelScope] = {}
+        self._next_key = 0
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` has been called."""
+        return self.event.is_set()
+
+    @property
+    def reason(self) -> str | None:
+        """The reason given to the first :meth:`cancel`, or ``None``."""
+        return self._reason
+
+    def cancel(self, reason: str | None = None) -> bool:
+        """Cancel the token and every run it is linked to. Any thread, any moment.
+
+        The runs' scopes are cancelled in this thread, after the token's lock is released
+        (each runs its abort callbacks, e.g. a socket shutdown: quick). A run that has
+        already finished is not touched.
+
+        Args:
+            reason: Given to the runs as their ``cancel_reason``; the first call's wins.
+
+        Returns:
+            ``True`` if this call cancelled the token, ``False`` if it already was.
+        """
+        with self._lock:
+            if self.event.is_set():
+                return False
+            self._reason = reason
+            self.event.set()
+            scopes = list(self._scopes.values())
+            self._scopes.clear()  # no more use for them: later links cancel at once
+        for scope in scopes:
+            scope.cancel(reason)
+        return True
+
+    def _link(self, scope: CancelScope) -> Callable[[], None]:
+        """Cancel ``scope`` when the token is cancelled, until the returned function is called.
+
+        If the token is already cancelled, ``scope`` is cancelled at once, in this thread.
+
+        Returns:
+            A function that unlinks the scope (safe to call more than once, from any thread).
+        """
+        with self._lock:
+            if not self.event.is_set():
+                key = self._next_key
+                self._next_key += 1
+                self._scopes[key] = scope
+                return partial(self._unlink, key)
+        scope.cancel(self._reason)
+        return _noop
+
+    def _unlink(self, key: int) -> None:
+        with self._lock:
+            self._scopes.pop(key, None)
+
+    def __repr__(self) -> str:
+        if self.event.is_set():
+            return f"<CancelToken cancelled reason={self._reason!r}>"
+        return f"<CancelToken live links={len(self._scopes)}>"
 
 
 def _noop() -> None:
