@@ -196,14 +196,12 @@ class SSEStream:
 
     def __init__(
         self,
-        agent: StreamingAgent,
         events: RunStream,
         *,
         keepalive: float | None,
         client_socket: socket.socket | None = None,
         cancel_reason: str = DISCONNECT_REASON,
     ) -> None:
-        self._agent = agent
         self._events = events
         self._keepalive = keepalive
         self._cancel_reason = cancel_reason
@@ -304,7 +302,6 @@ class SSEStream:
                 "thread=<%s> | agent did not stop after the client left", self._thread.name
             )
 
-
     def _pump(self) -> None:
         events = self._events
         done: Done | None = None
@@ -383,4 +380,4 @@ def sse_events(
     if keepalive is not None and keepalive <= 0:
         raise UsageError("keepalive must be a positive number of seconds, or None")
     events = agent.stream(prompt, timeout=timeout)
-    return SSEStream(agent, events, keepalive=keepalive, client_socket=client_socket)
+    return SSEStream(events, keepalive=keepalive, client_socket=client_socket)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import flask
@@ -28,8 +30,14 @@ from werkzeug.exceptions import HTTPException
 from agent_sync import Agent
 from agent_sync.models import Model
 from agent_sync.web import ConversationRegistry, RegistryFullError
-from agent_sync.web.demo import SYSTEM_PROMPT, TOOLS, chat_page, model_from_env
 from agent_sync.web.flask import sse_response
+
+# The chat page and the offline model are shared with the Django example and are not part
+# of the installed package: they live in examples/chat_demo/, so put examples/ on the path.
+_EXAMPLES = str(Path(__file__).resolve().parent.parent)
+if _EXAMPLES not in sys.path:
+    sys.path.insert(0, _EXAMPLES)
+from chat_demo import SYSTEM_PROMPT, TOOLS, chat_page, model_from_env  # noqa: E402
 
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _MAX_MESSAGE_CHARS = 20_000
@@ -47,7 +55,7 @@ def create_app(
 
     Args:
         model_factory: Makes the model of a new conversation (default: from the
-            environment, see ``agent_sync.web.demo``).
+            environment, see ``examples/chat_demo``).
         timeout: Seconds before an answer is cancelled (default: ``CHAT_TIMEOUT`` or 120).
         keepalive: Seconds of silence before a keep-alive frame.
         max_conversations: Conversations kept in memory.

@@ -284,8 +284,10 @@ def test_offline_demo_by_default_streams_text_and_a_dice_tool_call(
 def test_model_from_env_builds_the_configured_provider_without_network(
     flask_example: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # examples/chat_demo/ (not installed): importable once the example module has loaded
+    import chat_demo as demo_model
+
     from agent_sync import UsageError
-    from agent_sync.web import demo as demo_model
 
     monkeypatch.setenv("AGENT_SYNC_PROVIDER", "openai")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -23,8 +25,14 @@ from django.views.decorators.http import require_GET, require_POST
 from agent_sync import Agent
 from agent_sync.models import Model
 from agent_sync.web import ConversationRegistry, RegistryFullError
-from agent_sync.web.demo import SYSTEM_PROMPT, TOOLS, chat_page, model_from_env
 from agent_sync.web.django import sse_response
+
+# The chat page and the offline model are shared with the Flask example and are not part
+# of the installed package: they live in examples/chat_demo/, so put examples/ on the path.
+_EXAMPLES = str(Path(__file__).resolve().parents[2])
+if _EXAMPLES not in sys.path:
+    sys.path.insert(0, _EXAMPLES)
+from chat_demo import SYSTEM_PROMPT, TOOLS, chat_page, model_from_env  # noqa: E402
 
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _MAX_MESSAGE_CHARS = 20_000
@@ -42,7 +50,7 @@ def configure(
 
     Args:
         model_factory: Makes the model of a new conversation (default: from the
-            environment, see ``agent_sync.web.demo``).
+            environment, see ``examples/chat_demo``).
         max_conversations: Conversations kept in memory.
 
     Returns:

@@ -1,6 +1,10 @@
-"""What the Flask and Django chat examples share: the chat page and the model choice.
+"""What the Flask and Django chat examples share: the chat page, a tool and the model choice.
 
-The model is offline by default, a real provider if configured.
+Example code, not part of the installed package: ``flask_chat/chat_app.py`` and
+``django_chat/chat/views.py`` put this folder's parent (``examples/``) on ``sys.path`` and
+import it. It uses only agent_sync's public API.
+
+The model is offline by default (:class:`OfflineDemoModel`), a real provider if configured.
 
 Environment variables:
 
@@ -16,14 +20,12 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator
-from importlib import resources
+from pathlib import Path
 
-from ..cancel import CancelScope
-from ..errors import UsageError
-from ..messages import StreamEvent
-from ..models import Model, ModelRequest
-from ..testing import ScriptedModel
-from ..tools import tool
+from agent_sync import CancelScope, UsageError, tool
+from agent_sync.messages import StreamEvent
+from agent_sync.models import Model, ModelRequest
+from agent_sync.testing import ScriptedModel
 
 __all__ = ["SYSTEM_PROMPT", "TOOLS", "OfflineDemoModel", "chat_page", "model_from_env", "roll_dice"]
 
@@ -54,12 +56,18 @@ def chat_page() -> str:
 
     It posts to ``/chat`` (answer streamed as SSE), ``/cancel`` (the Stop button) and reads
     Django's ``csrftoken`` cookie when there is one.
+
+    Returns:
+        The page, read from ``chat.html`` next to this module.
     """
-    return resources.files(__package__).joinpath("chat.html").read_text(encoding="utf-8")
+    return Path(__file__).with_name("chat.html").read_text(encoding="utf-8")
 
 
 def model_from_env() -> Model:
     """The model named by ``AGENT_SYNC_PROVIDER``, or the offline demo model.
+
+    Returns:
+        A new model; constructing one makes no network call.
 
     Raises:
         UsageError: ``AGENT_SYNC_PROVIDER`` names no known provider.
@@ -68,6 +76,7 @@ def model_from_env() -> Model:
     if not provider or provider == "offline":
         return OfflineDemoModel()
     model_id = os.environ.get("AGENT_SYNC_MODEL") or _DEFAULT_MODEL_IDS.get(provider, "")
+    # Imported on demand: each provider brings its SDK, and the offline demo needs none.
     if provider == "anthropic":
         from agent_sync.models import AnthropicModel
 
@@ -90,11 +99,19 @@ class OfflineDemoModel:
     It asks for ``roll_dice`` when the message mentions dice, reports a tool result when it
     gets one, and otherwise answers slowly enough that the Stop button has time to act.
     Each turn streams through :class:`~agent_sync.testing.ScriptedModel`, the same path
-    real providers take.
+    real providers take. Stateless, so one instance may serve any number of threads.
     """
 
     def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
-        """Stream the scripted turn that fits the conversation so far."""
+        """Stream the scripted turn that fits the conversation so far.
+
+        Args:
+            request: The conversation; only its last message is read.
+            cancel: The run's cancel scope, passed on to :class:`ScriptedModel`.
+
+        Yields:
+            The turn's stream events.
+        """
         turn = ScriptedModel([self._turn_for(request)])
         yield from turn.stream(request, cancel=cancel)
 
