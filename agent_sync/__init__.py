@@ -6,13 +6,15 @@ thread at any moment, stops it within milliseconds and leaves the history valid.
 
 import logging
 
+from ._decisions import Approve, Deny
 from ._repair import repair_history
 from .agent import Agent, AgentStream, Prompt
-from .cancel import CancelledError, CancelScope
+from .cancel import CancelledError, CancelScope, CancelToken
 from .errors import (
     AgentSyncError,
     ConcurrentInvocationError,
     ContextWindowOverflowError,
+    HookError,
     ModelError,
     ModelThrottledError,
     ToolError,
@@ -22,6 +24,7 @@ from .events import AgentEvent
 from .messages import Message, validate_history
 from .result import AgentMetrics, AgentResult
 from .retry import RetryPolicy
+from .run import Run, RunSnapshot, RunState, Step
 from .tools import Tool, ToolContext, tool
 
 __version__ = "0.1.0"
@@ -33,15 +36,23 @@ __all__ = [
     "AgentResult",
     "AgentStream",
     "AgentSyncError",
+    "Approve",
     "CancelScope",
+    "CancelToken",
     "CancelledError",
     "ConcurrentInvocationError",
     "ContextWindowOverflowError",
+    "Deny",
+    "HookError",
     "Message",
     "ModelError",
     "ModelThrottledError",
     "Prompt",
     "RetryPolicy",
+    "Run",
+    "RunSnapshot",
+    "RunState",
+    "Step",
     "Tool",
     "ToolContext",
     "ToolError",

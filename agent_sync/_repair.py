@@ -21,9 +21,9 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from ._history import error_result
 from .errors import UsageError
 from .messages import ContentBlock, Message, _block_problem
+from .tools._results import error_result
 
 __all__ = ["repair_history"]
 
@@ -96,10 +96,8 @@ def _merge_roles(messages: list[Message]) -> list[Message]:
 def _pair_tools(messages: list[Message]) -> list[Message]:
     out: list[Message] = []
     pending: list[str] = []  # toolUseIds of the last assistant message, in order
-    for message in messages:
+    for message in messages:  # roles alternate here (_merge_roles ran first)
         if message["role"] == "assistant":
-            if pending:  # the previous assistant message had no user message after it
-                out.append(_results_message(pending, []))
             message, pending = _dedupe_tool_uses(message)
             out.append(message)
             continue

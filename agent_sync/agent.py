@@ -1,42 +1,33 @@
-"""The :class:`Agent`: invoke, stream, cancel, and the one-invocation-at-a-time guard.
+"""The :class:`Agent`: configuration plus the facade over runs (invoke, stream, steps, cancel,
+inject), and :class:`AgentStream`.
 
-Concurrency design: an agent runs at most one invocation at a time. The agent is held by a
-:class:`_Run` (the invocation's cancel scope, timeout timer and event generator) stored in
-``_run``: ``invoke``/``stream`` take it under ``_state_lock`` without waiting (a busy agent
-raises :class:`~agent_sync.errors.ConcurrentInvocationError` at once and touches nothing);
-``is_running`` is ``_run is not None``; ``cancel()`` reads ``_run`` once and cancels its
-scope (abort callbacks may shut sockets down), so a late ``cancel()`` reaches a finished
-run's closed scope and returns ``False``, never the next invocation.
-
-Ctrl-C: ``KeyboardInterrupt`` can land between any two bytecodes of the invoking thread
-(in practice wherever CPython checks for signals: after calls, at function entry, on loop
-back-edges). So the run is taken *inside* the ``try`` whose ``finally`` gives it back, and
-that ``finally`` (1) closes the event generator before the scope (the loop's own cleanup
-cancels the scope, wakes running tools and closes the turn; a closed scope would hide the
-cancel from them), and does so twice (:meth:`_Run.end` is idempotent, so an interruption
-of the first attempt cannot skip it), then (2) releases the agent with one attribute store
-that no call precedes, so no interruption can leave the agent held.
+An agent runs at most one invocation at a time. Each invocation is a
+:class:`~agent_sync.run.Run` (see :mod:`agent_sync.run._driver` for its lifecycle and the
+Ctrl-C rules); the agent holds it in a :class:`~agent_sync.run._driver.RunSlot` with the
+history. ``invoke``/``stream``/``steps`` take the slot without waiting (a busy agent raises
+:class:`~agent_sync.errors.ConcurrentInvocationError` at once and touches nothing);
+``cancel()``/``inject()`` read the slot once and act on that run, so a late call reaches a
+finished run (``False``/``UsageError``), never the next invocation.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import logging
-import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Union
 
-from ._history import close_turn
-from .cancel import CancelScope
+from .cancel import CancelToken
 from .errors import ConcurrentInvocationError, UsageError
 from .events import AgentEvent
-from .loop import Invocation, LoopSettings
 from .messages import ContentBlock, Message, validate_history
 from .models.base import CacheMode, Model
 from .result import AgentResult
 from .retry import RetryPolicy
+from .run import CancelMode, Run, RunSnapshot
+from .run._context import RunSettings
+from .run._driver import RunDriver, RunSlot
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
 
@@ -63,45 +54,6 @@ def _check_cache(cache: object) -> None:
         raise UsageError(f"cache must be None, 'short' or 'long', got {cache!r}")
 
 
-class _Run:
-    """One invocation's hold on the agent: its scope, timer, invocation and events.
-
-    :meth:`end` is idempotent, so callers attempt it twice (the second attempt finishes
-    whatever a Ctrl-C cut short) before they release the agent.
-    """
-
-    __slots__ = ("events", "invocation", "scope", "timer")
-
-    def __init__(self) -> None:
-        self.scope = CancelScope()
-        self.timer: threading.Timer | None = None
-        self.invocation: Invocation | None = None
-        self.events: Generator[AgentEvent, None, None] | None = None
-
-    def end(self) -> None:
-        """Leave the history valid, close the scope, stop the timer; each step runs even
-        if an earlier one is interrupted."""
-        try:
-            events, invocation = self.events, self.invocation
-            if events is not None and invocation is not None:
-                if inspect.getgeneratorstate(events) == inspect.GEN_CREATED:
-                    invocation.close_unstarted()  # keeps the prompt, closes the turn
-                # The loop's own cleanup runs here, while the scope is still open: it
-                # cancels the scope (waking running tools), waits out their grace period
-                # and closes the turn. No-op if the generator has finished.
-                events.close()
-                close_turn(invocation.messages, None)  # never leave a toolUse unanswered
-        finally:
-            try:
-                self.scope.close()
-            finally:
-                timer = self.timer
-                if timer is not None:
-                    timer.cancel()
-                    if timer.is_alive() and timer is not threading.current_thread():
-                        timer.join(5)
-
-
 class Agent:
     """An LLM agent that runs the model -> tools loop in the calling thread.
 
@@ -125,6 +77,11 @@ class Agent:
         params: Extra model parameters sent with every request of this agent.
         cache: Prompt caching for every call (``"short"``, ``"long"`` or ``None``); see
             ``docs/caching.md``. ``invoke(..., cache=...)`` overrides it per call.
+        hooks: Objects with any of ``before_model_call``, ``after_model_call``,
+            ``before_tool_call``, ``after_tool_call`` (see :mod:`agent_sync.hooks`); they
+            run in the loop's thread.
+        trace_content: With the ``otel`` extra and a tracer provider, put prompt and
+            completion text on the spans (off by default: spans carry no content).
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -144,6 +101,8 @@ class Agent:
         retry: RetryPolicy | None = None,
         params: dict[str, Any] | None = None,
         cache: CacheMode | None = None,
+        hooks: Sequence[object] = (),
+        trace_content: bool = False,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise UsageError(f"model must have a stream(request, *, cancel) method, got {model!r}")
@@ -160,7 +119,9 @@ class Agent:
             if wrapped.name in registry:
                 raise UsageError(f"two tools are named {wrapped.name!r}")
             registry[wrapped.name] = wrapped
-        self._settings = LoopSettings(
+        if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
+            raise UsageError("hooks must be a list of hook objects")
+        self._settings = RunSettings(
             model=model,
             tools=registry,
             tool_specs=tuple(t.spec for t in registry.values()),
@@ -172,10 +133,10 @@ class Agent:
             retry=retry or RetryPolicy(),
             params=dict(params or {}),
             cache=cache,
+            hooks=tuple(hooks),
+            trace_content=bool(trace_content),
         )
-        self._messages: list[Message] = self._checked_history(messages or [])
-        self._state_lock = threading.Lock()  # makes "check _run, then take it" atomic
-        self._run: _Run | None = None
+        self._slot = RunSlot(self._checked_history(messages or []))
 
     # -- public API --
 
@@ -196,22 +157,32 @@ class Agent:
         This is the agent's own list: read it freely, but do not mutate it while the agent
         is running. Assign a new history (only while idle) to replace it.
         """
-        return self._messages
+        return self._slot.messages
 
     @messages.setter
     def messages(self, value: Sequence[Message]) -> None:
         checked = self._checked_history(value)
-        with self._state_lock:
-            if self._run is not None:
+        with self._slot.lock:
+            if self._slot.run is not None:
                 raise ConcurrentInvocationError(
                     "cannot replace the history while the agent is running"
                 )
-            self._messages = checked
+            self._slot.messages = checked
 
     @property
     def is_running(self) -> bool:
-        """Whether an invocation (or an unfinished stream) holds the agent."""
-        return self._run is not None
+        """Whether an invocation (or an unfinished stream or steps run) holds the agent."""
+        return self._slot.run is not None
+
+    @property
+    def active_run(self) -> Run | None:
+        """The run in progress (a :class:`~agent_sync.run.Run` handle), or ``None``.
+
+        Read it once and keep the handle: its ``cancel``/``inject``/``snapshot`` act on
+        that run only, from any thread, even after the agent has moved on.
+        """
+        driver = self._slot.run
+        return Run(driver) if driver is not None else None
 
     def invoke(
         self,
@@ -219,6 +190,7 @@ class Agent:
         *,
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
+        cancel: CancelToken | None = None,
     ) -> AgentResult:
         """Run the loop to the end and return its result.
 
@@ -229,10 +201,12 @@ class Agent:
             timeout: Seconds after which the run is cancelled with reason ``"timeout"``.
             cache: Prompt caching for this call (``"short"``, ``"long"``, ``None``); by
                 default the agent's ``cache``.
+            cancel: A :class:`~agent_sync.CancelToken` the caller holds: cancelling it
+                cancels this run (and every other run it was passed to).
 
         Returns:
-            The result; ``stop_reason == "cancelled"`` if ``cancel()`` or the timeout
-            stopped it (the history is then closed with "Cancelled by user").
+            The result; ``stop_reason == "cancelled"`` if ``cancel()``, the token or the
+            timeout stopped it (the history is then closed with "Cancelled by user").
 
         Raises:
             ConcurrentInvocationError: The agent is already running (nothing is touched).
@@ -240,22 +214,18 @@ class Agent:
             ModelError: The model failed after retries; the history is left valid and ends
                 with the user's message.
         """
-        run = _Run()
+        run = self._new_run(prompt, timeout, cache, cancel, emit_deltas=False)
         try:
-            events = self._begin(run, prompt, timeout, cache, emit_deltas=False)
-            for _ in events:
-                pass
+            run.start()
+            run.drain()
         finally:
             try:
-                run.end()
+                run.release()
             finally:
-                try:
-                    run.end()  # again: completes whatever a Ctrl-C cut short
-                finally:
-                    if self._run is run:  # no call before the store: Ctrl-C cannot skip it
-                        self._run = None
-        assert run.invocation is not None and run.invocation.result is not None
-        return run.invocation.result
+                run.release()  # again: completes whatever a Ctrl-C cut short
+        result = run.result
+        assert result is not None
+        return result
 
     __call__ = invoke
 
@@ -265,6 +235,7 @@ class Agent:
         *,
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
+        cancel: CancelToken | None = None,
     ) -> AgentStream:
         """Run the loop as a blocking iterator of :mod:`~agent_sync.events`.
 
@@ -274,103 +245,106 @@ class Agent:
         ``"stream closed"`` and leaves the history valid. Same arguments and errors as
         :meth:`invoke`; the last event is ``Done`` carrying the result.
         """
-        run = _Run()
+        run = self._new_run(prompt, timeout, cache, cancel, emit_deltas=True)
         try:
-            self._begin(run, prompt, timeout, cache, emit_deltas=True)
-            return AgentStream(self, run)
+            run.start()
+            return AgentStream(run)
         except BaseException:
             try:
-                run.end()
+                run.release()
             finally:
-                try:
-                    run.end()
-                finally:
-                    if self._run is run:
-                        self._run = None
+                run.release()
             raise
 
-    def cancel(self, reason: str | None = None) -> bool:
+    def steps(
+        self,
+        prompt: Prompt = None,
+        *,
+        timeout: float | None = None,
+        cache: CacheMode | None | _Unset = UNSET,
+        cancel: CancelToken | None = None,
+    ) -> Run:
+        """Run the loop one step at a time: a :class:`~agent_sync.run.Run` to iterate.
+
+        Each iteration makes one model call and runs the tools it asked for, then yields a
+        :class:`~agent_sync.run.Step` (``step.message``, ``step.tool_results``); after
+        the last, ``run.result`` holds the result. Use it as a context manager: leaving
+        the block early cancels the run with a valid history::
+
+            with agent.steps("Plan the trip") as run:
+                for step in run:
+                    if len(step.tool_results) > 3:
+                        break  # cancelled on leaving the block
+            print(run.result.stop_reason if run.result else "cancelled")
+
+        The agent is taken at once, as for :meth:`stream`; same arguments and errors as
+        :meth:`invoke` (a model error is raised from the iteration).
+        """
+        run = self._new_run(prompt, timeout, cache, cancel, emit_deltas=False)
+        try:
+            run.start()
+            return Run(run, owner=True)
+        except BaseException:
+            try:
+                run.release()
+            finally:
+                run.release()
+            raise
+
+    def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         """Stop the running invocation, from any thread, at any moment.
 
         Returns at once; the invocation returns within milliseconds (a tool that ignores
         cancel is abandoned after ``tool_grace_period``) with ``stop_reason ==
         "cancelled"``, unless it was already finishing. Idempotent: the first reason wins.
+        ``mode="after_turn"`` lets the model call in flight and its tools finish first
+        (see :meth:`agent_sync.run.Run.cancel`).
 
         Returns:
             ``True`` if a running invocation was signalled; ``False`` if the agent was idle
             (then nothing happens, and the next invocation is not affected).
         """
-        run = self._run  # one read: the run of this moment, or None
-        return run.scope.cancel(reason) if run is not None else False
+        run = self._slot.run  # one read: the run of this moment, or None
+        return run.cancel(reason, mode=mode) if run is not None else False
+
+    def inject(self, content: str | Sequence[ContentBlock]) -> None:
+        """Queue input for the running invocation, from any thread (see
+        :meth:`agent_sync.run.Run.inject`).
+
+        Raises:
+            UsageError: The agent is idle (or its run just ended), or invalid content.
+        """
+        run = self._slot.run
+        if run is None:
+            raise UsageError("the agent is idle: there is no run to inject into")
+        run.inject(content)
 
     # -- internals --
 
-    def _begin(
+    def _new_run(
         self,
-        run: _Run,
         prompt: Prompt,
         timeout: float | None,
         cache: CacheMode | None | _Unset,
+        token: CancelToken | None,
         *,
         emit_deltas: bool,
-    ) -> Generator[AgentEvent, None, None]:
-        """Take the agent for ``run`` and set the invocation up; return its events.
-
-        The caller's ``finally`` ends the run and releases the agent, whether or not this
-        got as far as taking it (it only releases a run it finds in ``_run``).
-        """
-        with self._state_lock:
-            if self._run is not None:
-                raise ConcurrentInvocationError(
-                    "this agent is already running; use one agent per conversation or wait for it"
-                )
-            self._run = run
-        blocks = self._prompt_blocks(prompt)
-        if timeout is not None and timeout <= 0:
-            raise UsageError("timeout must be positive (seconds)")
+    ) -> RunDriver:
         if isinstance(cache, _Unset):
             cache = self._settings.cache
         _check_cache(cache)
-        invocation = Invocation(
-            self._settings, self._messages, run.scope, self, emit_deltas=emit_deltas, cache=cache
+        if token is not None and not isinstance(token, CancelToken):
+            raise UsageError(f"cancel= takes a CancelToken, got {type(token).__name__}")
+        return RunDriver(
+            agent=self,
+            slot=self._slot,
+            settings=self._settings,
+            prompt=prompt,
+            timeout=timeout,
+            cache=cache,
+            token=token,
+            emit_deltas=emit_deltas,
         )
-        if blocks:
-            if self._messages and self._messages[-1]["role"] == "user":
-                self._messages[-1]["content"].extend(blocks)  # e.g. after a model error
-            else:
-                self._messages.append({"role": "user", "content": blocks})
-        run.invocation = invocation
-        events = run.events = invocation.run()
-        if timeout is not None:
-            timer = threading.Timer(timeout, run.scope.cancel, args=("timeout",))
-            timer.name = "agent_sync-timeout"
-            timer.daemon = True
-            run.timer = timer
-            timer.start()
-        return events
-
-    def _prompt_blocks(self, prompt: Prompt) -> list[ContentBlock]:
-        """The prompt as blocks to append; ``UsageError`` naming the first problem.
-
-        Runs before anything is touched: a bad prompt leaves the history as it was.
-        """
-        from .messages import validate_prompt  # the block rules live in messages.py
-
-        if prompt is None:
-            if not self._messages or self._messages[-1]["role"] != "user":
-                raise UsageError("prompt is None but the history does not end with a user message")
-            return []
-        if isinstance(prompt, str):
-            if not prompt.strip():
-                raise UsageError("the prompt is empty")
-            return [{"text": prompt}]
-        problems = validate_prompt(prompt)
-        if problems:
-            raise UsageError(f"invalid prompt: {problems[0]}")
-        try:  # a copy: the caller's later changes to its blocks never reach the history
-            return copy.deepcopy(list(prompt))
-        except Exception as exc:
-            raise UsageError(f"the prompt cannot be copied ({type(exc).__name__})") from exc
 
     @staticmethod
     def _checked_history(messages: Sequence[Message]) -> list[Message]:
@@ -386,62 +360,48 @@ class Agent:
 
     def __repr__(self) -> str:
         state = "running" if self.is_running else "idle"
-        return f"<Agent {state} model={type(self.model).__name__} messages={len(self._messages)}>"
+        count = len(self._slot.messages)
+        return f"<Agent {state} model={type(self.model).__name__} messages={count}>"
 
 
 class AgentStream:
     """The iterator ``Agent.stream()`` returns. Close it (or use ``with``) to stop early.
 
-    Iterate it from one thread at a time; ``close()`` and ``cancel()`` may be called from
-    any thread at any moment. If another thread is inside ``next()`` when ``close()`` is
-    called, ``close()`` cancels the run and returns at once, and that thread ends the run
-    and releases the agent as soon as its ``next()`` returns (its iteration then stops).
-    Otherwise ``close()`` ends the run itself. Either way the run is ended exactly once,
-    with one closing message.
+    Iterate it from one thread at a time; ``close()``, ``cancel()``, ``inject()`` and
+    ``snapshot()`` may be called from any thread at any moment and act on this stream's
+    own run, never on a later run of the agent. If another thread is inside ``next()``
+    when ``close()`` is called, ``close()`` cancels the run and returns at once, and that
+    thread ends the run and releases the agent as soon as its ``next()`` returns.
+    Either way the run is ended exactly once, with one closing message.
     """
 
-    def __init__(self, agent: Agent, run: _Run) -> None:
-        assert run.events is not None
-        self._agent = agent
+    __slots__ = ("_run",)
+
+    def __init__(self, run: RunDriver) -> None:
         self._run = run
-        self._events = run.events
-        self._guard = threading.Lock()  # orders next() against close() from other threads
-        self._iterating = False  # a thread is inside next(self._events)
-        self._closing = False  # close() was called: no new next(); an iterator finishes
-        self._ended = False  # the run has been ended (exactly once)
+
+    @property
+    def run(self) -> Run:
+        """This stream's run (a :class:`~agent_sync.run.Run` handle; the stream drives it)."""
+        return Run(self._run)
+
+    @property
+    def run_id(self) -> str:
+        """This stream's run id (also on each of its events)."""
+        return self._run.run_id
 
     @property
     def result(self) -> AgentResult | None:
         """The result once the stream has ended (also after ``close()``)."""
-        invocation = self._run.invocation
-        return invocation.result if invocation is not None else None
+        return self._run.result
 
     def __iter__(self) -> AgentStream:
         return self
 
     def __next__(self) -> AgentEvent:
-        mine = False  # whether this call entered the generator (then it must finish)
-        try:
-            with self._guard:
-                if self._ended or self._closing:
-                    raise StopIteration
-                if self._iterating:
-                    raise UsageError("this stream is being iterated by another thread")
-                self._iterating = mine = True
-            event = next(self._events)
-            with self._guard:
-                self._iterating = False
-                closing = self._closing
-            if closing:  # close() came from another thread during next(): end it here
-                raise StopIteration
-            return event
-        except BaseException:
-            if mine:
-                self._iterating = False
-                self._finish()
-            raise
+        return self._run.next_event()
 
-    def cancel(self, reason: str | None = None) -> bool:
+    def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         """Cancel this stream's run, from any thread; never a later run of the agent.
 
         ``agent.cancel()`` stops whatever the agent is running *now*; a web view that
@@ -451,7 +411,15 @@ class AgentStream:
         Returns:
             ``True`` if the run was still going and is now signalled.
         """
-        return self._run.scope.cancel(reason)
+        return self._run.cancel(reason, mode=mode)
+
+    def inject(self, content: str | Sequence[ContentBlock]) -> None:
+        """Queue input for this stream's run (see :meth:`agent_sync.run.Run.inject`)."""
+        self._run.inject(content)
+
+    def snapshot(self) -> RunSnapshot:
+        """Where this stream's run is now (see :meth:`agent_sync.run.Run.snapshot`)."""
+        return self._run.snapshot()
 
     def close(self) -> None:
         """Cancel the run if it is still going and release the agent.
@@ -459,37 +427,7 @@ class AgentStream:
         Idempotent and safe from any thread; never raises (a failure while ending the run
         is logged). The closing message ("Cancelled by user") is written exactly once.
         """
-        with self._guard:
-            if self._ended:
-                return
-            self._closing = True
-            busy = self._iterating
-        if busy:
-            # Another thread is inside next(): the cancel ends its iteration promptly and
-            # that thread ends the run (two threads never run the generator at once).
-            self._run.scope.cancel("stream closed")
-            return
-        try:
-            self._finish()
-        except Exception:  # called from finalisers and other threads: never raise
-            logger.warning("closing the agent stream failed", exc_info=True)
-
-    def _finish(self) -> None:
-        agent, run = self._agent, self._run
-        mine = False
-        try:
-            with self._guard:
-                if not self._ended:
-                    self._ended = mine = True
-            if mine:
-                run.end()
-        finally:
-            if mine:
-                try:
-                    run.end()  # again: completes whatever a Ctrl-C cut short
-                finally:
-                    if agent._run is run:  # no call before the store: Ctrl-C cannot skip it
-                        agent._run = None
+        self._run.close()
 
     def __enter__(self) -> AgentStream:
         return self
@@ -503,5 +441,6 @@ class AgentStream:
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "_ended", True):
-            self.close()
+        run = getattr(self, "_run", None)
+        if run is not None and not run.ended:
+            run.close()

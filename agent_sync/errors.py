@@ -11,7 +11,8 @@ Families are grouped by who has to act::
     │   ├── ModelConnectionError        connect/read failed, connection dropped
     │   ├── ModelStreamError            the response stream was malformed or truncated
     │   └── ContextWindowOverflowError  the conversation no longer fits the model's window
-    └── ToolError                       raised by or for a tool (becomes an error toolResult)
+    ├── ToolError                       raised by or for a tool (becomes an error toolResult)
+    └── HookError                       a hook raised: the run stopped, history left valid
 
 Every :class:`ModelError` carries ``retryable``: the single retry policy in
 :mod:`agent_sync.retry` retries exactly the errors whose ``retryable`` is true and that
@@ -28,6 +29,7 @@ __all__ = [
     "AgentSyncError",
     "ConcurrentInvocationError",
     "ContextWindowOverflowError",
+    "HookError",
     "ModelConnectionError",
     "ModelError",
     "ModelHTTPError",
@@ -156,3 +158,19 @@ class ToolError(AgentSyncError):
     A tool may raise it (or any exception) to report failure: the loop turns it into a
     ``toolResult`` with ``status: "error"`` and the exception's message, and continues.
     """
+
+
+class HookError(AgentSyncError):
+    """A hook (``Agent(hooks=[...])``) raised; the run was stopped with a valid history.
+
+    The hook's exception is ``__cause__``.
+
+    Attributes:
+        hook: The hook object.
+        method: The method that raised, e.g. ``"before_tool_call"``.
+    """
+
+    def __init__(self, message: str, *, hook: object, method: str) -> None:
+        super().__init__(redact(message))
+        self.hook = hook
+        self.method = method

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, Union
 
-from .messages import Message, ToolResult, ToolUse
+from .messages import ContentBlock, Message, ToolResult, ToolUse
 
 if TYPE_CHECKING:
     from .result import AgentResult
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AgentEvent",
     "Done",
+    "InputInjected",
     "MessageComplete",
     "ModelRetry",
     "ReasoningDelta",
@@ -40,6 +41,8 @@ class TextDelta:
     """A piece of the assistant's answer text, as the model streams it."""
 
     type: ClassVar[Literal["text"]] = "text"
+    run_id: str = ""
+    """The run this event belongs to."""
     text: str
     """The new text (not the text so far)."""
 
@@ -49,6 +52,8 @@ class ReasoningDelta:
     """A piece of the model's visible reasoning ("thinking")."""
 
     type: ClassVar[Literal["reasoning"]] = "reasoning"
+    run_id: str = ""
+    """The run this event belongs to."""
     text: str
     """The new reasoning text."""
 
@@ -58,6 +63,8 @@ class MessageComplete:
     """An assistant or tool-result message was appended to the history."""
 
     type: ClassVar[Literal["message"]] = "message"
+    run_id: str = ""
+    """The run this event belongs to."""
     message: Message
     """The message as stored in ``agent.messages``."""
 
@@ -67,6 +74,8 @@ class ModelRetry:
     """A model call failed with a retryable error; the agent waits, then tries again."""
 
     type: ClassVar[Literal["retry"]] = "retry"
+    run_id: str = ""
+    """The run this event belongs to."""
     attempt: int
     """The attempt that failed (1 for the first call)."""
     delay: float
@@ -80,6 +89,8 @@ class ToolStart:
     """A tool is about to run."""
 
     type: ClassVar[Literal["tool_start"]] = "tool_start"
+    run_id: str = ""
+    """The run this event belongs to."""
     tool_use: ToolUse
     """The model's call: ``toolUseId``, ``name``, ``input``."""
 
@@ -89,6 +100,8 @@ class ToolEnd:
     """A tool finished (or was cancelled or abandoned); its result is in the history."""
 
     type: ClassVar[Literal["tool_end"]] = "tool_end"
+    run_id: str = ""
+    """The run this event belongs to."""
     tool_use: ToolUse
     """The model's call."""
     result: ToolResult
@@ -98,16 +111,30 @@ class ToolEnd:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class InputInjected:
+    """Input injected with ``run.inject()`` went out in the next user message."""
+
+    type: ClassVar[Literal["input_injected"]] = "input_injected"
+    run_id: str = ""
+    """The run this event belongs to."""
+    content: tuple[ContentBlock, ...]
+    """The blocks that were added to the history (all inputs queued at that point)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Done:
     """The invocation ended; always the last event."""
 
     type: ClassVar[Literal["done"]] = "done"
+    run_id: str = ""
+    """The run this event belongs to."""
     result: AgentResult
     """The same result ``invoke()`` returns."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary: stop_reason, cancel_reason, usage, text."""
         return {
+            "run_id": self.result.run_id,
             "stop_reason": self.result.stop_reason,
             "cancel_reason": self.result.cancel_reason,
             "usage": dict(self.result.usage),
@@ -116,7 +143,7 @@ class Done:
 
 
 AgentEvent: TypeAlias = Union[
-    TextDelta, ReasoningDelta, MessageComplete, ModelRetry, ToolStart, ToolEnd, Done
+    TextDelta, ReasoningDelta, MessageComplete, ModelRetry, ToolStart, ToolEnd, InputInjected, Done
 ]
 """Any event ``Agent.stream()`` yields.
 

@@ -6,7 +6,7 @@ to any provider (each provider translates) and stored as JSON::
     {"role": "user" | "assistant", "content": [block, ...]}
 
 Model providers yield :data:`StreamEvent` dicts, the shapes of Bedrock's ``ConverseStream``
-events; :mod:`agent_sync.stream` assembles them into an assistant :class:`Message`.
+events; :mod:`agent_sync.run._assemble` assembles them into an assistant :class:`Message`.
 
 :func:`validate_history` checks the history invariant the agent guarantees after every
 return of ``invoke`` (see ``docs/cancellation.md``).
@@ -287,7 +287,7 @@ HistoryItem = Union[Message, dict[str, Any]]
 # --- validation --------------------------------------------------------------------------
 #
 # One set of block rules serves validate_history (Agent(messages=...), agent.messages = ...),
-# validate_prompt (invoke(prompt)) and tool-result normalisation (agent_sync._history): what
+# validate_prompt (invoke(prompt)) and tool-result normalisation (agent_sync.tools._results): what
 # passes them is content every provider translator accepts. The checks are type checks plus
 # one json.dumps per JSON value, so validating a long history stays cheap.
 

@@ -33,6 +33,8 @@ class AgentMetrics:
 class AgentResult:
     """The outcome of ``Agent.invoke()`` (and of the ``Done`` stream event)."""
 
+    run_id: str = ""
+    """The run's id (the same as ``event.run_id`` of its events)."""
     stop_reason: str
     """``"end_turn"``, ``"max_tokens"``, ``"stop_sequence"``, ``"max_cycles"`` or
     ``"cancelled"`` (providers may report others, e.g. ``"content_filtered"``)."""

@@ -217,6 +217,63 @@ def cycle_overhead(repeats: int) -> None:
     )
 
 
+def stream_overhead(chunks: int, repeats: int) -> None:
+    """The same turn through agent.stream(): the per-event cost of the public iterator
+    (run ids on events, the run handle's guard), which snapshot() and steps must not raise."""
+    turn = {"text": "x" * chunks, "chunk_size": 1}
+    request = ModelRequest(messages=({"role": "user", "content": [{"text": "go"}]},))
+    raw_times, loop_times = [], []
+    for _ in range(repeats):
+        model = ScriptedModel([turn])
+        start = time.perf_counter()
+        for _event in model.stream(request, cancel=CancelScope()):
+            pass
+        raw_times.append(time.perf_counter() - start)
+        agent = Agent(ScriptedModel([turn]))
+        start = time.perf_counter()
+        for _event in agent.stream("go"):
+            pass
+        loop_times.append(time.perf_counter() - start)
+    raw, loop = statistics.median(raw_times), statistics.median(loop_times)
+    print(
+        f"agent.stream() of {chunks} text deltas, median of {repeats}: "
+        f"{loop * 1000:.3f} ms vs bare {raw * 1000:.3f} ms, "
+        f"{(loop - raw) / chunks * 1e6:.2f} us per delta"
+    )
+
+
+def throughput(threads: int, invokes: int) -> None:
+    """``threads`` threads x ``invokes`` invokes, each thread on its own agent (one tool
+    cycle per invoke): total invokes per second."""
+
+    @tool
+    def noop() -> str:
+        """Does nothing."""
+        return "ok"
+
+    barrier = threading.Barrier(threads + 1)
+
+    def work() -> None:
+        agent = Agent(ScriptedModel([_tool_turn("noop"), "done"], repeat=True), tools=[noop])
+        barrier.wait()
+        for _ in range(invokes):
+            agent.invoke("go")
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - start
+    total = threads * invokes
+    print(
+        f"throughput: {threads} threads x {invokes} invokes (tool cycle each) in "
+        f"{elapsed:.3f} s = {total / elapsed:,.0f} invokes/s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -236,6 +293,8 @@ def main() -> None:
     overhead(200, 200)
     overhead(2000, 30)
     cycle_overhead(300)
+    stream_overhead(200, 200)
+    throughput(16, 20)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import subprocess
 import sys
@@ -21,15 +22,23 @@ def test_exported_names_are_pinned() -> None:
         "AgentResult",
         "AgentStream",
         "AgentSyncError",
+        "Approve",
         "CancelScope",
+        "CancelToken",
         "CancelledError",
         "ConcurrentInvocationError",
         "ContextWindowOverflowError",
+        "Deny",
+        "HookError",
         "Message",
         "ModelError",
         "ModelThrottledError",
         "Prompt",
         "RetryPolicy",
+        "Run",
+        "RunSnapshot",
+        "RunState",
+        "Step",
         "Tool",
         "ToolContext",
         "ToolError",
@@ -54,6 +63,26 @@ def test_design_contract_imports_work() -> None:
     from agent_sync.testing import ScriptedModel  # noqa: F401
 
 
+def test_runs_contract_imports_work() -> None:
+    """DESIGN.md section 5 names."""
+    from agent_sync import CancelToken, Run, RunSnapshot, RunState  # noqa: F401
+    from agent_sync.events import InputInjected  # noqa: F401
+    from agent_sync.hooks import (  # noqa: F401
+        AfterModelCall,
+        AfterToolCall,
+        BeforeModelCall,
+        BeforeToolCall,
+    )
+
+
+def test_core_internals_are_private() -> None:
+    """The loop's machinery is not importable under public-looking names."""
+    import importlib.util
+
+    for name in ("agent_sync.loop", "agent_sync.stream", "agent_sync._history"):
+        assert importlib.util.find_spec(name) is None, name
+
+
 def test_importing_the_package_loads_no_provider_sdk_or_web_framework() -> None:
     code = (
         "import sys, agent_sync, agent_sync.models, agent_sync.testing;"
@@ -69,16 +98,42 @@ def test_package_is_typed() -> None:
     assert (Path(agent_sync.__file__).parent / "py.typed").exists()
 
 
+@pytest.mark.timeout(60)
 def test_offline_demo_streams_then_cancels_with_a_valid_history() -> None:
     out = io.StringIO()
-    assert cli.main.__doc__
-    from agent_sync._demo import run
-
-    assert run(out, cancel_after=0.2) == 0
+    assert cli.run_demo(out, cancel_after=0.2) == 0
     text = out.getvalue()
     assert "[tool] get_weather" in text
     assert "stop_reason='cancelled' cancel_reason='timer'" in text
     assert "validate_history: OK" in text
+
+
+@pytest.mark.timeout(120)
+def test_demo_command_runs_outside_the_checkout(tmp_path: Path) -> None:
+    # From an empty directory, as after `pip install agent_sync`: the demo must not need
+    # examples/ (not installed) nor the checkout on sys.path.
+    out = subprocess.run(
+        [sys.executable, "-m", "agent_sync", "demo", "--cancel-after", "0.2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "validate_history: OK" in out.stdout
+
+
+def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["nonsense"])
+    assert exited.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_no_demo_code_ships_in_the_package() -> None:
+    # The web chat demo lives in examples/chat_demo/; the CLI demo is agent_sync/__main__.py.
+    for name in ("agent_sync._demo", "agent_sync.web.demo"):
+        assert importlib.util.find_spec(name) is None, name
 
 
 def test_license_is_apache_2_declared_as_an_spdx_expression() -> None:

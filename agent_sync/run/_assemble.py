@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ModelStreamError
-from .events import ReasoningDelta, TextDelta
-from .messages import ContentBlock, Message, StreamEvent, Usage
+from ..errors import ModelStreamError
+from ..events import ReasoningDelta, TextDelta
+from ..messages import ContentBlock, Message, StreamEvent, Usage
 
 __all__ = ["EMPTY_RESPONSE_TEXT", "AssembledMessage", "MessageAssembler"]
 
@@ -63,15 +63,17 @@ class _Block:
 class MessageAssembler:
     """Accumulates one model call's stream events. Not thread-safe (one per call)."""
 
-    __slots__ = ("_blocks", "_emit", "first_text_at", "stop_reason", "usage")
+    __slots__ = ("_blocks", "_emit", "_run_id", "first_text_at", "stop_reason", "usage")
 
-    def __init__(self, *, emit_deltas: bool = True) -> None:
+    def __init__(self, *, emit_deltas: bool = True, run_id: str = "") -> None:
         """Args:
         emit_deltas: Return user-facing delta events from :meth:`add` (``invoke()``
             needs none, so it skips building one object per chunk).
+        run_id: The run the deltas belong to.
         """
         self._blocks: dict[int, _Block] = {}
         self._emit = emit_deltas
+        self._run_id = run_id
         self.stop_reason: str | None = None
         self.usage: Usage | None = None
         self.first_text_at: float | None = None
@@ -98,7 +100,7 @@ class MessageAssembler:
             elif block.kind != "text":
                 raise ModelStreamError(f"text delta for {block.kind} block {index}")
             block.parts.append(text)
-            return TextDelta(text=text) if text and self._emit else None
+            return TextDelta(text=text, run_id=self._run_id) if text and self._emit else None
         start = event.get("contentBlockStart")
         if start is not None:
             tool = start["start"].get("toolUse")
@@ -144,7 +146,7 @@ class MessageAssembler:
             piece = reasoning.get("text")
             if piece:
                 block.parts.append(piece)
-                return ReasoningDelta(text=piece) if self._emit else None
+                return ReasoningDelta(text=piece, run_id=self._run_id) if self._emit else None
         return None
 
     def finish(self) -> AssembledMessage:

@@ -127,6 +127,11 @@ class ToolContext:
             object.__setattr__(self, "agent", _RunBoundAgent(self.agent, self._scope))
 
     @property
+    def run_id(self) -> str | None:
+        """The id of the run this call belongs to (as on its events and result)."""
+        return self._scope.run_id
+
+    @property
     def cancelled(self) -> bool:
         """Whether the invocation has been cancelled (or timed out)."""
         return self._scope.cancelled

@@ -36,11 +36,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._history import describe_exception, error_result, result_from_value
 from ..cancel import CancelledError, CancelScope
 from ..events import ToolEnd, ToolStart
 from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
 from . import _abandoned
+from ._results import describe_exception, error_result, result_from_value
 from .context import ToolContext
 from .decorator import Tool
 
@@ -60,11 +60,15 @@ class ToolCall:
         tool_use: The model's ``toolUse`` block.
         tool: The tool, or ``None`` if the model named an unknown tool.
         invalid_input: Why the streamed input could not be parsed, if it could not.
+        denied: Set when a hook denied the call: the reason (the call never runs).
+        input: The input to run the tool with, when a hook replaced the model's.
     """
 
     tool_use: ToolUse
     tool: Tool[Any] | None
     invalid_input: str | None = None
+    denied: str | None = None
+    input: dict[str, Any] | None = None
 
 
 class ToolBatch:
@@ -77,12 +81,14 @@ class ToolBatch:
         scope: CancelScope,
         agent: Any,
         available: Sequence[str],
+        run_id: str = "",
         max_workers: int,
         grace_period: float,
     ) -> None:
         self._calls = list(calls)
         self._scope = scope
         self._agent = agent
+        self._run_id = run_id
         self._available = ", ".join(available) or "none"
         self._grace = grace_period
         self._results: list[ToolResult | None] = [None] * len(self._calls)
@@ -175,10 +181,12 @@ class ToolBatch:
             kind, index, payload = item
             tool_use = self._calls[index].tool_use
             if kind == "start":
-                yield ToolStart(tool_use=tool_use)
+                yield ToolStart(tool_use=tool_use, run_id=self._run_id)
             else:
                 result, duration = self._record(index, payload)
-                yield ToolEnd(tool_use=tool_use, result=result, duration_s=duration)
+                yield ToolEnd(
+                    tool_use=tool_use, result=result, duration_s=duration, run_id=self._run_id
+                )
 
     def _record(self, index: int, payload: tuple[ToolResult, float]) -> tuple[ToolResult, float]:
         if self._results[index] is None:
@@ -233,6 +241,9 @@ class ToolBatch:
     def _execute(self, call: ToolCall) -> ToolResult:
         tool_use = call.tool_use
         tool_use_id, name = tool_use["toolUseId"], tool_use["name"]
+        if call.denied is not None:
+            reason = f": {call.denied}" if call.denied else "."
+            return error_result(tool_use_id, f"The call to tool {name!r} was denied{reason}")
         if call.invalid_input is not None:
             return error_result(
                 tool_use_id,
@@ -243,14 +254,17 @@ class ToolBatch:
             return error_result(
                 tool_use_id, f"Unknown tool {name!r}. Available tools: {self._available}."
             )
-        problems = call.tool.validate_input(tool_use["input"])
+        tool_input = tool_use["input"] if call.input is None else call.input
+        problems = call.tool.validate_input(tool_input)
         if problems:
             return error_result(
                 tool_use_id, f"Invalid input for tool {name!r}: " + "; ".join(problems)
             )
+        if call.input is not None:  # the tool sees the input it runs with
+            tool_use = {"toolUseId": tool_use_id, "name": name, "input": tool_input}
         context = ToolContext(tool_use=tool_use, agent=self._agent, _scope=self._scope)
         try:
-            value = call.tool.run(tool_use["input"], context)
+            value = call.tool.run(tool_input, context)
         except CancelledError:
             return error_result(tool_use_id, CANCELLED_TEXT)
         except BaseException as exc:  # the worker must always report, whatever the tool raised

@@ -6,7 +6,7 @@ import pytest
 
 from agent_sync.errors import ModelStreamError
 from agent_sync.events import ReasoningDelta, TextDelta
-from agent_sync.stream import EMPTY_RESPONSE_TEXT, MessageAssembler
+from agent_sync.run._assemble import EMPTY_RESPONSE_TEXT, MessageAssembler
 
 
 def feed(events: list[dict]) -> MessageAssembler:

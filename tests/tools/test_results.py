@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from agent_sync import Agent, tool
-from agent_sync._history import result_from_value
 from agent_sync.messages import validate_history
 from agent_sync.testing import ScriptedModel
+from agent_sync.tools._results import result_from_value
 from tests.fixtures.doubles import BackgroundInvoke, assert_valid
 
 
@@ -116,7 +116,7 @@ def test_a_hostile_tool_gets_an_error_result_and_the_run_goes_on(case: str, exec
 
 
 def test_error_results_say_what_could_not_be_represented() -> None:
-    from agent_sync._history import describe_exception, safe_str
+    from agent_sync.tools._results import describe_exception, safe_str
 
     huge = result_from_value("t1", {"n": 10**5000})
     assert huge["status"] == "error"

@@ -12,6 +12,7 @@ from typing_extensions import assert_type
 from agent_sync import Agent, AgentEvent, AgentResult, AgentStream
 from agent_sync.events import (
     Done,
+    InputInjected,
     MessageComplete,
     ModelRetry,
     ReasoningDelta,
@@ -39,6 +40,8 @@ def narrows_on_type(agent: Agent) -> None:
             assert_type(event, ToolStart)
         elif event.type == "tool_end":
             assert_type(event, ToolEnd)
+        elif event.type == "input_injected":
+            assert_type(event, InputInjected)
         else:
             assert_type(event, Done)
 

@@ -1,0 +1,172 @@
+"""What the steps of a run work on: the agent's settings and the run's live state.
+
+:class:`RunSettings` is the agent's configuration as a run needs it (immutable).
+:class:`RunContext` is one run's state in memory: the conversation it appends to, its cancel
+scope and inbox, counters, and the fields :meth:`~agent_sync.run.Run.snapshot` reads.
+
+Thread rules: only the loop's thread writes a context. Other threads read single attributes
+(``status``, ``phase``, ``cycle``, ``pending_tool_ids``, ``usage``), each written with one
+store of an immutable value (a str, an int, a tuple, a dict never changed after it is
+stored), so a reader sees one value or the next, never a torn one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..messages import Message, ToolSpec, Usage
+from ..models.base import CacheMode, Model
+from ..result import AgentMetrics, AgentResult
+from ..retry import RetryPolicy
+from ..tools.decorator import Tool
+from ..tools.executor import ExecutorKind
+from ._inbox import Inbox
+from ._state import RunPhase, RunState, RunStatus, Step, StepName
+
+if TYPE_CHECKING:
+    from ..cancel import CancelScope
+    from ._hooks import HookRunner
+
+__all__ = ["RunContext", "RunSettings"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """The agent's configuration, as a run needs it (immutable)."""
+
+    model: Model
+    tools: dict[str, Tool[Any]]
+    tool_specs: tuple[ToolSpec, ...]
+    system_prompt: str | None
+    max_cycles: int
+    tool_executor: ExecutorKind
+    max_tool_workers: int
+    tool_grace_period: float
+    retry: RetryPolicy
+    params: dict[str, Any]
+    cache: CacheMode | None = None
+    hooks: tuple[object, ...] = ()
+    trace_content: bool = False
+    conversation_id: str | None = None
+
+
+class RunContext:
+    """One run's state in memory. Written by the loop's thread only (see module docstring)."""
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        messages: list[Message],
+        scope: CancelScope,
+        *,
+        run_id: str,
+        history_start: int,
+        emit_deltas: bool,
+        cache: CacheMode | None,
+        agent: object = None,
+        hooks: HookRunner | None = None,
+    ) -> None:
+        self.settings = settings
+        self.agent = agent  # what a tool's context.agent views (bound to this run)
+        self.messages = messages  # the agent's history: the run appends to it in place
+        self.scope = scope
+        self.run_id = run_id
+        self.history_start = history_start
+        self.emit_deltas = emit_deltas
+        self.cache = cache
+        self.hooks = hooks
+        self.inbox = Inbox()
+        self.after_turn: str | None = None  # reason of a pending cancel(mode="after_turn")
+        self.after_turn_requested = False
+        # what snapshot() reads: each written with one store of an immutable value
+        self.status: RunStatus = "running"
+        self.phase: RunPhase = "idle"
+        self.cycle = 0
+        self.pending_tool_ids: tuple[str, ...] = ()
+        self.usage: Usage = {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
+        self.next_step: StepName | None = "model"
+        # filled as the run goes
+        self.steps: list[Step] = []
+        self.result: AgentResult | None = None
+        self.stop_reason: str | None = None
+        self.last_stop_reason: str | None = None  # of the last model call
+        self.invalid_tool_inputs: dict[str, str] = {}  # of the last model call
+        self.tool_calls = 0
+        self.retries = 0
+        self.started = time.perf_counter()
+        self.ended: float | None = None
+        self.model_time = 0.0
+        self.tool_time = 0.0
+        self.first_token: float | None = None
+
+    def elapsed(self) -> float:
+        """Seconds since the run started, or its length once it is over."""
+        end = self.ended if self.ended is not None else time.perf_counter()
+        return end - self.started
+
+    def add_usage(self, usage: Usage | None) -> None:
+        """Add one call's usage (a new dict: readers may hold the old one)."""
+        if usage is None:
+            return
+        total: dict[str, int] = dict(self.usage)  # type: ignore[arg-type]
+        for key, value in usage.items():
+            total[key] = total.get(key, 0) + int(value)  # type: ignore[call-overload]
+        self.usage = total  # type: ignore[assignment]
+
+    def finish(self, status: RunStatus, stop_reason: str, cancel_reason: str | None) -> None:
+        """Record the outcome and build the result (the history is already closed)."""
+        self.ended = time.perf_counter()
+        message = self.messages[-1]  # a run always has its user message, at least
+        self.stop_reason = stop_reason
+        self.result = AgentResult(
+            run_id=self.run_id,
+            stop_reason=stop_reason,
+            cancel_reason=cancel_reason,
+            message=message,
+            usage=self.usage,
+            metrics=AgentMetrics(
+                cycles=self.cycle,
+                tool_calls=self.tool_calls,
+                retries=self.retries,
+                duration_s=self.ended - self.started,
+                model_duration_s=self.model_time,
+                tool_duration_s=self.tool_time,
+                time_to_first_token_s=self.first_token,
+            ),
+        )
+        self.pending_tool_ids = ()
+        self.phase = "idle"
+        self.next_step = None
+        self.status = status
+
+    def fail(self) -> None:
+        """Record that the run ended with an exception (no result)."""
+        self.ended = time.perf_counter()
+        self.pending_tool_ids = ()
+        self.phase = "idle"
+        self.next_step = None
+        self.status = "failed"
+
+    def state(self) -> RunState:
+        """The run as data (see :class:`~agent_sync.run.RunState`); cheap, any thread."""
+        messages = tuple(self.messages[self.history_start :])
+        pending: tuple[Any, ...] = ()
+        if self.next_step == "tools" and messages and messages[-1]["role"] == "assistant":
+            pending = tuple(b["toolUse"] for b in messages[-1]["content"] if "toolUse" in b)
+        result = self.result
+        return RunState(
+            run_id=self.run_id,
+            status=self.status,
+            next_step=self.next_step,
+            cycle=self.cycle,
+            messages=messages,
+            history_start=self.history_start,
+            pending_tool_uses=pending,
+            queued_inputs=self.inbox.queued(),
+            usage=self.usage,
+            stop_reason=self.stop_reason,
+            cancel_reason=result.cancel_reason if result is not None else None,
+            conversation_id=self.settings.conversation_id,
+        )

@@ -1,0 +1,430 @@
+"""The :class:`RunDriver`: one run's driver, and the only owner of its lifecycle.
+
+A run is created by ``Agent.invoke``/``stream``/``steps``, which hold the agent through a
+:class:`RunSlot` for as long as the run lives (users see it through the
+:class:`~agent_sync.run.Run` handle and ``AgentStream``, never directly: those can be
+garbage-collected while the slot holds the driver, and closing them ends the run). The
+driver owns everything with a lifetime: the
+cancel scope, the deadline, the link to a caller's :class:`~agent_sync.CancelToken`, the
+event generator of its steps (:mod:`._steps`), and the release of the slot.
+
+Iteration (``invoke`` draining events, ``stream`` handing them out, ``steps`` grouping them
+into :class:`~agent_sync.run.Step`) always goes through :meth:`RunDriver.next_event`, which
+orders one iterating thread against :meth:`RunDriver.close` from any other:
+
+* ``close()`` while nobody iterates ends the run itself;
+* ``close()`` while another thread is inside ``next()`` cancels the run and returns at once;
+  that thread ends the run as soon as its ``next()`` returns.
+
+Either way the run is ended exactly once (:meth:`RunDriver.release`), with one closing
+message.
+
+Ctrl-C: ``KeyboardInterrupt`` can land between any two bytecodes of the iterating thread.
+So callers take the slot *inside* the ``try`` whose ``finally`` calls
+:meth:`RunDriver.release` twice (the second completes whatever an interruption of the first
+cut short), and ``release`` ends the run (the steps' own cleanup cancels the scope, wakes
+running tools and closes the turn, while the scope is still open), then frees the slot with
+one attribute store that no call precedes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Literal
+
+from .._prompt import content_blocks
+from ..cancel import CancelledError, CancelScope
+from ..errors import ConcurrentInvocationError, UsageError
+from ..events import AgentEvent, Done, InputInjected
+from ..messages import ContentBlock, Message
+from ..result import AgentResult
+from ._context import RunContext, RunSettings
+from ._history import close_turn
+from ._hooks import HookRunner
+from ._state import RunSnapshot, RunState, RunStatus, Step
+from ._steps import STEPS, end_cancelled, end_failed
+
+if TYPE_CHECKING:
+    from .._deadlines import Deadline
+    from .._tracing import RunTracer
+    from ..cancel import CancelToken
+    from ..models.base import CacheMode
+
+__all__ = ["STREAM_CLOSED", "CancelMode", "RunDriver", "RunSlot"]
+
+logger = logging.getLogger(__name__)
+
+CancelMode = Literal["now", "after_turn"]
+
+STREAM_CLOSED = "stream closed"
+
+
+class RunSlot:
+    """An agent's history and its active run (``None`` or the live :class:`RunDriver`).
+
+    ``lock`` makes "check ``run``, then take it (and read ``messages``)" atomic, and
+    replacing ``messages`` only while idle; freeing the slot is one store.
+    """
+
+    __slots__ = ("lock", "messages", "run")
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.lock = threading.Lock()
+        self.messages = messages
+        self.run: RunDriver | None = None
+
+
+def new_run_id() -> str:
+    """A fresh, unique run id (``run_`` + 32 hex digits)."""
+    return f"run_{uuid.uuid4().hex}"
+
+
+class RunDriver:
+    """One run: its context, lifecycle and iteration. Thread rules in the module docstring;
+    the public face is :class:`~agent_sync.run.Run`, whose methods forward here.
+    """
+
+    def __init__(
+        self,
+        *,
+        agent: object,
+        slot: RunSlot,
+        settings: RunSettings,
+        prompt: object,
+        timeout: float | None,
+        cache: CacheMode | None,
+        token: CancelToken | None,
+        emit_deltas: bool,
+    ) -> None:
+        if timeout is not None and not timeout > 0:
+            raise UsageError("timeout must be positive (seconds)")
+        self.run_id = new_run_id()
+        self._slot = slot
+        self._scope = CancelScope(self.run_id)
+        self._ctx = RunContext(
+            settings,
+            slot.messages,  # replaced by the history of the moment the run takes the slot
+            self._scope,
+            run_id=self.run_id,
+            history_start=len(slot.messages),
+            emit_deltas=emit_deltas,
+            cache=cache,
+            agent=agent,
+        )
+        self._prompt = prompt
+        self._timeout = timeout
+        self._token = token
+        self._events: Generator[AgentEvent, None, None] | None = None
+        self._deadline: Deadline | None = None
+        self._unlink: Callable[[], None] | None = None
+        self._guard = threading.Lock()  # orders next() against close() from other threads
+        self._iterating = False  # a thread is inside next(self._events)
+        self._closing = False  # close() was called: no new next(); an iterator finishes
+        self._ended = False  # the run has been ended (exactly once)
+
+    # -- any thread --
+
+    @property
+    def status(self) -> RunStatus:
+        """``running``, ``paused``, ``done``, ``cancelled`` or ``failed``."""
+        return self._ctx.status
+
+    @property
+    def result(self) -> AgentResult | None:
+        """The result once the run is over (``None`` before, or if it raised)."""
+        return self._ctx.result
+
+    @property
+    def state(self) -> RunState:
+        """The run as data (:class:`~agent_sync.run.RunState`), for a store or a debugger."""
+        return self._ctx.state()
+
+    def snapshot(self) -> RunSnapshot:
+        """Where the run is now: cheap (nothing is copied from the history), any thread."""
+        ctx = self._ctx
+        return RunSnapshot(
+            run_id=self.run_id,
+            status=ctx.status,
+            phase=ctx.phase,
+            cycle=ctx.cycle,
+            pending_tool_ids=ctx.pending_tool_ids,
+            queued_inputs=ctx.inbox.queued(),
+            usage=ctx.usage,
+            elapsed_s=ctx.elapsed(),
+        )
+
+    def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
+        """Stop this run, from any thread, at any moment.
+
+        Args:
+            reason: Reported as ``result.cancel_reason`` (the first reason wins).
+            mode: ``"now"``: stop within milliseconds (see ``docs/cancellation.md``).
+                ``"after_turn"``: let the model call in flight and the tools it asks for
+                finish (their results are kept), then stop before the next model call. A
+                later ``mode="now"`` escalates.
+
+        Returns:
+            ``True`` if the run was still going and is now signalled; ``False`` if it is
+            over (a late cancel never reaches a later run).
+
+        Raises:
+            UsageError: An unknown ``mode``.
+        """
+        if mode == "now":
+            return self._scope.cancel(reason)
+        if mode != "after_turn":
+            raise UsageError(f"cancel mode must be 'now' or 'after_turn', got {mode!r}")
+        if self._scope.closed:
+            return False
+        ctx = self._ctx
+        if not ctx.after_turn_requested:
+            ctx.after_turn = reason
+            ctx.after_turn_requested = True  # after the reason: the loop reads them in order
+        logger.debug("run_id=<%s> | cancel after the current turn requested", self.run_id)
+        return not self._scope.closed
+
+    def inject(self, content: object) -> None:
+        """Queue input for this run, from any thread.
+
+        It goes into the next user message the loop sends (after the tool results of the
+        current round); if the model ends its turn with input queued, one more model call
+        answers it. An ``InputInjected`` event tells when it went out. If the run is
+        cancelled first, it is still written to the history (before the closing
+        "Cancelled by user"): nothing injected is lost or written twice.
+
+        Args:
+            content: Text, or a list of content blocks (``text``, ``image``, ``document``).
+
+        Raises:
+            UsageError: Invalid content, or the run is over.
+        """
+        self._ctx.inbox.put(content_blocks(content, what="injected input"))
+
+    def close(self) -> None:
+        """Cancel the run if it is still going and release the agent.
+
+        Idempotent and safe from any thread; never raises (a failure while ending the run
+        is logged). The closing message ("Cancelled by user") is written exactly once.
+        """
+        with self._guard:
+            if self._ended:
+                return
+            self._closing = True
+            busy = self._iterating
+        if busy:
+            # Another thread is inside next(): the cancel ends its iteration promptly and
+            # that thread ends the run (two threads never run the generator at once).
+            self._scope.cancel(STREAM_CLOSED)
+            return
+        try:
+            self.release()
+        except Exception:  # called from finalisers and other threads: never raise
+            logger.warning("closing the run failed", exc_info=True)
+
+    # -- driving (one iterating thread at a time; used by Agent, AgentStream and Run) --
+
+    def next_step(self) -> Step:
+        """Run to the end of the next step and return it (``StopIteration`` at the end)."""
+        steps = self._ctx.steps
+        seen = len(steps)
+        while len(steps) == seen:
+            self.next_event()  # StopIteration at the end of the run
+        return steps[seen]
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run has been ended and the agent released (or is being)."""
+        return self._ended
+
+    def __repr__(self) -> str:
+        return f"<RunDriver {self.run_id} {self._ctx.status}>"
+
+    def start(self) -> None:
+        """Take the agent, add the prompt, arm the deadline and the token.
+
+        The caller's ``finally`` calls :meth:`release`, whether or not this got as far as
+        taking the agent (it only frees a slot that holds this run).
+        """
+        slot = self._slot
+        with slot.lock:
+            if slot.run is not None:
+                raise ConcurrentInvocationError(
+                    "this agent is already running; use one agent per conversation or wait for it"
+                )
+            slot.run = self
+            messages = slot.messages
+        ctx = self._ctx
+        ctx.messages = messages
+        blocks = self._prompt_blocks(messages)
+        if blocks:
+            if messages and messages[-1]["role"] == "user":
+                ctx.history_start = len(messages) - 1
+                messages[-1]["content"].extend(blocks)  # e.g. after a model error
+            else:
+                ctx.history_start = len(messages)
+                messages.append({"role": "user", "content": blocks})
+        else:
+            ctx.history_start = len(messages) - 1  # answering the trailing user message
+        settings = ctx.settings
+        tracer = _run_tracer(self.run_id, settings)
+        if settings.hooks or tracer is not None:
+            ctx.hooks = HookRunner(settings.hooks, tracer)
+        self._events = self._drive(blocks or None)
+        if self._timeout is not None:
+            from .._deadlines import schedule
+
+            self._deadline = schedule(self._timeout, self._timed_out)
+        if self._token is not None:
+            self._unlink = self._token._link(self._scope)
+
+    def _prompt_blocks(self, messages: list[Message]) -> list[ContentBlock]:
+        prompt = self._prompt
+        if prompt is None:
+            if not messages or messages[-1]["role"] != "user":
+                raise UsageError("prompt is None but the history does not end with a user message")
+            return []
+        return content_blocks(prompt)
+
+    def _timed_out(self) -> None:
+        self._scope.cancel("timeout")
+
+    def _drive(self, prompt: list[ContentBlock] | None) -> Generator[AgentEvent, None, None]:
+        """Run the steps from ``ctx.next_step`` to the end; the last event is ``Done``."""
+        ctx = self._ctx
+        hooks = ctx.hooks
+        if hooks is not None:
+            hooks.run_started(prompt)
+        error: BaseException | None = None
+        try:
+            step = ctx.next_step
+            try:
+                while step is not None:
+                    ctx.next_step = step
+                    step = yield from STEPS[step](ctx)
+            except CancelledError:
+                injected = end_cancelled(ctx)
+                if injected:
+                    yield InputInjected(content=tuple(injected), run_id=self.run_id)
+            except GeneratorExit:  # the caller abandoned the stream: that is a cancel
+                self._scope.cancel(STREAM_CLOSED)
+                end_cancelled(ctx)
+                raise
+            except BaseException as exc:  # a model or hook error, or Ctrl-C
+                error = exc
+                if not isinstance(exc, Exception):
+                    # Ctrl-C (KeyboardInterrupt) and the like end the run as cancel() does:
+                    # running tools are told, and the turn is closed.
+                    self._scope.cancel("interrupted")
+                if self._scope.cancelled:
+                    end_cancelled(ctx)
+                else:
+                    end_failed(ctx)
+                raise
+            result = ctx.result
+            assert result is not None
+            yield Done(result=result, run_id=self.run_id)
+        finally:
+            if hooks is not None:
+                hooks.run_ended(
+                    stop_reason=ctx.stop_reason,
+                    cancel_reason=ctx.result.cancel_reason if ctx.result else None,
+                    usage=ctx.usage,
+                    error=error,
+                )
+
+    def drain(self) -> None:
+        """Run to the end, discarding the events (``invoke``)."""
+        try:
+            while True:
+                self.next_event()
+        except StopIteration:
+            return
+
+    def next_event(self) -> AgentEvent:
+        """The next event; at the end (or on an error) the run is ended and released."""
+        mine = False  # whether this call entered the generator (then it must finish)
+        try:
+            with self._guard:
+                if self._ended or self._closing:
+                    raise StopIteration
+                if self._iterating:
+                    raise UsageError("this run is being iterated by another thread")
+                self._iterating = mine = True
+            assert self._events is not None
+            event = next(self._events)
+            with self._guard:
+                self._iterating = False
+                closing = self._closing
+            if closing:  # close() came from another thread during next(): end it here
+                raise StopIteration
+            return event
+        except BaseException:
+            if mine:
+                self._iterating = False
+                self.release()
+            raise
+
+    def release(self) -> None:
+        """End the run (once) and free the agent. Callers call it twice from ``finally``."""
+        mine = False
+        try:
+            with self._guard:
+                if not self._ended:
+                    self._ended = mine = True
+            if mine:
+                self._end()
+        finally:
+            if mine:
+                try:
+                    self._end()  # again: completes whatever a Ctrl-C cut short
+                finally:
+                    slot = self._slot
+                    if slot.run is self:  # no call before the store: Ctrl-C cannot skip it
+                        slot.run = None
+
+    def _end(self) -> None:
+        """Leave the history valid, close the scope, disarm deadline and token.
+
+        Idempotent; each part runs even if an earlier one is interrupted.
+        """
+        try:
+            events, ctx = self._events, self._ctx
+            if events is not None:
+                if inspect.getgeneratorstate(events) == inspect.GEN_CREATED:
+                    self._scope.cancel(STREAM_CLOSED)  # a stream nobody read: keep the
+                    end_cancelled(ctx)  # prompt, close the turn
+                # The steps' own cleanup runs here, while the scope is still open: it
+                # cancels the scope (waking running tools), waits out their grace period
+                # and closes the turn. No-op if the generator has finished.
+                events.close()
+                close_turn(ctx.messages, None)  # never leave a toolUse unanswered
+                if ctx.ended is None:
+                    ctx.ended = time.perf_counter()
+        finally:
+            try:
+                self._scope.close()
+            finally:
+                try:
+                    deadline = self._deadline
+                    if deadline is not None:
+                        deadline.cancel()
+                finally:
+                    unlink = self._unlink
+                    if unlink is not None:
+                        unlink()
+
+
+def _run_tracer(run_id: str, settings: RunSettings) -> RunTracer | None:
+    from .._tracing import run_tracer
+
+    return run_tracer(
+        run_id=run_id,
+        model=settings.model,
+        conversation_id=settings.conversation_id,
+        trace_content=settings.trace_content,
+    )

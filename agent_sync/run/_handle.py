@@ -1,0 +1,150 @@
+"""The public :class:`Run` handle: a view of one run's driver.
+
+Handles are cheap views: ``agent.active_run`` makes a new one each time, all equal for the
+same run. The handle ``agent.steps()`` returns *owns* its run: iterating it drives the run,
+and closing it (explicitly, at the end of a ``with`` block, or when it is garbage-collected)
+ends the run and releases the agent, as an ``AgentStream`` does. The agent keeps the driver,
+not the handle, so dropping an owner handle can never leave the agent held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+
+from ..errors import UsageError
+from ..messages import ContentBlock
+from ..result import AgentResult
+from ._driver import STREAM_CLOSED, CancelMode, RunDriver
+from ._state import RunSnapshot, RunState, RunStatus, Step
+
+__all__ = ["Run"]
+
+
+class Run:
+    """A run: the handle of one invocation, usable from any thread.
+
+    ``agent.active_run`` and ``agent.steps()`` give you one (``AgentStream.run`` too).
+    ``cancel``, ``inject``, ``snapshot``, ``state``, ``status`` and ``result`` may be used
+    from any thread at any moment; they act on this run only, never on a later run of the
+    same agent.
+
+    The handle from ``agent.steps()`` is iterated (one thread at a time): each iteration
+    makes one model call and runs the tools it asked for, and yields a
+    :class:`~agent_sync.run.Step`. Leaving early (``close()``, the end of a ``with``
+    block, garbage collection) cancels the run with a valid history.
+    """
+
+    __slots__ = ("_driver", "_owner")
+
+    def __init__(self, driver: RunDriver, *, owner: bool = False) -> None:
+        self._driver = driver
+        self._owner = owner
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (as on its events and result)."""
+        return self._driver.run_id
+
+    @property
+    def status(self) -> RunStatus:
+        """``running``, ``paused``, ``done``, ``cancelled`` or ``failed``."""
+        return self._driver.status
+
+    @property
+    def result(self) -> AgentResult | None:
+        """The result once the run is over (``None`` before, or if it raised)."""
+        return self._driver.result
+
+    @property
+    def state(self) -> RunState:
+        """The run as data (:class:`~agent_sync.run.RunState`): for a store or a debugger."""
+        return self._driver.state
+
+    def snapshot(self) -> RunSnapshot:
+        """Where the run is now: frozen and cheap (nothing is copied from the history)."""
+        return self._driver.snapshot()
+
+    def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
+        """Stop this run, from any thread, at any moment.
+
+        Args:
+            reason: Reported as ``result.cancel_reason`` (the first reason wins).
+            mode: ``"now"``: stop within milliseconds (see ``docs/cancellation.md``).
+                ``"after_turn"``: let the model call in flight and the tools it asks for
+                finish (their results are kept), then stop before the next model call
+                (``stop_reason == "cancelled"``; a run whose turn was its last simply
+                ends). A later ``mode="now"`` escalates.
+
+        Returns:
+            ``True`` if the run was still going and is now signalled; ``False`` if it is
+            over (a late cancel never reaches a later run).
+
+        Raises:
+            UsageError: An unknown ``mode``.
+        """
+        return self._driver.cancel(reason, mode=mode)
+
+    def inject(self, content: str | Sequence[ContentBlock]) -> None:
+        """Queue input for this run, from any thread.
+
+        It goes into the next user message the loop sends (after the tool results of the
+        current round); if the model ends its turn with input queued, one more model call
+        answers it. An ``InputInjected`` event tells when it went out. If the run is
+        cancelled first, it is still written to the history (before the closing
+        "Cancelled by user"): nothing injected is lost or written twice.
+
+        Args:
+            content: Text, or a list of content blocks (``text``, ``image``, ``document``).
+
+        Raises:
+            UsageError: Invalid content (nothing is queued), or the run is over.
+        """
+        self._driver.inject(content)
+
+    def close(self) -> None:
+        """End the run if it is still going (cancelled, valid history) and release the agent.
+
+        On the handle from ``agent.steps()``: idempotent, any thread, never raises. On a
+        handle from ``agent.active_run`` (someone else drives the run) it cancels the run
+        with reason ``"stream closed"``; the driving thread ends it.
+        """
+        if self._owner:
+            self._driver.close()
+        else:
+            self._driver.cancel(STREAM_CLOSED)
+
+    def __iter__(self) -> Iterator[Step]:
+        return self
+
+    def __next__(self) -> Step:
+        if not self._owner:
+            raise UsageError(
+                "only the run returned by agent.steps() can be iterated; this handle "
+                "(from agent.active_run) is driven by its invoke() or stream()"
+            )
+        return self._driver.next_step()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_owner", False) and not self._driver.ended:
+            self._driver.close()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Run) and other._driver is self._driver
+
+    def __hash__(self) -> int:
+        return hash(self._driver.run_id)
+
+    def __repr__(self) -> str:
+        return f"<Run {self.run_id} {self.status}>"

@@ -1,0 +1,66 @@
+"""Input injected into a running run, from any thread: queued, then taken by the loop once.
+
+The rule that makes injection lossless and never doubled: every hand-over happens under one
+lock, and the run's last look at the inbox *closes* it in the same critical section
+(:meth:`Inbox.take_or_close`, :meth:`Inbox.close`). So an ``inject`` either lands before
+that last look (and is sent, or written to the history on cancel) or fails with
+``UsageError`` because the run is over; it is never accepted and then dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..errors import UsageError
+from ..messages import ContentBlock
+
+__all__ = ["Inbox"]
+
+
+class Inbox:
+    """Queued inputs of one run (each a list of content blocks). Thread-safe."""
+
+    __slots__ = ("_closed", "_items", "_lock")
+
+    def __init__(self, items: list[list[ContentBlock]] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._items: list[list[ContentBlock]] = list(items or [])
+        self._closed = False
+
+    def put(self, blocks: list[ContentBlock]) -> None:
+        """Queue one input.
+
+        Raises:
+            UsageError: The run is over (its inbox is closed).
+        """
+        with self._lock:
+            if self._closed:
+                raise UsageError("the run is over: nothing more can be injected into it")
+            self._items.append(blocks)
+
+    def take(self) -> list[ContentBlock]:
+        """Every queued block, oldest first, leaving the inbox empty and open."""
+        with self._lock:
+            items, self._items = self._items, []
+        return [block for blocks in items for block in blocks]
+
+    def take_or_close(self) -> list[ContentBlock]:
+        """Like :meth:`take`, but if nothing is queued, close the inbox (atomically)."""
+        with self._lock:
+            if not self._items:
+                self._closed = True
+                return []
+            items, self._items = self._items, []
+        return [block for blocks in items for block in blocks]
+
+    def close(self) -> list[ContentBlock]:
+        """Close the inbox and return whatever was still queued."""
+        with self._lock:
+            self._closed = True
+            items, self._items = self._items, []
+        return [block for blocks in items for block in blocks]
+
+    def queued(self) -> tuple[tuple[ContentBlock, ...], ...]:
+        """The queued inputs, oldest first (a copy of the queue, not of the blocks)."""
+        with self._lock:
+            return tuple(tuple(blocks) for blocks in self._items)

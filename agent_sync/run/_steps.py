@@ -1,0 +1,368 @@
+"""The steps of a run: functions of a :class:`~._context.RunContext` that yield events and
+return the name of the next step (``None``: the run is over).
+
+::
+
+    model ──(tool calls)──> tools ──> model ...
+      │                                  │
+      └──(no tool calls)──> finish ──(input queued)──> model
+                              └──> None (done)
+    model, at the cycle limit ──> max_cycles ──> None
+
+Cancel checkpoints: before every model call (so after tools), on every stream event,
+during retry back-off (an ``Event.wait``), before tools, between sequential tools, and while
+waiting for tool threads. Blocked I/O is woken by the provider's abort callback, so no
+checkpoint waits on a socket. A ``cancel(mode="after_turn")`` is honoured at the first of
+these, the check before the next model call: the turn in flight and its tools finish.
+
+History rule: a step that is cut short leaves the history valid up to its last complete
+message (a cancelled stream appends its partial message ending "Cancelled by user"; the
+tool step always appends one result per call). :func:`end_cancelled` and
+:func:`end_failed` then add queued input and close the turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any
+
+from .._decisions import Deny
+from ..cancel import CancelledError
+from ..errors import ModelStreamError
+from ..events import AgentEvent, InputInjected, MessageComplete, ModelRetry, ToolEnd, ToolStart
+from ..hooks import AfterModelCall, AfterToolCall, BeforeModelCall, BeforeToolCall
+from ..messages import CANCELLED_TEXT, ContentBlock, Message, StreamEvent, ToolResult
+from ..models.base import ModelRequest
+from ..tools.executor import ToolBatch, ToolCall
+from ._assemble import MessageAssembler
+from ._context import RunContext
+from ._history import add_user_blocks, close_turn, tool_result_message
+from ._state import Step, StepName
+
+__all__ = ["STEPS", "end_cancelled", "end_failed"]
+
+logger = logging.getLogger(__name__)
+
+StepFunction = Callable[[RunContext], Generator[AgentEvent, None, StepName | None]]
+
+
+def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
+    """One model call (with retries): append the assistant message, name what follows."""
+    _before_model_call(ctx)
+    if ctx.cycle >= ctx.settings.max_cycles:
+        return "max_cycles"
+    ctx.cycle = cycle = ctx.cycle + 1
+    ctx.phase = "model"
+    settings, scope, hooks = ctx.settings, ctx.scope, ctx.hooks
+    request = ModelRequest(
+        messages=tuple(ctx.messages),
+        system_prompt=settings.system_prompt,
+        tool_specs=settings.tool_specs,
+        params=settings.params,
+        cache=ctx.cache,
+    )
+    if hooks is not None:
+        hooks.before_model_call(
+            BeforeModelCall(
+                run_id=ctx.run_id,
+                cycle=cycle,
+                messages=tuple(request.messages),
+                model=settings.model,
+            )
+        )
+    started = time.perf_counter()
+    assembler = MessageAssembler(emit_deltas=ctx.emit_deltas, run_id=ctx.run_id)
+    add, cancelled = assembler.add, scope.event.is_set  # the per-chunk hot path
+    try:
+        stream = yield from _open_stream(ctx, request)
+        try:
+            for event in stream:
+                delta = add(event)
+                if delta is not None:
+                    yield delta
+                if cancelled():  # checkpoint: every stream event
+                    raise CancelledError(scope.reason or "cancelled")
+        finally:
+            _close(stream)
+        if assembler.stop_reason is None:
+            # A truncated stream is never a finished answer. After an abort a provider
+            # may simply stop yielding (models.base): then it is the cancel (below).
+            raise ModelStreamError(
+                "the model stream ended before its stop event (messageStop): "
+                "the response is incomplete",
+                provider=type(settings.model).__name__,
+            )
+        if ctx.first_token is None and assembler.first_text_at is not None:
+            ctx.first_token = assembler.first_text_at - ctx.started
+    except BaseException as exc:
+        duration = time.perf_counter() - started
+        ctx.model_time += duration
+        interrupted = not isinstance(exc, Exception)  # closed generator, Ctrl-C, exit
+        cut = scope.cancelled or interrupted
+        if cut:  # whatever the provider raised after an abort is the cancel, not an error
+            ctx.messages.append(assembler.partial(CANCELLED_TEXT))
+        if hooks is not None and not interrupted:
+            # after an abort, whatever the provider raised is the cancel: say so
+            error = CancelledError(scope.reason or "cancelled") if cut else exc
+            hooks.model_call_failed(
+                AfterModelCall(
+                    run_id=ctx.run_id,
+                    cycle=cycle,
+                    message=None,
+                    stop_reason=None,
+                    usage=assembler.usage,
+                    error=error,
+                    duration_s=duration,
+                )
+            )
+        if cut and not interrupted:
+            raise CancelledError(scope.reason or "cancelled") from exc
+        raise
+    duration = time.perf_counter() - started
+    ctx.model_time += duration
+    assembled = assembler.finish()
+    ctx.add_usage(assembled.usage)
+    message = assembled.message
+    ctx.messages.append(message)
+    ctx.phase = "idle"
+    yield MessageComplete(message=message, run_id=ctx.run_id)
+    if hooks is not None:
+        hooks.after_model_call(
+            AfterModelCall(
+                run_id=ctx.run_id,
+                cycle=cycle,
+                message=message,
+                stop_reason=assembled.stop_reason,
+                usage=assembled.usage,
+                error=None,
+                duration_s=duration,
+            )
+        )
+    ctx.invalid_tool_inputs = assembled.invalid_tool_inputs
+    ctx.last_stop_reason = assembled.stop_reason
+    if any("toolUse" in block for block in message["content"]):
+        return "tools"
+    ctx.steps.append(Step(cycle=cycle, message=message, tool_results=()))
+    return "finish"
+
+
+def _before_model_call(ctx: RunContext) -> None:
+    """The checkpoint before a model call: a cancel, now or after the turn, stops here."""
+    scope = ctx.scope
+    if ctx.after_turn_requested and not scope.cancelled:
+        scope.cancel(ctx.after_turn)
+    scope.raise_if_cancelled()
+
+
+def _open_stream(
+    ctx: RunContext, request: ModelRequest
+) -> Generator[AgentEvent, None, Iterator[StreamEvent]]:
+    """Start a model call with retries; return its events from the first content on.
+
+    Errors raised before the first content event are retried by the policy; the events
+    before that point (``messageStart``) are buffered and replayed.
+    """
+    scope, model = ctx.scope, ctx.settings.model
+    delays: list[float] = []
+    last_error = ""
+    for attempt in ctx.settings.retry.attempts(scope, delays):
+        if delays:
+            delay = delays.pop()
+            ctx.retries += 1
+            number = attempt.retry_state.attempt_number - 1
+            logger.debug("attempt=<%d>, delay_s=<%.2f> | retrying model call", number, delay)
+            ctx.phase = "retry_wait"  # before the event: whoever sees it sees the phase
+            yield ModelRetry(attempt=number, delay=delay, error=last_error, run_id=ctx.run_id)
+            scope.wait(delay)  # checkpoint: back-off ends at once on cancel
+            ctx.phase = "model"
+        with attempt:
+            scope.raise_if_cancelled()  # never send a request after a cancel
+            stream: Iterator[StreamEvent] = iter(())
+            try:
+                if ctx.hooks is None:
+                    stream = iter(model.stream(request, cancel=scope))
+                    head = _read_until_content(stream)
+                else:  # spans the provider makes (e.g. its SDK's) nest under the call's
+                    with ctx.hooks.model_call_scope(ctx.cycle):
+                        stream = iter(model.stream(request, cancel=scope))
+                        head = _read_until_content(stream)
+            except BaseException as exc:
+                _close(stream)
+                last_error = f"{type(exc).__name__}: {exc}"
+                raise
+            return _chain(head, stream)
+    raise AssertionError("unreachable: tenacity either returns or raises")
+
+
+def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
+    """Run the tool calls of the last assistant message; append one result per call and
+    the input queued meanwhile."""
+    ctx.scope.raise_if_cancelled()  # checkpoint: before tools
+    assistant = ctx.messages[-1]
+    calls = _tool_calls(ctx, assistant)
+    ctx.phase = "tools"
+    ctx.pending_tool_ids = tuple(call.tool_use["toolUseId"] for call in calls)
+    started = time.perf_counter()
+    ctx.tool_calls += len(calls)
+    settings, hooks, cycle = ctx.settings, ctx.hooks, ctx.cycle
+    batch = ToolBatch(
+        calls,
+        scope=ctx.scope,
+        agent=ctx.agent,
+        run_id=ctx.run_id,
+        available=sorted(settings.tools),
+        max_workers=settings.max_tool_workers if settings.tool_executor == "concurrent" else 1,
+        grace_period=settings.tool_grace_period,
+    )
+    results: list[ToolResult] = []
+    injected: list[ContentBlock] = []
+    try:
+        for event in batch.run():
+            if type(event) is ToolEnd:
+                done = event.tool_use["toolUseId"]
+                ctx.pending_tool_ids = tuple(i for i in ctx.pending_tool_ids if i != done)
+            if hooks is not None:
+                _tool_event_to_hooks(ctx, event, cycle)
+            yield event
+    finally:
+        # One result per call, whatever happened (cancel, closed stream, Ctrl-C, a hook).
+        results = batch.finish()
+        injected = ctx.inbox.take()
+        message = tool_result_message(results)
+        message["content"].extend(injected)
+        ctx.messages.append(message)
+        ctx.pending_tool_ids = ()
+        ctx.tool_time += time.perf_counter() - started
+        ctx.phase = "idle"
+    ctx.steps.append(
+        Step(cycle=cycle, message=assistant, tool_results=tuple(results), injected=tuple(injected))
+    )
+    yield MessageComplete(message=message, run_id=ctx.run_id)
+    if injected:
+        yield InputInjected(content=tuple(injected), run_id=ctx.run_id)
+    return "model"
+
+
+def _tool_calls(ctx: RunContext, assistant: Message) -> list[ToolCall]:
+    """The calls to run, after the ``before_tool_call`` hooks had their say."""
+    tools, invalid, hooks = ctx.settings.tools, ctx.invalid_tool_inputs, ctx.hooks
+    calls: list[ToolCall] = []
+    for block in assistant["content"]:
+        if "toolUse" not in block:
+            continue
+        tool_use = block["toolUse"]
+        call = ToolCall(
+            tool_use=tool_use,
+            tool=tools.get(tool_use["name"]),
+            invalid_input=invalid.get(tool_use["toolUseId"]),
+        )
+        if hooks is not None:
+            decision = hooks.before_tool_call(
+                BeforeToolCall(run_id=ctx.run_id, cycle=ctx.cycle, tool_use=tool_use)
+            )
+            if isinstance(decision, Deny):
+                call = ToolCall(tool_use=tool_use, tool=call.tool, denied=decision.reason)
+            elif decision is not None and decision.input is not None:
+                call = ToolCall(
+                    tool_use=tool_use,
+                    tool=call.tool,
+                    invalid_input=call.invalid_input,
+                    input=decision.input,
+                )
+        calls.append(call)
+    return calls
+
+
+def _tool_event_to_hooks(ctx: RunContext, event: Any, cycle: int) -> None:
+    hooks = ctx.hooks
+    assert hooks is not None
+    if type(event) is ToolStart:
+        hooks.tool_started(event.tool_use, cycle)
+    elif type(event) is ToolEnd:
+        hooks.after_tool_call(
+            AfterToolCall(
+                run_id=ctx.run_id,
+                cycle=cycle,
+                tool_use=event.tool_use,
+                result=event.result,
+                duration_s=event.duration_s,
+            )
+        )
+
+
+def finish_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
+    """The model ended its turn: answer input queued meanwhile, or end the run."""
+    queued = ctx.inbox.take_or_close()  # closes the inbox if nothing is queued
+    if queued:
+        add_user_blocks(ctx.messages, queued)
+        yield InputInjected(content=tuple(queued), run_id=ctx.run_id)
+        return "model"
+    ctx.finish("done", ctx.last_stop_reason or "end_turn", None)
+    return None
+
+
+def max_cycles_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
+    """The cycle limit was reached before a model call: close the turn and stop."""
+    limit = ctx.settings.max_cycles
+    logger.debug("max_cycles=<%d> | stopping the loop", limit)
+    add_user_blocks(ctx.messages, ctx.inbox.close())
+    close_turn(ctx.messages, f"Stopped: reached the limit of {limit} model calls (max_cycles).")
+    ctx.finish("done", "max_cycles", None)
+    yield MessageComplete(message=ctx.messages[-1], run_id=ctx.run_id)
+    return None
+
+
+STEPS: dict[StepName, StepFunction] = {
+    "model": model_step,
+    "tools": tools_step,
+    "finish": finish_step,
+    "max_cycles": max_cycles_step,
+}
+"""Step name -> step function (a :class:`~agent_sync.run.RunState` names where to go on)."""
+
+
+def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
+    """Close a cancelled run: queued input, answers for pending calls, "Cancelled by user".
+
+    Returns:
+        The queued input that was written to the history.
+    """
+    queued = ctx.inbox.close()
+    add_user_blocks(ctx.messages, queued)
+    close_turn(ctx.messages, CANCELLED_TEXT)
+    ctx.finish("cancelled", "cancelled", ctx.scope.reason)
+    return queued
+
+
+def end_failed(ctx: RunContext) -> None:
+    """Leave a failed run's history valid, ending with the user's message (so
+    ``invoke()`` with no prompt can try again) with any queued input in it."""
+    add_user_blocks(ctx.messages, ctx.inbox.close())
+    close_turn(ctx.messages, None)
+    ctx.fail()
+
+
+def _read_until_content(stream: Iterator[StreamEvent]) -> list[StreamEvent]:
+    """Events up to and including the first content event (or all, if there is none)."""
+    head: list[StreamEvent] = []
+    for event in stream:
+        head.append(event)
+        if "contentBlockDelta" in event or "contentBlockStart" in event:
+            break
+    return head
+
+
+def _chain(head: Sequence[StreamEvent], rest: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
+    try:
+        yield from head
+        yield from rest
+    finally:
+        _close(rest)
+
+
+def _close(stream: Iterator[Any]) -> None:
+    close = getattr(stream, "close", None)
+    if close is not None:
+        close()
