@@ -16,7 +16,7 @@ import copy
 import logging
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
 from .cancel import CancelToken
 from .errors import ConcurrentInvocationError, UsageError
@@ -52,6 +52,13 @@ UNSET = _Unset()
 def _check_cache(cache: object) -> None:
     if cache not in (None, "short", "long"):
         raise UsageError(f"cache must be None, 'short' or 'long', got {cache!r}")
+
+
+_Face = TypeVar("_Face")
+
+
+def _owner_handle(run: RunDriver) -> Run:
+    return Run(run, owner=True)
 
 
 class Agent:
@@ -245,16 +252,7 @@ class Agent:
         ``"stream closed"`` and leaves the history valid. Same arguments and errors as
         :meth:`invoke`; the last event is ``Done`` carrying the result.
         """
-        run = self._new_run(prompt, timeout, cache, cancel, emit_deltas=True)
-        try:
-            run.start()
-            return AgentStream(run)
-        except BaseException:
-            try:
-                run.release()
-            finally:
-                run.release()
-            raise
+        return self._open(prompt, timeout, cache, cancel, emit_deltas=True, face=AgentStream)
 
     def steps(
         self,
@@ -280,16 +278,7 @@ class Agent:
         The agent is taken at once, as for :meth:`stream`; same arguments and errors as
         :meth:`invoke` (a model error is raised from the iteration).
         """
-        run = self._new_run(prompt, timeout, cache, cancel, emit_deltas=False)
-        try:
-            run.start()
-            return Run(run, owner=True)
-        except BaseException:
-            try:
-                run.release()
-            finally:
-                run.release()
-            raise
+        return self._open(prompt, timeout, cache, cancel, emit_deltas=False, face=_owner_handle)
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         """Stop the running invocation, from any thread, at any moment.
@@ -320,6 +309,31 @@ class Agent:
         run.inject(content)
 
     # -- internals --
+
+    def _open(
+        self,
+        prompt: Prompt,
+        timeout: float | None,
+        cache: CacheMode | None | _Unset,
+        token: CancelToken | None,
+        *,
+        emit_deltas: bool,
+        face: Callable[[RunDriver], _Face],
+    ) -> _Face:
+        """Start a run that the caller drives, and return ``face(run)``, its public view.
+
+        The view is made inside the ``try``: a Ctrl-C before it exists releases the agent.
+        """
+        run = self._new_run(prompt, timeout, cache, token, emit_deltas=emit_deltas)
+        try:
+            run.start()
+            return face(run)
+        except BaseException:
+            try:
+                run.release()
+            finally:
+                run.release()
+            raise
 
     def _new_run(
         self,

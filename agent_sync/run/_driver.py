@@ -127,25 +127,21 @@ class RunDriver:
         self._closing = False  # close() was called: no new next(); an iterator finishes
         self._ended = False  # the run has been ended (exactly once)
 
-    # -- any thread --
+    # -- any thread (documented on agent_sync.run.Run, which forwards here) --
 
     @property
     def status(self) -> RunStatus:
-        """``running``, ``paused``, ``done``, ``cancelled`` or ``failed``."""
         return self._ctx.status
 
     @property
     def result(self) -> AgentResult | None:
-        """The result once the run is over (``None`` before, or if it raised)."""
         return self._ctx.result
 
     @property
     def state(self) -> RunState:
-        """The run as data (:class:`~agent_sync.run.RunState`), for a store or a debugger."""
         return self._ctx.state()
 
     def snapshot(self) -> RunSnapshot:
-        """Where the run is now: cheap (nothing is copied from the history), any thread."""
         ctx = self._ctx
         return RunSnapshot(
             run_id=self.run_id,
@@ -159,22 +155,6 @@ class RunDriver:
         )
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
-        """Stop this run, from any thread, at any moment.
-
-        Args:
-            reason: Reported as ``result.cancel_reason`` (the first reason wins).
-            mode: ``"now"``: stop within milliseconds (see ``docs/cancellation.md``).
-                ``"after_turn"``: let the model call in flight and the tools it asks for
-                finish (their results are kept), then stop before the next model call. A
-                later ``mode="now"`` escalates.
-
-        Returns:
-            ``True`` if the run was still going and is now signalled; ``False`` if it is
-            over (a late cancel never reaches a later run).
-
-        Raises:
-            UsageError: An unknown ``mode``.
-        """
         if mode == "now":
             return self._scope.cancel(reason)
         if mode != "after_turn":
@@ -189,20 +169,6 @@ class RunDriver:
         return not self._scope.closed
 
     def inject(self, content: object) -> None:
-        """Queue input for this run, from any thread.
-
-        It goes into the next user message the loop sends (after the tool results of the
-        current round); if the model ends its turn with input queued, one more model call
-        answers it. An ``InputInjected`` event tells when it went out. If the run is
-        cancelled first, it is still written to the history (before the closing
-        "Cancelled by user"): nothing injected is lost or written twice.
-
-        Args:
-            content: Text, or a list of content blocks (``text``, ``image``, ``document``).
-
-        Raises:
-            UsageError: Invalid content, or the run is over.
-        """
         self._ctx.inbox.put(content_blocks(content, what="injected input"))
 
     def close(self) -> None:
