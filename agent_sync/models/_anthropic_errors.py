@@ -7,6 +7,10 @@ a 200 stream (or the error object of a JSON answer), which :func:`error_event` w
 error type stands in for the status: ``overloaded_error`` is 529 and ``rate_limit_error``
 429, both :class:`ModelThrottledError`, as before the stream.
 
+Every call site (the request, the JSON answer, the event stream, closing the response)
+runs inside one :func:`mapped_errors` block, the only place where SDK / httpx2 exceptions
+become agent_sync errors (the rule is :func:`._wire.mapping`).
+
 Rules:
 
 * the SDK exception is redacted in place (:func:`agent_sync._redact.scrub_exception`)
@@ -21,11 +25,13 @@ Rules:
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 
 import anthropic
 import httpx2
 
 from .._redact import scrub_exception
+from ..cancel import CancelScope
 from ..errors import (
     ContextWindowOverflowError,
     ModelConnectionError,
@@ -34,11 +40,26 @@ from ..errors import (
     ModelStreamError,
     ModelThrottledError,
 )
-from ._wire import is_context_overflow, retry_after_seconds, shorten, with_request_id
+from ._wire import is_context_overflow, mapping, retry_after_seconds, shorten, with_request_id
 
-__all__ = ["PROVIDER", "error_event", "map_error"]
+__all__ = ["PROVIDER", "error_event", "map_error", "mapped_errors", "rejects_cache"]
 
 PROVIDER = "anthropic"
+
+_CACHE_REJECTION_STATUSES = frozenset({400, 422})
+
+
+def mapped_errors(cancel: CancelScope) -> AbstractContextManager[None]:
+    """The block every Anthropic call site runs in (SDK / httpx2 errors leave it mapped by
+    :func:`map_error`; the rule is :func:`._wire.mapping`)."""
+    return mapping(cancel, map_error)
+
+
+def rejects_cache(error: anthropic.APIStatusError) -> bool:
+    """Whether ``error`` is a server refusing the ``cache_control`` markers (a 400/422
+    naming them)."""
+    text = f"{error.message} {error.body}"
+    return error.status_code in _CACHE_REJECTION_STATUSES and "cache_control" in text
 
 
 def error_event(data: str, response: httpx2.Response) -> anthropic.APIStatusError:
@@ -50,7 +71,7 @@ def error_event(data: str, response: httpx2.Response) -> anthropic.APIStatusErro
     return anthropic.APIStatusError(f"stream error: {data[:300]}", response=response, body=payload)
 
 
-def map_error(exc: BaseException) -> ModelError:
+def map_error(exc: Exception) -> ModelError:
     """Map an SDK / httpx2 / stream-decoding exception to a :class:`ModelError`.
 
     The one place where Anthropic failures are translated. Messages are built from the

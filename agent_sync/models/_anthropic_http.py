@@ -2,7 +2,7 @@
 
 :func:`abortable_http_client` builds the client the model uses by default (and that callers
 may pass to their own ``anthropic.Anthropic``): every connection goes through an
-:class:`~._httpx_abort.AbortableTransport`, so ``cancel()`` can shut its socket down while
+:class:`~._abort.httpx.AbortableTransport`, so ``cancel()`` can shut its socket down while
 it connects, waits for headers or waits for the next chunk.
 
 Like the SDK's own client it sets TCP keep-alive on its sockets and honours
@@ -21,7 +21,7 @@ from typing import Any
 import httpx2
 
 from .._redact import register_secret
-from ._httpx_abort import AbortableTransport
+from ._abort.httpx import AbortableTransport
 
 try:  # the SDK's own client reads the environment's proxies with this very function
     from httpx2._utils import get_environment_proxies

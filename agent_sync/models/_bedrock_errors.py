@@ -1,5 +1,8 @@
 """The one place where botocore / urllib3 failures become agent_sync errors.
 
+Every call site (the call, the event stream, closing it) runs inside one
+:func:`mapped_errors` block (the rule is :func:`._wire.mapping`).
+
 Bedrock reports the same failure two ways: as an HTTP error response before the stream
 starts (botocore ``ClientError``, code ``ThrottlingException``), or as an exception message
 inside the event stream (botocore ``EventStreamError``, code ``throttlingException``). Codes
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+from contextlib import AbstractContextManager
 from typing import Any
 
 from botocore import exceptions as boto_errors
@@ -26,6 +30,7 @@ from botocore.eventstream import ParserError
 from urllib3 import exceptions as urllib3_errors
 
 from .._redact import scrub_exception
+from ..cancel import CancelScope
 from ..errors import (
     ContextWindowOverflowError,
     ModelConnectionError,
@@ -34,9 +39,9 @@ from ..errors import (
     ModelStreamError,
     ModelThrottledError,
 )
-from ._wire import is_context_overflow, retry_after_seconds, with_request_id
+from ._wire import is_context_overflow, mapping, retry_after_seconds, with_request_id
 
-__all__ = ["is_cache_rejection", "map_error"]
+__all__ = ["PROVIDER", "is_cache_rejection", "map_error", "mapped_errors"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +75,13 @@ _BODY_LIMIT = 2000
 _CACHE_WORDS = re.compile(r"(?i)cache ?point|caching|\bttl\b")
 
 
-def map_error(exc: BaseException) -> ModelError:
+def mapped_errors(cancel: CancelScope) -> AbstractContextManager[None]:
+    """The block every Bedrock call site runs in (botocore / urllib3 errors leave it mapped by
+    :func:`map_error`; the rule is :func:`._wire.mapping`)."""
+    return mapping(cancel, map_error)
+
+
+def map_error(exc: Exception) -> ModelError:
     """Translate a botocore/urllib3 failure into the matching :class:`ModelError`.
 
     Args:
@@ -79,8 +90,6 @@ def map_error(exc: BaseException) -> ModelError:
     Returns:
         The error to raise (``raise map_error(exc) from exc``).
     """
-    if isinstance(exc, ModelError):
-        return exc
     scrub_exception(exc)  # it becomes __cause__: a printed traceback shows its message too
     if isinstance(exc, boto_errors.ClientError):  # EventStreamError is a ClientError too
         return _map_client_error(exc)

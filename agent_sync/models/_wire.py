@@ -1,18 +1,98 @@
-"""Small helpers every provider's error mapping needs, written once."""
+"""Small helpers every provider needs, written once.
+
+* :func:`mapping`: the rule of every provider's error-mapping context manager;
+* :class:`CacheRejection`: a server refused the prompt-cache fields, remembered per model;
+* the wording table of context overflows, ``retry-after`` parsing, request ids.
+"""
 
 from __future__ import annotations
 
 import email.utils
+import logging
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from ..cancel import CancelledError, CancelScope
+from ..errors import AgentSyncError, ModelError
 
 __all__ = [
     "CONTEXT_OVERFLOW_MARKERS",
+    "CacheRejection",
     "is_context_overflow",
+    "mapping",
     "retry_after_seconds",
     "shorten",
     "with_request_id",
 ]
+
+
+@contextmanager
+def mapping(cancel: CancelScope, map_error: Callable[[Exception], ModelError]) -> Iterator[None]:
+    """Turn what a wire raises into agent_sync errors; each provider wraps it once.
+
+    The rule, the same for every provider and every call site inside the block (sending,
+    waiting for headers, reading the stream, closing the response):
+
+    * once ``cancel`` is cancelled, whatever broke is the cancel: :class:`CancelledError`
+      (an abort surfaces as a read or connect error, so say why);
+    * agent_sync's own errors (a :class:`ModelError` built from the server's answer, a
+      ``UsageError``) pass unchanged;
+    * anything else is ``map_error(exc)``, raised ``from exc`` (``map_error`` redacts
+      ``exc`` in place, as it becomes ``__cause__``).
+
+    ``GeneratorExit`` and ``KeyboardInterrupt`` are not exceptions of the wire and pass.
+
+    Args:
+        cancel: The call's cancel scope.
+        map_error: The provider's one mapping function.
+
+    Raises:
+        CancelledError: The scope was cancelled.
+        agent_sync.errors.ModelError: The mapped failure.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if cancel.cancelled:
+            raise CancelledError(cancel.reason or "cancelled") from exc
+        if isinstance(exc, AgentSyncError):
+            raise
+        raise map_error(exc) from exc
+
+
+class CacheRejection:
+    """Whether a server refused the prompt-cache fields: remembered per model. Thread-safe.
+
+    A provider checks :attr:`rejected` before building a request (and then sends no cache
+    fields), and calls :meth:`remember` when a server's error names them; the request is
+    then sent again at once without them. Only the first :meth:`remember` logs (DEBUG).
+
+    Args:
+        logger: The provider's logger (users filter on it).
+    """
+
+    __slots__ = ("_lock", "_logger", "_rejected")
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._lock = threading.Lock()
+        self._logger = logger
+        self._rejected = False
+
+    @property
+    def rejected(self) -> bool:
+        """Whether a server of this model refused the cache fields."""
+        return self._rejected
+
+    def remember(self, message: str, *args: object) -> None:
+        """Never send the cache fields again; log ``message % args`` the first time only."""
+        with self._lock:
+            first, self._rejected = not self._rejected, True
+        if first:
+            self._logger.debug(message, *args)
+
 
 CONTEXT_OVERFLOW_MARKERS: tuple[str, ...] = (
     # OpenAI: code context_length_exceeded, "This model's maximum context length is ..."

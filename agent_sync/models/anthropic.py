@@ -4,8 +4,8 @@
 server-sent events into Converse stream events (see :mod:`._anthropic_format`).
 
 Cancellation reaches blocked I/O: the SDK client is built on an
-:class:`~._httpx_abort.AbortableTransport`, and each call binds an
-:class:`~._httpx_abort.AbortSlot` registered with the invocation's cancel scope, so
+:class:`~._abort.httpx.AbortableTransport`, and each call binds an
+:class:`~._abort.httpx.AbortSlot` registered with the invocation's cancel scope, so
 ``cancel()`` shuts down the socket of *that* request while it connects, waits for headers
 or waits for the next chunk. With a ``client=`` of your own the abort still works once the
 response headers have arrived (through httpcore's ``network_stream`` extension), but not
@@ -13,8 +13,8 @@ before; build it with :func:`abortable_http_client` to get all of it.
 
 The SDK's own retries are off (``max_retries=0``): the agent's single, cancel-aware retry
 policy decides, using the ``retryable`` flag and ``retry_after`` of the errors raised here
-(mapped in one place, :mod:`._anthropic_errors`; the default client is built in
-:mod:`._anthropic_http`).
+(mapped in one place, the :func:`~._anthropic_errors.mapped_errors` block around every
+call site; the default client is built in :mod:`._anthropic_http`).
 
 Hardening (DESIGN.md 4a, 4b):
 
@@ -25,7 +25,7 @@ Hardening (DESIGN.md 4a, 4b):
 * the default client honours ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/``NO_PROXY`` as
   the SDK's own client does, with every proxied connection still abortable;
 * a stale pooled keep-alive connection is re-sent at once by the transport
-  (:mod:`._httpx_abort`); a ``200 application/json`` Message answering a stream request
+  (:mod:`._abort.httpx`); a ``200 application/json`` Message answering a stream request
   is taken as the whole answer;
 * ``cache_control`` markers (``request.cache``) that a server rejects are dropped once,
   remembered per model, and the call goes on without them.
@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
@@ -45,13 +44,13 @@ import httpx2
 
 from .._redact import install_log_filter, register_secret
 from ..cancel import CancelScope
-from ..errors import ModelError, ModelStreamError, UsageError
+from ..errors import ModelStreamError, UsageError
 from ..messages import StreamEvent
-from ._anthropic_errors import PROVIDER, error_event, map_error
+from ._abort.httpx import AbortSlot, bound, current, is_abortable
+from ._anthropic_errors import PROVIDER, error_event, mapped_errors, rejects_cache
 from ._anthropic_format import EventTranslator, build_body, message_events
 from ._anthropic_http import DEFAULT_TIMEOUT, abortable_http_client
-from ._httpx_abort import AbortSlot, bound, current, is_abortable
-from ._wire import shorten
+from ._wire import CacheRejection, shorten
 from .base import CacheMode, ModelRequest
 
 __all__ = ["DEFAULT_TIMEOUT", "AnthropicModel", "abortable_http_client"]
@@ -73,15 +72,10 @@ _LOGGERS_TO_REDACT = (
     "httpcore2.proxy",
     "httpcore2.socks",
     __name__,
-    "agent_sync.models._httpx_abort",
+    "agent_sync.models._abort.httpx",
 )
 
 _SECRET_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization", "api-key"})
-
-_CACHE_FIELDS = ("cache_control", "ttl")
-"""Words of a server's error that mean it refused the prompt-cache markers."""
-
-_REJECTION_STATUSES = frozenset({400, 422})
 
 
 class AnthropicModel:
@@ -135,8 +129,7 @@ class AnthropicModel:
         _register_client_secrets(self._client)
         _register_header_secrets(self.params.get("extra_headers") or {})
         install_log_filter(_LOGGERS_TO_REDACT)
-        self._lock = threading.Lock()
-        self._cache_rejected = False  # a server refused the cache_control markers once
+        self._cache_rejection = CacheRejection(logger)
 
     @property
     def client(self) -> anthropic.Anthropic:
@@ -169,10 +162,10 @@ class AnthropicModel:
             Converse stream events, ending with ``messageStop`` and ``metadata``.
 
         Raises:
-            agent_sync.errors.ModelError: Mapped from the SDK, see :func:`map_error`.
+            agent_sync.errors.ModelError: Mapped from the SDK, see :mod:`._anthropic_errors`.
             agent_sync.cancel.CancelledError: The scope was cancelled.
         """
-        cache = None if self._cache_rejected else request.cache
+        cache = None if self._cache_rejection.rejected else request.cache
         body, options = self._build(request, cache)
         cancel.raise_if_cancelled()
         slot = AbortSlot()
@@ -185,14 +178,20 @@ class AnthropicModel:
             len(body["messages"]),
             len(body.get("tools", ())),
         )
-        try:
+        with mapped_errors(cancel):
             try:
                 with bound(slot):
                     try:
                         response = self._create(body, options)
                     except anthropic.APIStatusError as exc:
-                        if cache is None or not self._rejects_cache(exc):
+                        if cache is None or not rejects_cache(exc):
                             raise
+                        self._cache_rejection.remember(
+                            "model_id=<%s>, status=<%d> | server rejected the cache_control "
+                            "markers; sending requests without them",
+                            self.model_id,
+                            exc.status_code,
+                        )
                         body, options = self._build(request, None)
                         response = self._create(body, options)
                 network_stream = response.extensions.get("network_stream")
@@ -226,23 +225,18 @@ class AnthropicModel:
                     yield from translator.translate(json.loads(sse.data))
                     if translator.finished:
                         slot.pin(None)  # the rest is the body's end; the socket goes back
-            except Exception as exc:
-                cancel.raise_if_cancelled()  # an abort surfaces as a read error: say why
-                if isinstance(exc, ModelError):
-                    raise
-                raise map_error(exc) from exc
-            cancel.raise_if_cancelled()
-            if not translator.finished:
-                raise ModelStreamError(
-                    "the Anthropic stream ended before message_stop (truncated)",
-                    provider=PROVIDER,
-                    retryable=True,
-                )
-        finally:
-            unregister()
-            slot.close()
-            if response is not None:
-                response.close()  # mid-body: httpcore2 closes the connection, never pools it
+                cancel.raise_if_cancelled()  # an abort can look like a clean end of stream
+                if not translator.finished:
+                    raise ModelStreamError(
+                        "the Anthropic stream ended before message_stop (truncated)",
+                        provider=PROVIDER,
+                        retryable=True,
+                    )
+            finally:
+                unregister()
+                slot.close()
+                if response is not None:
+                    response.close()  # mid-body: httpcore2 closes the connection, never pools it
         logger.debug("stop_reason=<%s> | anthropic response complete", translator.stop_reason)
 
     def _build(
@@ -255,25 +249,6 @@ class AnthropicModel:
             params=self.params,
             cache=cache,
         )
-
-    def _rejects_cache(self, error: anthropic.APIStatusError) -> bool:
-        """Whether ``error`` is the server refusing the ``cache_control`` markers.
-
-        The first time, remembers it for this model (thread-safe) and logs at DEBUG.
-        """
-        text = f"{error.message} {error.body}"
-        if error.status_code not in _REJECTION_STATUSES or "cache_control" not in text:
-            return False
-        with self._lock:
-            first, self._cache_rejected = not self._cache_rejected, True
-        if first:
-            logger.debug(
-                "model_id=<%s>, status=<%d> | server rejected the cache_control markers; "
-                "sending requests without them",
-                self.model_id,
-                error.status_code,
-            )
-        return True
 
     def _create(self, body: dict[str, Any], options: dict[str, Any]) -> httpx2.Response:
         """Send the request; return the streaming response once its headers are in.

@@ -2,12 +2,13 @@
 
 ``BedrockModel`` sends the Converse-shaped history almost as is (see
 :mod:`._bedrock_format`), streams ``ConverseStream`` events (or replays a non-streaming
-``Converse`` response as events), and maps every failure in :mod:`._bedrock_errors`.
+``Converse`` response as events), and maps every failure in one
+:func:`~._bedrock_errors.mapped_errors` block around every call site.
 
 Cancellation: botocore sits on urllib3, so the generic per-request socket abort of
-:mod:`._urllib3_abort` applies. :func:`_make_abortable` swaps the client's connection-pool
+:mod:`._abort.urllib3` applies. :func:`_make_abortable` swaps the client's connection-pool
 classes for abortable subclasses; each call captures a
-:class:`~._urllib3_abort.RequestAbort` registered with the invocation's cancel scope, so
+:class:`~._abort.urllib3.RequestAbort` registered with the invocation's cancel scope, so
 ``cancel()`` shuts down *that request's* socket while connecting, while waiting for headers
 and while the stream is silent. Other threads sharing the client are not touched.
 
@@ -37,7 +38,8 @@ from .._redact import install_log_filter, register_secret
 from ..cancel import CancelScope
 from ..errors import ModelStreamError, UsageError
 from ..messages import StreamEvent
-from ._bedrock_errors import PROVIDER, is_cache_rejection, map_error
+from ._abort.urllib3 import AbortableConnectionMixin, abort_on_cancel, abortable_pool_class
+from ._bedrock_errors import PROVIDER, is_cache_rejection, mapped_errors
 from ._bedrock_format import (
     build_request,
     converse_to_events,
@@ -45,7 +47,7 @@ from ._bedrock_format import (
     normalize_event,
     split_params,
 )
-from ._urllib3_abort import AbortableConnectionMixin, abort_on_cancel, abortable_pool_class
+from ._wire import CacheRejection
 from .base import ModelRequest
 
 __all__ = ["BedrockModel"]
@@ -120,8 +122,7 @@ class BedrockModel:
         self._max_pool_connections = max_pool_connections
         self._session = boto_session
         self.region_name = region_name
-        # Set once a server rejected cachePoint blocks; from then on they are not sent.
-        self._cache_rejected = threading.Event()
+        self._cache_rejection = CacheRejection(logger)
         if client is None:
             self._session, self.region_name = _resolve_session(boto_session, region_name)
         _register_credentials(_known_credentials(self._session, client))
@@ -141,7 +142,7 @@ class BedrockModel:
             agent_sync.cancel.CancelledError: The scope was cancelled.
             UsageError: Unknown parameter in ``request.params``.
         """
-        cache = None if self._cache_rejected.is_set() else request.cache
+        cache = None if self._cache_rejection.rejected else request.cache
         client = self._get_client()
         _register_credentials(_signing_credentials(client))
         cancel.raise_if_cancelled()
@@ -149,7 +150,7 @@ class BedrockModel:
         unregister_fallback: Callable[[], None] = _noop
         finished = False
         started = time.monotonic()
-        with abort_on_cancel(cancel) as abort:
+        with abort_on_cancel(cancel) as abort, mapped_errors(cancel):
             try:
                 while True:
                     body = self._build(request, cache)
@@ -169,13 +170,11 @@ class BedrockModel:
                                 response = client.converse(**body)
                         break
                     except Exception as exc:
-                        cancel.raise_if_cancelled()
-                        if cache is None or not is_cache_rejection(exc):
-                            raise map_error(exc) from exc
+                        if cache is None or cancel.cancelled or not is_cache_rejection(exc):
+                            raise
                         # Nothing was generated: send the same request once more without
                         # the cache points, and never send them from this model again.
-                        self._cache_rejected.set()
-                        logger.debug(
+                        self._cache_rejection.remember(
                             "model_id=<%s>, error=<%s> | cachePoint rejected; "
                             "sending without prompt caching from now on",
                             self.model_id,
@@ -189,7 +188,18 @@ class BedrockModel:
                 response_stream = response["stream"]
                 if not _is_abortable_response(response_stream):
                     unregister_fallback = _abort_response_on_cancel(response_stream, cancel)
-                yield from self._events(response_stream, cancel)
+                saw_stop = False
+                # the loop checks for cancel after every event
+                for event in guard_events(_normalized(response_stream)):
+                    saw_stop = saw_stop or "messageStop" in event
+                    yield event
+                cancel.raise_if_cancelled()  # an abort can look like a clean end of stream
+                if not saw_stop:
+                    raise ModelStreamError(
+                        "Bedrock stream ended before messageStop (truncated response)",
+                        provider=PROVIDER,
+                        retryable=True,
+                    )
                 finished = True
             finally:
                 unregister_fallback()
@@ -216,24 +226,6 @@ class BedrockModel:
             {**self.params, **request.params},
             cache,
         )
-
-    def _events(self, response_stream: Any, cancel: CancelScope) -> Iterator[StreamEvent]:
-        saw_stop = False
-        try:
-            # the loop checks for cancel after every event
-            for event in guard_events(_normalized(response_stream)):
-                saw_stop = saw_stop or "messageStop" in event
-                yield event
-        except Exception as exc:
-            cancel.raise_if_cancelled()
-            raise map_error(exc) from exc
-        cancel.raise_if_cancelled()  # an abort can look like a clean end of stream
-        if not saw_stop:
-            raise ModelStreamError(
-                "Bedrock stream ended before messageStop (truncated response)",
-                provider=PROVIDER,
-                retryable=True,
-            )
 
     def close(self) -> None:
         """Close the connection pools of a client this model created. Idempotent."""

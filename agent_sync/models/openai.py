@@ -4,19 +4,20 @@ Works with OpenAI, vLLM, Ollama, llama.cpp's server, LM Studio and proxies that 
 ``POST {base_url}/chat/completions`` with ``stream: true`` (Server-Sent Events).
 
 Cancellation reaches blocked I/O: the session's transport is
-:class:`~agent_sync.models._urllib3_abort.AbortableHTTPAdapter`, and each request is wrapped
-in :func:`~agent_sync.models._urllib3_abort.abort_on_cancel`, so ``agent.cancel()`` shuts
-down this request's socket while it connects, waits for headers or reads a silent stream.
-Other requests sharing the session are not touched.
+:class:`~agent_sync.models._abort.requests.AbortableHTTPAdapter`, and each request is
+wrapped in :func:`~agent_sync.models._abort.urllib3.abort_on_cancel`, so
+``agent.cancel()`` shuts down this request's socket while it connects, waits for headers
+or reads a silent stream. Other requests sharing the session are not touched.
 
 No retries here: the agent's retry policy retries the errors this module marks
-``retryable`` (mapped in one place, :func:`_map_error`). Two re-sends happen at once,
-inside one call, because they are not failures of the server:
+``retryable`` (mapped in one place, the :func:`~._openai_errors.mapped_errors` block
+around every call site). Two re-sends happen at once, inside one call, because they are
+not failures of the server:
 
 * a *stale pooled connection* (the server closed a keep-alive connection, as llama.cpp
   does after a stream) is re-sent by the abortable pool itself, without back-off and not
   counted as a retry (the rule, shared with Bedrock, is in
-  :mod:`~agent_sync.models._urllib3_abort`);
+  :mod:`~agent_sync.models._abort.urllib3`);
 * prompt-cache fields (``prompt_cache_retention``/``prompt_cache_key``) that the server
   rejects with a 400 naming them are dropped, remembered per model, and the request is
   sent again without them.
@@ -30,43 +31,40 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 import requests
 
-from .._redact import register_secret, scrub_exception
-from ..cancel import CancelledError, CancelScope
-from ..errors import (
-    ContextWindowOverflowError,
-    ModelConnectionError,
-    ModelError,
-    ModelHTTPError,
-    ModelStreamError,
-    ModelThrottledError,
-)
+from .._redact import register_secret
+from ..cancel import CancelScope
+from ..errors import ModelHTTPError, ModelStreamError
 from ..messages import StreamEvent
+from ._abort.requests import AbortableHTTPAdapter
+from ._abort.urllib3 import RequestAbort, abort_on_cancel
+from ._openai_errors import (
+    PROVIDER,
+    http_error,
+    mapped_errors,
+    rejects_cache_fields,
+    stream_error,
+)
 from ._openai_format import CACHE_FIELDS, ChunkTranslator, build_request_body, completion_as_chunk
 from ._sse import iter_sse
-from ._urllib3_abort import AbortableHTTPAdapter, RequestAbort, abort_on_cancel
-from ._wire import is_context_overflow, retry_after_seconds, shorten, with_request_id
+from ._wire import CacheRejection
 from .base import ModelRequest
 
 __all__ = ["OpenAIModel"]
 
 logger = logging.getLogger(__name__)
 
-PROVIDER = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = (10.0, 120.0)
 """(connect, read) seconds. The read timeout bounds the silence *between* chunks."""
 
-_MAX_ERROR_BODY = 2000
 _DRAIN_TIMEOUT = 0.5
 _CREDENTIAL_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie")
-_REJECTION_STATUSES = (400, 422)
 
 
 class OpenAIModel:
@@ -121,8 +119,7 @@ class OpenAIModel:
         register_secret(self._api_key)
         _register_header_secrets(self._headers)
         _register_header_secrets(self.session.headers)
-        self._lock = threading.Lock()
-        self._cache_fields_rejected = False
+        self._cache_rejection = CacheRejection(logger)
         _mount_abortable(self.session)
 
     def __repr__(self) -> str:
@@ -162,17 +159,24 @@ class OpenAIModel:
             cache=request.cache,
             cache_key=request.cache_key,
         )
-        if self._cache_fields_rejected:
+        if self._cache_rejection.rejected:
             body = _without_cache_fields(body)
         cancel.raise_if_cancelled()
         started = time.monotonic()
-        with abort_on_cancel(cancel) as abort:
+        with abort_on_cancel(cancel) as abort, mapped_errors(cancel):
             try:
-                response = self._send(body, abort, cancel)
+                response = self._send(body, abort)
             except ModelHTTPError as exc:
-                if not self._rejects_cache_fields(body, exc):
+                sent = [name for name in CACHE_FIELDS if name in body]
+                if not rejects_cache_fields(sent, exc):
                     raise
-                response = self._send(_without_cache_fields(body), abort, cancel)
+                self._cache_rejection.remember(
+                    "model=<%s>, fields=<%s> | server rejected the prompt cache fields; "
+                    "sending requests without them",
+                    self.model_id,
+                    ",".join(sent),
+                )
+                response = self._send(_without_cache_fields(body), abort)
             try:
                 logger.info(
                     "model=<%s>, status=<%d>, headers_ms=<%d> | openai response started",
@@ -182,65 +186,35 @@ class OpenAIModel:
                 )
                 content_type = response.headers.get("content-type", "").lower()
                 if "json" in content_type and "event-stream" not in content_type:
-                    yield from self._json_answer(response, abort, cancel)
+                    yield from self._json_answer(response, cancel)
                 else:
-                    yield from self._events(response, abort, cancel)
+                    yield from self._events(response, cancel)
             finally:
                 response.close()
 
-    # -- internals --
+    # -- internals (each runs inside the caller's mapped_errors block) --
 
-    def _rejects_cache_fields(self, body: dict[str, Any], error: ModelHTTPError) -> bool:
-        """Whether ``error`` is the server refusing the cache fields ``body`` carries.
-
-        The first time, remembers it for this model (thread-safe) and logs at DEBUG.
-        """
-        sent = [name for name in CACHE_FIELDS if name in body]
-        text = f"{error.message} {error.body or ''}"
-        if error.status not in _REJECTION_STATUSES or not any(name in text for name in sent):
-            return False
-        with self._lock:
-            first, self._cache_fields_rejected = not self._cache_fields_rejected, True
-        if first:
-            logger.debug(
-                "model=<%s>, fields=<%s> | server rejected the prompt cache fields; "
-                "sending requests without them",
-                self.model_id,
-                ",".join(sent),
-            )
-        return True
-
-    def _send(
-        self, body: dict[str, Any], abort: RequestAbort, cancel: CancelScope
-    ) -> requests.Response:
+    def _send(self, body: dict[str, Any], abort: RequestAbort) -> requests.Response:
         headers = dict(self._headers)
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
-        try:
-            with abort.capture():  # a stale pooled connection is re-sent by the pool itself
-                response = self.session.post(
-                    self.url, json=body, headers=headers, stream=True, timeout=self.timeout
-                )
-        except requests.RequestException as exc:
-            self._raise(exc, abort, cancel)
+        with abort.capture():  # a stale pooled connection is re-sent by the pool itself
+            response = self.session.post(
+                self.url, json=body, headers=headers, stream=True, timeout=self.timeout
+            )
         if response.status_code >= 400:
             try:
                 text = response.text  # small JSON error body; aborted by cancel like the rest
-            except requests.RequestException as exc:
-                self._raise(exc, abort, cancel)
             finally:
                 response.close()
-            raise _http_error(response.status_code, text, response.headers)
+            raise http_error(response.status_code, text, response.headers)
         return response
 
     def _json_answer(
-        self, response: requests.Response, abort: RequestAbort, cancel: CancelScope
+        self, response: requests.Response, cancel: CancelScope
     ) -> Iterator[StreamEvent]:
         """A ``200 application/json`` answer to ``stream: true``: the whole message at once."""
-        try:
-            text = response.text
-        except requests.RequestException as exc:
-            self._raise(exc, abort, cancel)
+        text = response.text
         cancel.raise_if_cancelled()
         try:
             payload = json.loads(text)
@@ -249,7 +223,7 @@ class OpenAIModel:
                 f"malformed JSON answer: {text[:200]!r}", provider=PROVIDER
             ) from exc
         if isinstance(payload, dict) and "error" in payload:
-            raise _stream_error(payload["error"])
+            raise stream_error(payload["error"])
         if not isinstance(payload, dict):
             raise ModelStreamError("JSON answer is not an object", provider=PROVIDER)
         logger.debug("model=<%s> | server answered a stream request with JSON", self.model_id)
@@ -257,9 +231,7 @@ class OpenAIModel:
         yield from translator.add(completion_as_chunk(payload))
         yield from translator.finish()
 
-    def _events(
-        self, response: requests.Response, abort: RequestAbort, cancel: CancelScope
-    ) -> Iterator[StreamEvent]:
+    def _events(self, response: requests.Response, cancel: CancelScope) -> Iterator[StreamEvent]:
         translator = ChunkTranslator()
         done = False
         try:
@@ -278,13 +250,13 @@ class OpenAIModel:
                 if not isinstance(chunk, dict):
                     raise ModelStreamError("stream chunk is not a JSON object", provider=PROVIDER)
                 if "error" in chunk:
-                    raise _stream_error(chunk["error"])
+                    raise stream_error(chunk["error"])
                 yield from translator.add(chunk)
             if done:
                 _drain(response, chunks)
         except requests.RequestException as exc:
             if not translator.finished:
-                self._raise(exc, abort, cancel)
+                raise  # mapped by the caller's block
             # The answer was complete; only the tail (usage, [DONE]) was lost.
             logger.debug("error=<%s> | stream broke after finish_reason, ignoring", exc)
             done = True
@@ -296,12 +268,6 @@ class OpenAIModel:
                 retryable=True,
             )
         yield from translator.finish()
-
-    def _raise(self, exc: Exception, abort: RequestAbort, cancel: CancelScope) -> NoReturn:
-        """Map a ``requests`` failure (or our own abort) to the error to raise."""
-        if abort.aborted or cancel.cancelled:
-            raise CancelledError(cancel.reason or "cancelled") from exc
-        raise _map_error(exc) from exc
 
 
 def _drain(response: requests.Response, chunks: Iterator[bytes]) -> None:
@@ -350,93 +316,3 @@ def _register_header_secrets(headers: Mapping[str, Any]) -> None:
 
 def _without_cache_fields(body: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in body.items() if name not in CACHE_FIELDS}
-
-
-def _map_error(exc: Exception) -> ModelError:
-    """The one place where ``requests`` exceptions become agent_sync errors."""
-    if isinstance(exc, ModelError):
-        return exc
-    scrub_exception(exc)  # it becomes __cause__: a printed traceback shows its message too
-    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
-        return ModelStreamError(
-            f"the connection broke while streaming: {type(exc).__name__}",
-            provider=PROVIDER,
-            retryable=True,
-        )
-    if isinstance(exc, (requests.ConnectionError, requests.Timeout)):
-        kind = "timed out" if isinstance(exc, requests.Timeout) else "failed"
-        return ModelConnectionError(
-            f"connection to the model server {kind}: {shorten(exc)}", provider=PROVIDER
-        )
-    return ModelError(f"request failed: {shorten(exc)}", provider=PROVIDER)
-
-
-def _http_error(status: int, text: str, headers: Any) -> ModelError:
-    """An error response -> the most specific :class:`ModelHTTPError`.
-
-    Secrets in the body need no care here: :class:`ModelError` redacts on construction.
-    """
-    body = text[:_MAX_ERROR_BODY]
-    message, code, kind = _error_fields(text)
-    retry_after = retry_after_seconds(headers)
-    detail = with_request_id(
-        f"openai-compatible server returned {status}: {message or body.strip() or 'no body'}",
-        headers.get("x-request-id") if hasattr(headers, "get") else None,
-    )
-    if status == 429 or "rate_limit" in f"{code} {kind}":
-        if "insufficient_quota" in (code, kind):
-            # A 429 that waiting will not fix: the account is out of credit.
-            return ModelHTTPError(detail, status=status, body=body, provider=PROVIDER,
-                                  retryable=False)  # fmt: skip
-        return ModelThrottledError(
-            detail, status=status, body=body, retry_after=retry_after, provider=PROVIDER
-        )
-    if status not in (401, 403) and is_context_overflow(message, code, kind):
-        return ContextWindowOverflowError(detail, provider=PROVIDER)
-    if status in (401, 403):
-        detail = (
-            f"openai-compatible server refused the credentials ({status}): {message or body}. "
-            "Check the api_key argument or OPENAI_API_KEY."
-        )
-        return ModelHTTPError(detail, status=status, body=body, provider=PROVIDER,
-                              retryable=False)  # fmt: skip
-    return ModelHTTPError(
-        detail, status=status, body=body, retry_after=retry_after, provider=PROVIDER
-    )
-
-
-def _stream_error(error: Any) -> ModelError:
-    """A ``data: {"error": ...}`` line in the middle of a stream (or a JSON answer)."""
-    if not isinstance(error, dict):
-        error = {"message": str(error)}
-    message = str(error.get("message") or "unknown error")
-    code = str(error.get("code") or error.get("type") or "")
-    detail = f"the model server reported an error mid-stream: {message} ({code or 'no code'})"
-    if is_context_overflow(message, code, str(error.get("type") or "")):
-        return ContextWindowOverflowError(detail, provider=PROVIDER)
-    if "rate_limit" in code or code in ("429", "overloaded", "overloaded_error"):
-        return ModelThrottledError(detail, status=None, body=message, provider=PROVIDER)
-    retryable = code in ("server_error", "internal_error", "500", "502", "503")
-    return ModelStreamError(detail, provider=PROVIDER, retryable=retryable)
-
-
-def _error_fields(text: str) -> tuple[str, str, str]:
-    """``(message, code, type)`` of an error body, ``""`` for what it lacks.
-
-    Shapes: OpenAI/LiteLLM/Ollama ``{"error": {"message", "type", "code"}}`` (llama.cpp
-    and vLLM put the status number in ``code``), vLLM's older top-level
-    ``{"object": "error", "message", ...}``, ``{"error": "text"}``, or plain text.
-    """
-    try:
-        payload = json.loads(text)
-    except ValueError:
-        return text.strip()[:500], "", ""
-    error = payload.get("error", payload) if isinstance(payload, dict) else payload
-    if not isinstance(error, dict):
-        return str(error)[:500], "", ""
-    code, kind = error.get("code"), error.get("type")
-    return (
-        str(error.get("message") or ""),
-        str(code) if code is not None else "",
-        str(kind) if kind is not None else "",
-    )

@@ -114,14 +114,16 @@ def test_cancel_while_connecting(monkeypatch: pytest.MonkeyPatch) -> None:
     address = listener.getsockname()
     filler = socket.create_connection(address, timeout=2)
     connecting = threading.Event()
-    guarded_connect = socket.socket.connect
+    guarded_connect_ex = socket.socket.connect_ex
 
-    def observed_connect(sock: socket.socket, target: Any) -> None:
+    def observed_connect_ex(sock: socket.socket, target: Any) -> int:
+        code = guarded_connect_ex(sock, target)
         if target == address:
-            connecting.set()
-        guarded_connect(sock, target)
+            connecting.set()  # the SYN is out: the socket is in SYN_SENT
+        return code
 
-    monkeypatch.setattr(socket.socket, "connect", observed_connect)
+    # Observe (not alter) the connect: the abortable connect starts it with connect_ex.
+    monkeypatch.setattr(socket.socket, "connect_ex", observed_connect_ex)
     model = AnthropicModel(
         "claude-test",
         client_args={"base_url": f"http://127.0.0.1:{address[1]}", "api_key": API_KEY},

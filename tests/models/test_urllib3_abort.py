@@ -13,11 +13,8 @@ import pytest
 import requests
 
 from agent_sync.cancel import CancelScope
-from agent_sync.models._urllib3_abort import (
-    AbortableHTTPAdapter,
-    RequestAbort,
-    abort_on_cancel,
-)
+from agent_sync.models._abort.requests import AbortableHTTPAdapter
+from agent_sync.models._abort.urllib3 import RequestAbort, abort_on_cancel
 from agent_sync.testing.openai_server import OpenAIServer
 
 BODY = {"model": "m", "messages": [], "stream": True}

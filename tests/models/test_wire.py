@@ -1,14 +1,16 @@
-"""retry_after_seconds: the one retry-after parser every provider uses."""
+"""The helpers every provider shares: retry-after parsing, the cache-rejection memory."""
 
 from __future__ import annotations
 
 import email.utils
+import logging
+import threading
 import time
 
 import pytest
 import requests.structures
 
-from agent_sync.models._wire import retry_after_seconds, shorten
+from agent_sync.models._wire import CacheRejection, retry_after_seconds, shorten
 
 
 @pytest.mark.parametrize(
@@ -41,3 +43,33 @@ def test_case_insensitive_headers_work() -> None:
 def test_shorten_cuts_long_text() -> None:
     assert shorten("x" * 500, 10) == "x" * 10 + "..."
     assert shorten("short") == "short"
+
+
+@pytest.mark.timeout(30)
+def test_cache_rejection_is_remembered_and_logged_once_across_threads(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("agent_sync.models.test_provider")
+    caplog.set_level(logging.DEBUG, logger=logger.name)
+    rejection = CacheRejection(logger)
+    assert not rejection.rejected
+    threads_n = 8
+    start = threading.Barrier(threads_n)
+
+    def reject(number: int) -> None:
+        start.wait(5)
+        rejection.remember("caller=<%d> | server rejected the cache fields", number)
+
+    workers = [
+        threading.Thread(target=reject, args=(i,), name=f"test-reject-{i}")
+        for i in range(threads_n)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(5)
+    assert not any(worker.is_alive() for worker in workers)
+    assert rejection.rejected
+    records = [r for r in caplog.records if "rejected the cache fields" in r.getMessage()]
+    assert len(records) == 1 and records[0].levelno == logging.DEBUG
+    assert records[0].name == logger.name  # on the provider's logger, where users filter

@@ -1,18 +1,14 @@
-"""Abortable sockets for httpx2: how ``cancel()`` reaches a read blocked in the Anthropic SDK.
+"""The httpx2 side of the socket aborts: how ``cancel()`` reaches a read in the Anthropic SDK.
 
 Design
 ------
-Closing an ``httpx2.Response`` from another thread does not wake a ``recv`` blocked on its
-socket; ``socket.shutdown(SHUT_RDWR)`` does (and also wakes a blocking ``connect`` on
-Linux). So we need the socket of *this* request, at the moment it blocks.
-
 httpcore2 creates sockets through a *network backend* (a public extension point:
-``httpcore2.NetworkBackend`` / ``NetworkStream``). :class:`AbortableBackend` creates plain
-sockets itself, and its streams report every blocking operation (connect, TLS handshake,
-read, write) to the :class:`AbortSlot` bound to the calling thread's context by
-:func:`bound`. A slot is one in-flight request: ``abort()`` shuts down the socket that
-request is blocked on, or, between operations, marks the slot so that the next operation
-shuts its socket down first and fails at once.
+``httpcore2.NetworkBackend`` / ``NetworkStream``). :class:`AbortableBackend` connects with
+the shared abortable :func:`~._connect.connect`, and its streams report every blocking
+operation (connect, TLS handshake, read, write) to the :class:`AbortSlot` bound to the
+calling thread's context by :func:`bound`. A slot is one in-flight request: ``abort()``
+shuts down the socket that request is blocked on, or, between operations, marks the slot
+so that the next operation shuts its socket down first and fails at once.
 
 Because a slot only ever holds a socket *while its own request is inside a blocking call
 on it*, an abort can never hit a connection that went back to the pool and now serves
@@ -56,6 +52,8 @@ from typing import Any
 import httpcore2
 import httpx2
 
+from ._connect import Tracker, connect, connect_socket, shutdown_quietly
+
 __all__ = [
     "AbortSlot",
     "AbortableBackend",
@@ -69,11 +67,9 @@ logger = logging.getLogger(__name__)
 
 SocketOption = Any  # httpcore2's SOCKET_OPTION tuple shapes
 
-_current_slot: ContextVar[AbortSlot | None] = ContextVar(
-    "agent_sync_httpx_abort_slot", default=None
-)
-current = _current_slot
-"""The context variable :func:`bound` sets, for hot loops that set and reset it inline."""
+current: ContextVar[AbortSlot | None] = ContextVar("agent_sync_httpx_abort_slot", default=None)
+"""The slot bound to the current context (:func:`bound` sets it; hot loops set and reset
+it inline)."""
 
 _STALE_RESENDS = 64
 """At most this many stale pooled connections are skipped for one request (each one is
@@ -92,15 +88,6 @@ class _Attempt:
 
 
 _current_attempt: ContextVar[_Attempt | None] = ContextVar("agent_sync_httpx_attempt", default=None)
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        # socket.socket.shutdown, not SSLSocket.shutdown: the latter also drops the SSL
-        # object under the feet of the thread still reading it.
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed or never connected: nothing is blocked on it
 
 
 class AbortSlot:
@@ -134,7 +121,7 @@ class AbortSlot:
             # shutdown() does not block, so it is done under the lock: close() cannot
             # release the socket to someone else half-way through.
             for sock in targets:
-                _shutdown(sock)
+                shutdown_quietly(sock)
         if targets:
             logger.debug("sockets=<%d> | aborted in-flight request", len(targets))
 
@@ -142,7 +129,7 @@ class AbortSlot:
         """Record that the request is about to block on ``sock`` (shut it if aborted)."""
         with self._lock:
             if self._aborted:
-                _shutdown(sock)
+                shutdown_quietly(sock)
             else:
                 self._sock = sock
 
@@ -151,14 +138,22 @@ class AbortSlot:
         with self._lock:
             self._sock = None
 
-    def pin(self, sock: socket.socket | None) -> None:
-        """Hold ``sock`` until :meth:`unpin`: for transports we do not own (see model).
+    def track(self, sock: socket.socket | None) -> AbortSlot:
+        """:meth:`enter` (``sock``) or :meth:`leave` (``None``): a connect's tracker."""
+        if sock is None:
+            self.leave()
+        else:
+            self.enter(sock)
+        return self
 
-        ``None`` unpins.
+    def pin(self, sock: socket.socket | None) -> None:
+        """Hold ``sock`` for the whole response: for transports we do not own.
+
+        ``None`` lets it go (the response is complete; its connection may be pooled).
         """
         with self._lock:
             if sock is not None and self._aborted:
-                _shutdown(sock)
+                shutdown_quietly(sock)
             self._pinned = sock
 
     def close(self) -> None:
@@ -176,16 +171,11 @@ def bound(slot: AbortSlot) -> Iterator[None]:
     Bind it around each call into the SDK (not across a ``yield``), so that two streams
     consumed alternately in one thread never see each other's slot.
     """
-    token = _current_slot.set(slot)
+    token = current.set(slot)
     try:
         yield
     finally:
-        _current_slot.reset(token)
-
-
-def current_slot() -> AbortSlot | None:
-    """The slot bound to the current context, if any."""
-    return _current_slot.get()
+        current.reset(token)
 
 
 def is_abortable(network_stream: object) -> bool:
@@ -216,7 +206,7 @@ class _AbortableStream(httpcore2.NetworkStream):
         self._answered = False  # a response byte ever came back: the pool reuses us
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        slot = _current_slot.get()
+        slot = current.get()
         if slot is not None:
             slot.enter(self._sock)
         try:
@@ -243,7 +233,7 @@ class _AbortableStream(httpcore2.NetworkStream):
         if attempt is not None and attempt.stream is not self:
             # The request's first write on this connection: was it pooled (used before)?
             attempt.stream, attempt.reused, attempt.received = self, self._answered, False
-        slot = _current_slot.get()
+        slot = current.get()
         if slot is not None:
             slot.enter(self._sock)
         try:
@@ -266,7 +256,7 @@ class _AbortableStream(httpcore2.NetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore2.NetworkStream:
-        slot = _current_slot.get()
+        slot = current.get()
         # wrap_socket detaches our socket object from its descriptor before the handshake
         # blocks, so shutting that object down would do nothing: give the slot a duplicate
         # descriptor of the same connection (shutdown acts on the connection, not the fd).
@@ -314,32 +304,15 @@ class AbortableBackend(httpcore2.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[SocketOption] | None = None,
     ) -> httpcore2.NetworkStream:
-        """Connect like ``socket.create_connection``, with the socket exposed to the slot."""
-        options = list(socket_options or ())
+        """Connect like httpcore2's own backend, with the socket exposed to the slot."""
+        # As httpcore2's backend: TCP_NODELAY on top of the caller's options.
+        options = [*(socket_options or ()), (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
         source = None if local_address is None else (local_address, 0)
-        last_error: OSError | None = None
-        try:
-            addresses = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
-        except OSError as exc:
-            raise httpcore2.ConnectError(exc) from exc
-        for family, kind, proto, _, address in addresses:
-            sock = socket.socket(family, kind, proto)
-            try:
-                for option in options:
-                    sock.setsockopt(*option)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if source is not None:
-                    sock.bind(source)
-                self._connect(sock, address, timeout)
-                return _AbortableStream(sock)
-            except TimeoutError as exc:
-                sock.close()
-                raise httpcore2.ConnectTimeout(exc) from exc
-            except OSError as exc:
-                sock.close()
-                last_error = exc
-        error = last_error or OSError(f"no address found for {host!r}")
-        raise httpcore2.ConnectError(error) from last_error
+        with _connecting() as track:
+            sock = connect(
+                (host, port), timeout, source_address=source, socket_options=options, track=track
+            )
+        return _AbortableStream(sock)
 
     def connect_unix_socket(
         self,
@@ -349,33 +322,35 @@ class AbortableBackend(httpcore2.NetworkBackend):
     ) -> httpcore2.NetworkStream:
         """Connect to a Unix socket, exposed to the slot like TCP sockets."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            for option in socket_options or ():
-                sock.setsockopt(*option)
-            self._connect(sock, path, timeout)
-        except TimeoutError as exc:
-            sock.close()
-            raise httpcore2.ConnectTimeout(exc) from exc
-        except OSError as exc:
-            sock.close()
-            raise httpcore2.ConnectError(exc) from exc
+        with _connecting() as track:
+            try:
+                for option in socket_options or ():
+                    sock.setsockopt(*option)
+                sock.settimeout(timeout)
+                connect_socket(sock, path, track(sock) if track is not None else None)
+            except BaseException:
+                sock.close()
+                raise
         return _AbortableStream(sock)
 
     def sleep(self, seconds: float) -> None:
         """httpcore2's connect-retry pause (unused: retries are 0)."""
         time.sleep(seconds)
 
-    @staticmethod
-    def _connect(sock: socket.socket, address: Any, timeout: float | None) -> None:
-        slot = _current_slot.get()
+
+@contextmanager
+def _connecting() -> Iterator[Tracker | None]:
+    """The bound slot's tracker for one connect; connect failures as httpcore2's."""
+    slot = current.get()
+    try:
+        yield None if slot is None else slot.track
+    except TimeoutError as exc:
+        raise httpcore2.ConnectTimeout(exc) from exc
+    except OSError as exc:
+        raise httpcore2.ConnectError(exc) from exc
+    finally:
         if slot is not None:
-            slot.enter(sock)
-        try:
-            sock.settimeout(timeout)
-            sock.connect(address)
-        finally:
-            if slot is not None:
-                slot.leave()
+            slot.leave()
 
 
 class AbortableTransport(httpx2.HTTPTransport):
@@ -419,7 +394,7 @@ class AbortableTransport(httpx2.HTTPTransport):
 
 def _is_stale(attempt: _Attempt, request: httpx2.Request) -> bool:
     """Whether a failed send provably got no answer on a connection the server closed."""
-    slot = _current_slot.get()
+    slot = current.get()
     return (
         attempt.reused
         and not attempt.received

@@ -1,16 +1,8 @@
-"""Abort one in-flight urllib3 request from another thread, by shutting its socket down.
-
-Why
----
-A thread blocked in urllib3 (connecting, waiting for response headers, or reading a silent
-body) cannot be woken by closing the response object from another thread (measured: the
-read keeps blocking until the read timeout). ``socket.shutdown(SHUT_RDWR)`` does wake it,
-in every state: on Linux it aborts a connect still in ``SYN_SENT``, a TLS handshake, a
-``recv`` waiting for headers and a ``recv`` waiting for the next body chunk.
+"""The urllib3 side of the socket aborts: ``requests`` (OpenAI) and botocore (Bedrock).
 
 Design
 ------
-Three small pieces, usable with ``requests`` (:class:`AbortableHTTPAdapter`) and with any
+Three small pieces, usable with ``requests`` (:mod:`.requests` mounts them) and with any
 other urllib3 user such as botocore (:func:`make_pool_manager_abortable`,
 :func:`abortable_pool_class`):
 
@@ -18,9 +10,10 @@ other urllib3 user such as botocore (:func:`make_pool_manager_abortable`,
   creates it and registers :meth:`RequestAbort.abort` as the cancel scope's abort
   callback. While :meth:`RequestAbort.capture` is active, a context variable points at
   the handle, so the connection that urllib3 picks (new or pooled) *claims* it in the
-  requesting thread: when its socket is created (before ``connect()``) and when a request
-  is sent on it. Only the capture needs the context variable; the body is read on the
-  already-claimed connection, so a generator can yield outside ``capture()``.
+  requesting thread: when its socket is created (before it connects, through the shared
+  :func:`~._connect.connect`) and when a request is sent on it. Only the capture needs
+  the context variable; the body is read on the already-claimed connection, so a
+  generator can yield outside ``capture()``.
 * :class:`AbortableConnectionMixin` keeps a ``dup()`` of the connection's socket, made
   before ``connect()``. Shutting the duplicate down acts on the shared kernel socket, so
   it also works during the TLS handshake, when the plain socket object has already been
@@ -51,7 +44,6 @@ Known races, and why they are harmless
   wins, a connection with a shut socket goes back into the pool, and urllib3's
   ``is_connection_dropped`` check discards it before reuse; if the release wins, the
   abort is a no-op. A broken connection is never handed to another request as healthy.
-* DNS resolution (``getaddrinfo``) cannot be interrupted; it is bounded by the resolver.
 * SOCKS proxies use their own connection classes and are not made abortable.
 """
 
@@ -59,18 +51,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import errno
 import http.client
 import logging
-import os
-import selectors
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from requests.adapters import HTTPAdapter
 from urllib3 import PoolManager
 from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.exceptions import (
@@ -83,7 +71,8 @@ from urllib3.exceptions import (
 from urllib3.util.connection import allowed_gai_family
 from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
-from ..cancel import CancelScope
+from ...cancel import CancelScope
+from ._connect import connect, shutdown_quietly
 
 if TYPE_CHECKING:
     from urllib3.connection import HTTPConnection
@@ -96,7 +85,6 @@ else:
 
 __all__ = [
     "AbortableConnectionMixin",
-    "AbortableHTTPAdapter",
     "AbortablePoolMixin",
     "RequestAbort",
     "StaleConnectionError",
@@ -226,13 +214,18 @@ class AbortableConnectionMixin(_ConnectionBase):
     def _new_conn(self) -> socket.socket:
         # Same as urllib3's, except that the socket is registered before connect(), so a
         # connect stuck in SYN_SENT can be aborted too.
+        timeout: Any = self.timeout  # typed float | None, but may be urllib3's sentinel
+        if timeout is _DEFAULT_TIMEOUT:
+            # urllib3 then leaves the socket as created: the global default timeout.
+            timeout = socket.getdefaulttimeout()
         try:
-            sock = _create_connection(
+            sock = connect(
                 (self._dns_host, self.port),
-                self.timeout,
+                timeout,
+                family=allowed_gai_family(),
                 source_address=self.source_address,
-                socket_options=self.socket_options,
-                on_socket=self._abort_track,
+                socket_options=self.socket_options or (),
+                track=self._abort_track,
             )
         except socket.gaierror as e:
             raise NameResolutionError(self.host, cast(Any, self), e) from e
@@ -293,12 +286,7 @@ class AbortableConnectionMixin(_ConnectionBase):
             previous.close()
         if sock is None:
             return None
-        handle = self._abort_claim()
-        if handle is not None and handle.aborted:
-            # shutdown() of a socket that is not connecting yet does not stop a later
-            # connect(): refuse to start it.
-            raise ConnectionAbortedError("request aborted before connecting")
-        return handle
+        return self._abort_claim()  # an aborted handle fails the connect before it starts
 
     def _abort_claim(self) -> RequestAbort | None:
         handle = _current.get()
@@ -316,10 +304,7 @@ class AbortableConnectionMixin(_ConnectionBase):
         with self._abort_lock:
             if self._abort_owner is not handle or self._abort_socket is None:
                 return  # released to the pool, or reused by another request: not ours
-            try:
-                self._abort_socket.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # not connected yet on some platforms, or already closed by the peer
+            shutdown_quietly(self._abort_socket)
 
 
 class AbortablePoolMixin(_PoolBase):
@@ -437,103 +422,3 @@ def make_pool_manager_abortable(manager: PoolManager) -> PoolManager:
         scheme: abortable_pool_class(cls) for scheme, cls in manager.pool_classes_by_scheme.items()
     }
     return manager
-
-
-class AbortableHTTPAdapter(HTTPAdapter):
-    """A ``requests`` transport adapter whose requests :func:`abort_on_cancel` can abort.
-
-    Mount it on a session (``session.mount("https://", AbortableHTTPAdapter())``). Requests
-    made outside :func:`abort_on_cancel` behave exactly like with ``HTTPAdapter``.
-    """
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        make_pool_manager_abortable(self.poolmanager)
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        if not proxy.lower().startswith("socks"):
-            make_pool_manager_abortable(manager)
-        return manager
-
-    def close(self) -> None:
-        """Close idle pooled connections, then forget the pools.
-
-        urllib3 2.8's ``PoolManager.clear()`` only drops its pools (no ``dispose_func``),
-        which leaves idle keep-alive sockets open until garbage collection. Closing a pool
-        only closes the connections *in* it, so requests still in flight are not touched.
-        """
-        for manager in (self.poolmanager, *self.proxy_manager.values()):
-            for key in list(manager.pools.keys()):
-                pool = manager.pools.get(key)
-                if pool is not None:
-                    pool.close()
-        super().close()
-
-
-def _create_connection(
-    address: tuple[str, int],
-    timeout: Any,
-    *,
-    source_address: tuple[str, int] | None,
-    socket_options: Sequence[tuple[int, int, int | bytes]] | None,
-    on_socket: Callable[[socket.socket | None], RequestAbort | None],
-) -> socket.socket:
-    """urllib3's ``create_connection`` with a hook called with each socket before connect."""
-    host, port = address
-    if host.startswith("["):
-        host = host.strip("[]")
-    error: OSError | None = None
-    for family, socktype, proto, _name, sockaddr in socket.getaddrinfo(
-        host, port, allowed_gai_family(), socket.SOCK_STREAM
-    ):
-        sock = None
-        try:
-            sock = socket.socket(family, socktype, proto)
-            for option in socket_options or ():
-                sock.setsockopt(*option)
-            if timeout is not _DEFAULT_TIMEOUT:
-                sock.settimeout(timeout)
-            if source_address:
-                sock.bind(source_address)
-            handle = on_socket(sock)
-            _connect(sock, sockaddr, handle)
-            return sock
-        except OSError as exc:
-            error = exc
-            on_socket(None)
-            if sock is not None:
-                sock.close()
-    if error is not None:
-        raise error
-    raise OSError("getaddrinfo returns an empty list")
-
-
-_IN_PROGRESS = frozenset({errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN, 10035})
-
-
-def _connect(sock: socket.socket, address: Any, handle: RequestAbort | None) -> None:
-    """``sock.connect(address)`` that an abort can interrupt at any moment.
-
-    A plain blocking ``connect`` has a window between the abort check and the moment the
-    kernel starts the handshake: a ``shutdown()`` in that window is a no-op and the connect
-    then blocks until its timeout. Starting the connect non-blocking and checking the
-    handle *after* the SYN is out closes the window: either the abort saw a connecting
-    socket (and woke the wait below), or this check sees the abort.
-    """
-    timeout = sock.gettimeout()
-    sock.setblocking(False)
-    try:
-        code = sock.connect_ex(address)
-        if code in _IN_PROGRESS:
-            if handle is not None and handle.aborted:
-                raise ConnectionAbortedError("request aborted while connecting")
-            with selectors.DefaultSelector() as selector:
-                selector.register(sock, selectors.EVENT_WRITE)
-                if not selector.select(timeout):
-                    raise TimeoutError("timed out")
-            code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if code:
-            raise OSError(code, os.strerror(code))
-    finally:
-        sock.settimeout(timeout)
