@@ -6,7 +6,7 @@ thread at any moment, stops it within milliseconds and leaves the history valid.
 
 import logging
 
-from ._decisions import Approve, Deny
+from ._decisions import ApprovalRequest, Approve, Deny
 from ._repair import repair_history
 from .agent import Agent, AgentStream, Prompt
 from .cancel import CancelledError, CancelScope, CancelToken
@@ -36,6 +36,7 @@ __all__ = [
     "AgentResult",
     "AgentStream",
     "AgentSyncError",
+    "ApprovalRequest",
     "Approve",
     "CancelScope",
     "CancelToken",

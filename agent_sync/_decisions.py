@@ -1,4 +1,4 @@
-"""Answers to a gated tool call: :class:`Approve` and :class:`Deny`.
+"""Human approval: :class:`ApprovalRequest`, and the answers :class:`Approve` and :class:`Deny`.
 
 The same two objects answer a human approval (``agent.resume``, DESIGN.md section 6) and a
 ``before_tool_call`` hook (section 5): ``Approve(input=...)`` lets the call run, with a
@@ -11,7 +11,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeAlias, Union
 
-__all__ = ["Approve", "Decision", "Deny"]
+from .messages import ToolUse
+
+__all__ = ["ApprovalRequest", "Approve", "Decision", "Deny"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRequest:
+    """A tool call that waits for a human decision (the run is paused).
+
+    Answer it with ``agent.resume({request.id: True | False | Approve(...) | Deny(...)})``.
+    """
+
+    id: str
+    """Unique; the same in every process (it is part of the run's state)."""
+    tool_use: ToolUse
+    """The model's call: ``toolUseId``, ``name``, ``input``."""
+    schema: dict[str, Any] | None
+    """The tool's ``decision_schema`` (what ``Approve(data=...)`` must match), or ``None``."""
+    expires_at: float | None
+    """Epoch seconds after which the request is answered ``Deny("approval expired")``
+    (``Agent(approval_timeout=...)``), or ``None``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (see :meth:`from_dict`)."""
+        return {
+            "id": self.id,
+            "tool_use": dict(self.tool_use),
+            "schema": self.schema,
+            "expires_at": self.expires_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ApprovalRequest:
+        """The request :meth:`to_dict` described."""
+        return cls(
+            id=data["id"],
+            tool_use=data["tool_use"],
+            schema=data.get("schema"),
+            expires_at=data.get("expires_at"),
+        )
 
 
 @dataclass(frozen=True)

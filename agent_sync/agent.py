@@ -14,20 +14,23 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, Union
 
+from ._decisions import ApprovalRequest, Approve, Decision, Deny
 from .cancel import CancelToken
-from .errors import ConcurrentInvocationError, UsageError
+from .errors import ConcurrentInvocationError, PendingApprovalError, UsageError
 from .events import AgentEvent
-from .messages import ContentBlock, Message, validate_history
+from .messages import CANCELLED_TEXT, ContentBlock, Message, validate_history
 from .models.base import CacheMode, Model
 from .result import AgentResult
 from .retry import RetryPolicy
-from .run import CancelMode, Run, RunSnapshot
+from .run import CancelMode, Run, RunSnapshot, RunState
+from .run._approvals import check_decisions
 from .run._context import RunSettings
 from .run._driver import RunDriver, RunSlot
+from .run._history import add_user_blocks, close_turn
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
 
@@ -89,6 +92,8 @@ class Agent:
             run in the loop's thread.
         trace_content: With the ``otel`` extra and a tracer provider, put prompt and
             completion text on the spans (off by default: spans carry no content).
+        approval_timeout: Seconds a tool call may wait for approval; past it, the request
+            is answered ``Deny("approval expired")`` when the run is resumed.
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -110,6 +115,7 @@ class Agent:
         cache: CacheMode | None = None,
         hooks: Sequence[object] = (),
         trace_content: bool = False,
+        approval_timeout: float | None = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise UsageError(f"model must have a stream(request, *, cancel) method, got {model!r}")
@@ -128,6 +134,8 @@ class Agent:
             registry[wrapped.name] = wrapped
         if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
             raise UsageError("hooks must be a list of hook objects")
+        if approval_timeout is not None and not approval_timeout > 0:
+            raise UsageError("approval_timeout must be positive (seconds) or None")
         self._settings = RunSettings(
             model=model,
             tools=registry,
@@ -142,6 +150,7 @@ class Agent:
             cache=cache,
             hooks=tuple(hooks),
             trace_content=bool(trace_content),
+            approval_timeout=approval_timeout,
         )
         self._slot = RunSlot(self._checked_history(messages or []))
 
@@ -174,12 +183,27 @@ class Agent:
                 raise ConcurrentInvocationError(
                     "cannot replace the history while the agent is running"
                 )
+            if self._slot.paused is not None:
+                raise PendingApprovalError(
+                    "cannot replace the history while a run waits for approval"
+                )
             self._slot.messages = checked
 
     @property
     def is_running(self) -> bool:
         """Whether an invocation (or an unfinished stream or steps run) holds the agent."""
         return self._slot.run is not None
+
+    @property
+    def is_paused(self) -> bool:
+        """Whether a run waits for approval (see :meth:`resume`)."""
+        return self._slot.paused is not None
+
+    @property
+    def pending_approvals(self) -> tuple[ApprovalRequest, ...]:
+        """The requests a paused run waits for (empty when not paused)."""
+        paused = self._slot.paused
+        return paused.approvals if paused is not None else ()
 
     @property
     def active_run(self) -> Run | None:
@@ -280,6 +304,56 @@ class Agent:
         """
         return self._open(prompt, timeout, cache, cancel, emit_deltas=False, face=_owner_handle)
 
+    def resume(
+        self,
+        decisions: Mapping[str, Decision],
+        *,
+        timeout: float | None = None,
+        cache: CacheMode | None | _Unset = UNSET,
+        cancel: CancelToken | None = None,
+    ) -> AgentResult:
+        """Answer every pending approval request and go on with the paused run.
+
+        Denied calls get an error ``toolResult`` with the reason; approved calls run (with
+        ``Approve(input=...)`` if given, and ``context.decision`` set); then the run goes
+        on as ``invoke`` would, with the same ``run_id``. It may pause again.
+
+        Args:
+            decisions: Request id -> ``True`` (``Approve()``), ``False`` (``Deny()``),
+                ``Approve(input=None, data=None)`` or ``Deny(reason="", data=None)``,
+                for every pending request (expired ones are answered
+                ``Deny("approval expired")`` whatever is sent).
+            timeout, cache, cancel: As for :meth:`invoke`.
+
+        Returns:
+            The result, as :meth:`invoke` returns it.
+
+        Raises:
+            DecisionValidationError: A request without a decision, an unknown id, or an
+                invalid decision (input or ``decision_schema`` data); nothing ran and the
+                run is still paused.
+            UsageError: Nothing is paused.
+            ConcurrentInvocationError: The agent is running.
+        """
+        paused = self._slot.paused
+        if paused is None:
+            raise UsageError("nothing to resume: no run of this agent waits for approval")
+        checked = check_decisions(paused, self._settings.tools, decisions)
+        run = self._new_run(
+            None, timeout, cache, cancel, emit_deltas=False, resume=(paused, checked)
+        )
+        try:
+            run.start()
+            run.drain()
+        finally:
+            try:
+                run.release()
+            finally:
+                run.release()  # again: completes whatever a Ctrl-C cut short
+        result = run.result
+        assert result is not None
+        return result
+
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         """Stop the running invocation, from any thread, at any moment.
 
@@ -294,7 +368,23 @@ class Agent:
             (then nothing happens, and the next invocation is not affected).
         """
         run = self._slot.run  # one read: the run of this moment, or None
-        return run.cancel(reason, mode=mode) if run is not None else False
+        if run is not None:
+            return run.cancel(reason, mode=mode)
+        return self._cancel_paused()
+
+    def _cancel_paused(self) -> bool:
+        """Drop a paused run: pending calls answered "Cancelled by user", turn closed."""
+        slot = self._slot
+        with slot.lock:
+            paused = slot.paused
+            if paused is None or slot.run is not None:
+                return False
+            slot.paused = None
+            queued = [block for blocks in paused.queued_inputs for block in blocks]
+            add_user_blocks(slot.messages, queued)
+            close_turn(slot.messages, CANCELLED_TEXT)
+        logger.debug("run_id=<%s> | paused run cancelled", paused.run_id)
+        return True
 
     def inject(self, content: str | Sequence[ContentBlock]) -> None:
         """Queue input for the running invocation, from any thread (see
@@ -343,6 +433,7 @@ class Agent:
         token: CancelToken | None,
         *,
         emit_deltas: bool,
+        resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
     ) -> RunDriver:
         if isinstance(cache, _Unset):
             cache = self._settings.cache
@@ -358,6 +449,7 @@ class Agent:
             cache=cache,
             token=token,
             emit_deltas=emit_deltas,
+            resume=resume,
         )
 
     @staticmethod

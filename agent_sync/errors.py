@@ -4,7 +4,9 @@ Families are grouped by who has to act::
 
     AgentSyncError
     ├── UsageError                      the calling code's mistake
-    │   └── ConcurrentInvocationError   invoke/stream on an agent that is already running
+    │   ├── ConcurrentInvocationError   invoke/stream on an agent that is already running
+    │   ├── PendingApprovalError        invoke/stream while a run waits for approval
+    │   └── DecisionValidationError     resume() with missing or invalid decisions
     ├── ModelError                      the model call failed (after retries, if retryable)
     │   ├── ModelHTTPError              the provider answered with an error status
     │   │   └── ModelThrottledError     429 / 529 / ThrottlingException: slow down
@@ -29,12 +31,14 @@ __all__ = [
     "AgentSyncError",
     "ConcurrentInvocationError",
     "ContextWindowOverflowError",
+    "DecisionValidationError",
     "HookError",
     "ModelConnectionError",
     "ModelError",
     "ModelHTTPError",
     "ModelStreamError",
     "ModelThrottledError",
+    "PendingApprovalError",
     "ToolError",
     "UsageError",
 ]
@@ -57,6 +61,29 @@ class ConcurrentInvocationError(UsageError):
     Raised at once; the running invocation and the history are not touched. Use one agent
     per conversation, or wait for ``agent.is_running`` to become false.
     """
+
+
+class PendingApprovalError(UsageError):
+    """``invoke``/``stream``/``steps`` on an agent whose run waits for approval.
+
+    Raised at once; nothing is touched. Answer the pending requests with
+    ``agent.resume(decisions)`` (or ``agent.cancel()`` to drop them) first.
+    """
+
+
+class DecisionValidationError(UsageError):
+    """``resume(decisions)`` did not answer every pending request validly.
+
+    Nothing ran and the run is still paused: fix the decisions and call ``resume`` again.
+
+    Attributes:
+        problems: Every problem found, one line each.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"invalid decisions: {problems[0]}{more}")
+        self.problems = problems
 
 
 class ModelError(AgentSyncError):

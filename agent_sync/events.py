@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, Union
 from .messages import ContentBlock, Message, ToolResult, ToolUse
 
 if TYPE_CHECKING:
+    from ._decisions import ApprovalRequest
     from .result import AgentResult
 
 __all__ = [
     "AgentEvent",
+    "ApprovalRequired",
     "Done",
     "InputInjected",
     "MessageComplete",
@@ -122,6 +124,21 @@ class InputInjected:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovalRequired:
+    """The run paused: these tool calls wait for ``agent.resume(decisions)``.
+
+    Sent after the paused state is committed (``agent.is_paused`` is already true); the
+    stream then ends with ``Done`` whose result has ``stop_reason == "paused"``.
+    """
+
+    type: ClassVar[Literal["approval_required"]] = "approval_required"
+    run_id: str = ""
+    """The run this event belongs to."""
+    approvals: tuple[ApprovalRequest, ...]
+    """The pending requests."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Done:
     """The invocation ended; always the last event."""
 
@@ -143,7 +160,15 @@ class Done:
 
 
 AgentEvent: TypeAlias = Union[
-    TextDelta, ReasoningDelta, MessageComplete, ModelRetry, ToolStart, ToolEnd, InputInjected, Done
+    TextDelta,
+    ReasoningDelta,
+    MessageComplete,
+    ModelRetry,
+    ToolStart,
+    ToolEnd,
+    InputInjected,
+    ApprovalRequired,
+    Done,
 ]
 """Any event ``Agent.stream()`` yields.
 

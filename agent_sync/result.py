@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .messages import Message, Usage
+
+if TYPE_CHECKING:
+    from ._decisions import ApprovalRequest
 
 __all__ = ["AgentMetrics", "AgentResult"]
 
@@ -36,8 +40,9 @@ class AgentResult:
     run_id: str = ""
     """The run's id (the same as ``event.run_id`` of its events)."""
     stop_reason: str
-    """``"end_turn"``, ``"max_tokens"``, ``"stop_sequence"``, ``"max_cycles"`` or
-    ``"cancelled"`` (providers may report others, e.g. ``"content_filtered"``)."""
+    """``"end_turn"``, ``"max_tokens"``, ``"stop_sequence"``, ``"max_cycles"``,
+    ``"cancelled"`` or ``"paused"`` (a tool call waits for approval); providers may report
+    others, e.g. ``"content_filtered"``."""
     cancel_reason: str | None
     """``None`` unless cancelled: the reason given to ``cancel()``, ``"timeout"``, or
     ``"stream closed"`` when a stream was abandoned."""
@@ -47,6 +52,8 @@ class AgentResult:
     """Token counts summed over every model call of the invocation."""
     metrics: AgentMetrics
     """Counts and timings."""
+    approvals: tuple[ApprovalRequest, ...] = ()
+    """With ``stop_reason == "paused"``: the tool calls waiting for ``agent.resume()``."""
 
     @property
     def text(self) -> str:

@@ -22,6 +22,7 @@ def test_exported_names_are_pinned() -> None:
         "AgentResult",
         "AgentStream",
         "AgentSyncError",
+        "ApprovalRequest",
         "Approve",
         "CancelScope",
         "CancelToken",

@@ -13,10 +13,12 @@ stored), so a reader sees one value or the next, never a torn one.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..messages import Message, ToolSpec, Usage
+from .._decisions import ApprovalRequest, Approve, Deny
+from ..messages import Message, ToolSpec, ToolUse, Usage
 from ..models.base import CacheMode, Model
 from ..result import AgentMetrics, AgentResult
 from ..retry import RetryPolicy
@@ -50,6 +52,7 @@ class RunSettings:
     hooks: tuple[object, ...] = ()
     trace_content: bool = False
     conversation_id: str | None = None
+    approval_timeout: float | None = None
 
 
 class RunContext:
@@ -93,6 +96,10 @@ class RunContext:
         self.stop_reason: str | None = None
         self.last_stop_reason: str | None = None  # of the last model call
         self.invalid_tool_inputs: dict[str, str] = {}  # of the last model call
+        self.decisions: dict[str, Approve | Deny] = {}  # toolUseId -> a human's answer
+        self.approvals: tuple[ApprovalRequest, ...] = ()  # while paused
+        self.awaiting: tuple[ToolUse, ...] = ()  # gated calls without a decision
+        self.commit_pause: Callable[[RunState], None] | None = None  # set by the driver
         self.tool_calls = 0
         self.retries = 0
         self.started = time.perf_counter()
@@ -141,6 +148,14 @@ class RunContext:
         self.next_step = None
         self.status = status
 
+    def pause(self, approvals: tuple[ApprovalRequest, ...]) -> None:
+        """Record the pause: the run goes on from the tool step once decisions arrive."""
+        self.approvals = approvals
+        self.inbox.seal()  # queued input stays in the state; new input is refused
+        self.finish("paused", "paused", None)
+        self.next_step = "tools"
+        self.result = replace(self.result, approvals=approvals) if self.result else None
+
     def fail(self) -> None:
         """Record that the run ended with an exception (no result)."""
         self.ended = time.perf_counter()
@@ -169,4 +184,6 @@ class RunContext:
             stop_reason=self.stop_reason,
             cancel_reason=result.cancel_reason if result is not None else None,
             conversation_id=self.settings.conversation_id,
+            approvals=self.approvals,
+            invalid_tool_inputs=dict(self.invalid_tool_inputs) if pending else {},
         )

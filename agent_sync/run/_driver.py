@@ -37,15 +37,17 @@ import uuid
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Literal
 
+from .._decisions import Approve, Deny
 from .._prompt import content_blocks
 from ..cancel import CancelledError, CancelScope
-from ..errors import ConcurrentInvocationError, UsageError
+from ..errors import ConcurrentInvocationError, PendingApprovalError, UsageError
 from ..events import AgentEvent, Done, InputInjected
 from ..messages import ContentBlock, Message
 from ..result import AgentResult
 from ._context import RunContext, RunSettings
 from ._history import close_turn
 from ._hooks import HookRunner
+from ._inbox import Inbox
 from ._state import RunSnapshot, RunState, RunStatus, Step
 from ._steps import STEPS, end_cancelled, end_failed
 
@@ -71,12 +73,13 @@ class RunSlot:
     replacing ``messages`` only while idle; freeing the slot is one store.
     """
 
-    __slots__ = ("lock", "messages", "run")
+    __slots__ = ("lock", "messages", "paused", "run")
 
     def __init__(self, messages: list[Message]) -> None:
         self.lock = threading.Lock()
         self.messages = messages
         self.run: RunDriver | None = None
+        self.paused: RunState | None = None  # a run waiting for approval decisions
 
 
 def new_run_id() -> str:
@@ -100,10 +103,11 @@ class RunDriver:
         cache: CacheMode | None,
         token: CancelToken | None,
         emit_deltas: bool,
+        resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise UsageError("timeout must be positive (seconds)")
-        self.run_id = new_run_id()
+        self.run_id = resume[0].run_id if resume is not None else new_run_id()
         self._slot = slot
         self._scope = CancelScope(self.run_id)
         self._ctx = RunContext(
@@ -116,6 +120,10 @@ class RunDriver:
             cache=cache,
             agent=agent,
         )
+        self._resume = resume
+        if resume is not None:
+            _restore(self._ctx, *resume)
+        self._ctx.commit_pause = self._commit_pause
         self._prompt = prompt
         self._timeout = timeout
         self._token = token
@@ -222,11 +230,21 @@ class RunDriver:
                 raise ConcurrentInvocationError(
                     "this agent is already running; use one agent per conversation or wait for it"
                 )
+            if self._resume is None and slot.paused is not None:
+                raise PendingApprovalError(
+                    "this agent's run waits for approval: answer it with agent.resume(...) "
+                    "or drop it with agent.cancel()"
+                )
+            if self._resume is not None and slot.paused is not self._resume[0]:
+                raise ConcurrentInvocationError(
+                    "this paused run was resumed or cancelled meanwhile"
+                )
+            slot.paused = None
             slot.run = self
             messages = slot.messages
         ctx = self._ctx
         ctx.messages = messages
-        blocks = self._prompt_blocks(messages)
+        blocks = self._prompt_blocks(messages) if self._resume is None else []
         if blocks:
             if messages and messages[-1]["role"] == "user":
                 ctx.history_start = len(messages) - 1
@@ -234,7 +252,7 @@ class RunDriver:
             else:
                 ctx.history_start = len(messages)
                 messages.append({"role": "user", "content": blocks})
-        else:
+        elif self._resume is None:
             ctx.history_start = len(messages) - 1  # answering the trailing user message
         settings = ctx.settings
         tracer = _run_tracer(self.run_id, settings)
@@ -255,6 +273,9 @@ class RunDriver:
                 raise UsageError("prompt is None but the history does not end with a user message")
             return []
         return content_blocks(prompt)
+
+    def _commit_pause(self, state: RunState) -> None:
+        self._slot.paused = state  # the agent is paused before the caller hears of it
 
     def _timed_out(self) -> None:
         self._scope.cancel("timeout")
@@ -368,7 +389,8 @@ class RunDriver:
                 # cancels the scope (waking running tools), waits out their grace period
                 # and closes the turn. No-op if the generator has finished.
                 events.close()
-                close_turn(ctx.messages, None)  # never leave a toolUse unanswered
+                if ctx.status != "paused":  # a paused run's calls await their decisions
+                    close_turn(ctx.messages, None)  # never leave a toolUse unanswered
                 if ctx.ended is None:
                     ctx.ended = time.perf_counter()
         finally:
@@ -383,6 +405,17 @@ class RunDriver:
                     unlink = self._unlink
                     if unlink is not None:
                         unlink()
+
+
+def _restore(ctx: RunContext, state: RunState, decisions: dict[str, Approve | Deny]) -> None:
+    """Set a new context up to go on from a paused run's state, with the decisions."""
+    ctx.history_start = state.history_start
+    ctx.cycle = state.cycle
+    ctx.usage = dict(state.usage)  # type: ignore[assignment]
+    ctx.next_step = state.next_step or "tools"
+    ctx.inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
+    ctx.invalid_tool_inputs = dict(state.invalid_tool_inputs)
+    ctx.decisions = decisions
 
 
 def _run_tracer(run_id: str, settings: RunSettings) -> RunTracer | None:

@@ -60,6 +60,11 @@ class Inbox:
             items, self._items = self._items, []
         return [block for blocks in items for block in blocks]
 
+    def seal(self) -> None:
+        """Refuse new input but keep what is queued (a paused run carries it in its state)."""
+        with self._lock:
+            self._closed = True
+
     def queued(self) -> tuple[tuple[ContentBlock, ...], ...]:
         """The queued inputs, oldest first (a copy of the queue, not of the blocks)."""
         with self._lock:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from .._decisions import ApprovalRequest
 from ..errors import UsageError
 from ..messages import ContentBlock, Message, ToolResult, ToolUse, Usage
 
@@ -28,12 +29,12 @@ FORMAT = "agent_sync.run/1"
 
 RunStatus: TypeAlias = Literal["running", "paused", "done", "cancelled", "failed"]
 RunPhase: TypeAlias = Literal["model", "retry_wait", "tools", "idle"]
-StepName: TypeAlias = Literal["model", "tools", "finish", "max_cycles"]
-"""Where a run goes next: a model call, the pending tool calls, the end of a turn (answer
-queued input or stop), or the cycle limit."""
+StepName: TypeAlias = Literal["model", "tools", "approval", "finish", "max_cycles"]
+"""Where a run goes next: a model call, the pending tool calls, a pause for approval, the
+end of a turn (answer queued input or stop), or the cycle limit."""
 
 _STATUSES = frozenset({"running", "paused", "done", "cancelled", "failed"})
-_STEPS = frozenset({"model", "tools", "finish", "max_cycles"})
+_STEPS = frozenset({"model", "tools", "approval", "finish", "max_cycles"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -110,6 +111,11 @@ class RunState:
     """Why it was cancelled, if it was."""
     conversation_id: str | None = None
     """The conversation this run belongs to, when the agent has one."""
+    approvals: tuple[ApprovalRequest, ...] = ()
+    """While paused: the tool calls waiting for a decision."""
+    invalid_tool_inputs: Mapping[str, str] = field(default_factory=dict)
+    """``toolUseId`` -> why the model's input for that pending call could not be parsed
+    (the history holds ``{}`` for it); the call is answered with that problem."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready ``dict`` (``"format": "agent_sync.run/1"``), independent of the run."""
@@ -127,6 +133,8 @@ class RunState:
             "stop_reason": self.stop_reason,
             "cancel_reason": self.cancel_reason,
             "conversation_id": self.conversation_id,
+            "approvals": [_encode(request.to_dict()) for request in self.approvals],
+            "invalid_tool_inputs": dict(self.invalid_tool_inputs),
         }
 
     @classmethod
@@ -166,6 +174,11 @@ class RunState:
                 stop_reason=_optional(data, "stop_reason"),
                 cancel_reason=_optional(data, "cancel_reason"),
                 conversation_id=_optional(data, "conversation_id"),
+                approvals=tuple(
+                    ApprovalRequest.from_dict(_decode(item))
+                    for item in _typed(data, "approvals", list)
+                ),
+                invalid_tool_inputs=dict(_typed(data, "invalid_tool_inputs", dict)),
             )
         except KeyError as exc:
             raise UsageError(f"a RunState dict needs the field {exc.args[0]!r}") from None

@@ -3,7 +3,7 @@ return the name of the next step (``None``: the run is over).
 
 ::
 
-    model ──(tool calls)──> tools ──> model ...
+    model ──(tool calls)──> tools ──> model ...      (tools ──(gated)──> approval: paused)
       │                                  │
       └──(no tool calls)──> finish ──(input queued)──> model
                               └──> None (done)
@@ -25,16 +25,27 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
-from .._decisions import Deny
+from .._decisions import ApprovalRequest, Deny
 from ..cancel import CancelledError
 from ..errors import ModelStreamError
-from ..events import AgentEvent, InputInjected, MessageComplete, ModelRetry, ToolEnd, ToolStart
+from ..events import (
+    AgentEvent,
+    ApprovalRequired,
+    InputInjected,
+    MessageComplete,
+    ModelRetry,
+    ToolEnd,
+    ToolStart,
+)
 from ..hooks import AfterModelCall, AfterToolCall, BeforeModelCall, BeforeToolCall
-from ..messages import CANCELLED_TEXT, ContentBlock, Message, StreamEvent, ToolResult
+from ..messages import CANCELLED_TEXT, ContentBlock, Message, StreamEvent, ToolResult, ToolUse
 from ..models.base import ModelRequest
+from ..tools.context import ToolContext
 from ..tools.executor import ToolBatch, ToolCall
 from ._assemble import MessageAssembler
 from ._context import RunContext
@@ -201,6 +212,8 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     the input queued meanwhile."""
     ctx.scope.raise_if_cancelled()  # checkpoint: before tools
     assistant = ctx.messages[-1]
+    if _awaiting_approval(ctx, assistant):
+        return "approval"  # nothing of this round runs before every gated call is answered
     calls = _tool_calls(ctx, assistant)
     ctx.phase = "tools"
     ctx.pending_tool_ids = tuple(call.tool_use["toolUseId"] for call in calls)
@@ -258,19 +271,20 @@ def _tool_calls(ctx: RunContext, assistant: Message) -> list[ToolCall]:
             tool=tools.get(tool_use["name"]),
             invalid_input=invalid.get(tool_use["toolUseId"]),
         )
-        if hooks is not None:
-            decision = hooks.before_tool_call(
-                BeforeToolCall(run_id=ctx.run_id, cycle=ctx.cycle, tool_use=tool_use)
+        decision = ctx.decisions.get(tool_use["toolUseId"])
+        if isinstance(decision, Deny):
+            call = replace(call, denied=decision.reason or "the reviewer said no")
+        elif decision is not None:
+            call = replace(call, decision=decision, input=decision.input)
+        if hooks is not None and call.denied is None:
+            hook_use = tool_use if call.input is None else {**tool_use, "input": call.input}
+            verdict = hooks.before_tool_call(
+                BeforeToolCall(run_id=ctx.run_id, cycle=ctx.cycle, tool_use=hook_use)
             )
-            if isinstance(decision, Deny):
-                call = ToolCall(tool_use=tool_use, tool=call.tool, denied=decision.reason)
-            elif decision is not None and decision.input is not None:
-                call = ToolCall(
-                    tool_use=tool_use,
-                    tool=call.tool,
-                    invalid_input=call.invalid_input,
-                    input=decision.input,
-                )
+            if isinstance(verdict, Deny):
+                call = replace(call, denied=verdict.reason)
+            elif verdict is not None and verdict.input is not None:
+                call = replace(call, input=verdict.input)
         calls.append(call)
     return calls
 
@@ -290,6 +304,50 @@ def _tool_event_to_hooks(ctx: RunContext, event: Any, cycle: int) -> None:
                 duration_s=event.duration_s,
             )
         )
+
+
+def _awaiting_approval(ctx: RunContext, assistant: Message) -> bool:
+    """Whether a call of this round is gated and has no decision yet (records which)."""
+    waiting: list[ToolUse] = []
+    for block in assistant["content"]:
+        tool_use = block.get("toolUse")
+        if tool_use is None or tool_use["toolUseId"] in ctx.decisions:
+            continue
+        tool = ctx.settings.tools.get(tool_use["name"])
+        if tool is None or tool.requires_approval is False:
+            continue
+        context = ToolContext(tool_use=tool_use, agent=ctx.agent, _scope=ctx.scope)
+        try:
+            gated = tool.needs_approval(tool_use, context)
+        except Exception:  # fail closed: a gate that cannot decide asks a human
+            logger.warning("tool=<%s> | approval gate raised; asking", tool.name, exc_info=True)
+            gated = True
+        if gated:
+            waiting.append(tool_use)
+    ctx.awaiting = tuple(waiting)
+    return bool(waiting)
+
+
+def approval_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
+    """Pause: commit the state with its approval requests first, then tell the caller."""
+    timeout = ctx.settings.approval_timeout
+    expires_at = time.time() + timeout if timeout is not None else None
+    tools = ctx.settings.tools
+    approvals = tuple(
+        ApprovalRequest(
+            id=f"apr_{uuid.uuid4().hex}",
+            tool_use=tool_use,
+            schema=tools[tool_use["name"]].decision_schema,
+            expires_at=expires_at,
+        )
+        for tool_use in ctx.awaiting
+    )
+    ctx.pause(approvals)
+    if ctx.commit_pause is not None:
+        ctx.commit_pause(ctx.state())  # committed before anyone is told of it
+    logger.debug("run_id=<%s>, approvals=<%d> | paused for approval", ctx.run_id, len(approvals))
+    yield ApprovalRequired(approvals=approvals, run_id=ctx.run_id)
+    return None
 
 
 def finish_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
@@ -317,6 +375,7 @@ def max_cycles_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | N
 STEPS: dict[StepName, StepFunction] = {
     "model": model_step,
     "tools": tools_step,
+    "approval": approval_step,
     "finish": finish_step,
     "max_cycles": max_cycles_step,
 }

@@ -15,6 +15,7 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._decisions import Approve
 from ..cancel import CancelScope
 from ..errors import UsageError
 from ..messages import ToolUse
@@ -121,6 +122,9 @@ class ToolContext:
     tool_use: ToolUse
     agent: Any
     _scope: CancelScope
+    decision: Approve | None = None
+    """For a call that waited for approval: the ``Approve`` it got (``data`` holds the
+    decision's extra fields); ``None`` otherwise."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, _RunBoundAgent):

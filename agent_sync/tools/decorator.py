@@ -6,16 +6,20 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeAlias, TypeVar, Union, overload
 
 from ..errors import UsageError
-from ..messages import ToolSpec
+from ..messages import ToolSpec, ToolUse
 from ._schema import input_schema, parse_docstring, validate
 from .context import ToolContext
 
 __all__ = ["Tool", "tool"]
 
 R = TypeVar("R")
+
+ApprovalGate: TypeAlias = Union[bool, Callable[[ToolUse, ToolContext], bool]]
+"""``requires_approval``: ``True`` gates every call; a callable ``(tool_use, context) ->
+bool`` gates the calls it returns true for (``tool_use`` is the ``ToolUse`` body)."""
 
 _NAME_RULE = "letters, digits, '_' or '-', at most 64 characters"
 
@@ -31,10 +35,19 @@ class Tool(Generic[R]):
         description: What it does, from the docstring unless overridden.
         input_schema: JSON schema of the arguments object.
         context_param: Name of the parameter that receives the :class:`ToolContext`, if any.
+        requires_approval: Whether (or for which inputs) a call waits for a human decision.
+        decision_schema: JSON schema of the extra fields a decision carries
+            (``Approve(data=...)``), checked like tool input; ``None`` for none.
     """
 
     def __init__(
-        self, fn: Callable[..., R], *, name: str | None = None, description: str | None = None
+        self,
+        fn: Callable[..., R],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires_approval: ApprovalGate = False,
+        decision_schema: dict[str, Any] | None = None,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -55,6 +68,15 @@ class Tool(Generic[R]):
         self.description = description or summary or self.name
         skip = {self.context_param} if self.context_param else set()
         self.input_schema = input_schema(fn, hints, skip, param_docs)
+        if not (isinstance(requires_approval, bool) or callable(requires_approval)):
+            raise UsageError(
+                f"tool {self.name}: requires_approval must be a bool or a callable "
+                "(tool_use, context) -> bool"
+            )
+        if decision_schema is not None and not isinstance(decision_schema, dict):
+            raise UsageError(f"tool {self.name}: decision_schema must be a JSON schema (a dict)")
+        self.requires_approval: ApprovalGate = requires_approval
+        self.decision_schema = decision_schema
         functools.update_wrapper(self, fn)
 
     @property
@@ -69,6 +91,13 @@ class Tool(Generic[R]):
     def validate_input(self, tool_input: Any) -> list[str]:
         """Problems with ``tool_input`` against the schema, in words the model can act on."""
         return validate(tool_input, self.input_schema)
+
+    def needs_approval(self, tool_use: ToolUse, context: ToolContext) -> bool:
+        """Whether this call waits for a decision (the gate callable, if any, decides)."""
+        gate = self.requires_approval
+        if isinstance(gate, bool):
+            return gate
+        return bool(gate(tool_use, context))
 
     def run(self, tool_input: dict[str, Any], context: ToolContext) -> R:
         """Call the function with validated input, injecting ``context`` if it asks for it."""
@@ -90,7 +119,11 @@ def tool(fn: Callable[..., R], /) -> Tool[R]: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: ApprovalGate = False,
+    decision_schema: dict[str, Any] | None = None,
 ) -> Callable[[Callable[..., R]], Tool[R]]: ...
 
 
@@ -100,6 +133,8 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    requires_approval: ApprovalGate = False,
+    decision_schema: dict[str, Any] | None = None,
 ) -> Tool[R] | Callable[[Callable[..., R]], Tool[R]]:
     """Make a function a tool: ``@tool`` or ``@tool(name=..., description=...)``.
 
@@ -120,11 +155,21 @@ def tool(
                 unit: Temperature unit.
             '''
 
+    ``@tool(requires_approval=True)`` (or a callable ``(tool_use, context) -> bool``)
+    pauses the run before such a call until ``agent.resume(decisions)``;
+    ``decision_schema=`` describes extra decision fields (see ``docs/approvals.md``).
+
     Raises:
         UsageError: An unsupported annotation, ``*args``, or an invalid name.
     """
+    options: dict[str, Any] = {
+        "name": name,
+        "description": description,
+        "requires_approval": requires_approval,
+        "decision_schema": decision_schema,
+    }
     if fn is not None:
         if not callable(fn) or inspect.isclass(fn):
             raise UsageError("@tool decorates a function")
-        return Tool(fn, name=name, description=description)
-    return lambda f: Tool(f, name=name, description=description)
+        return Tool(fn, **options)
+    return lambda f: Tool(f, **options)

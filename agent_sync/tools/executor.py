@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .._decisions import Approve
 from ..cancel import CancelledError, CancelScope
 from ..events import ToolEnd, ToolStart
 from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
@@ -61,7 +62,10 @@ class ToolCall:
         tool: The tool, or ``None`` if the model named an unknown tool.
         invalid_input: Why the streamed input could not be parsed, if it could not.
         denied: Set when a hook denied the call: the reason (the call never runs).
-        input: The input to run the tool with, when a hook replaced the model's.
+        input: The input to run the tool with, when a hook or a decision replaced the
+            model's.
+        decision: The ``Approve`` a gated call got (the tool sees it as
+            ``context.decision``).
     """
 
     tool_use: ToolUse
@@ -69,6 +73,7 @@ class ToolCall:
     invalid_input: str | None = None
     denied: str | None = None
     input: dict[str, Any] | None = None
+    decision: Approve | None = None
 
 
 class ToolBatch:
@@ -262,7 +267,9 @@ class ToolBatch:
             )
         if call.input is not None:  # the tool sees the input it runs with
             tool_use = {"toolUseId": tool_use_id, "name": name, "input": tool_input}
-        context = ToolContext(tool_use=tool_use, agent=self._agent, _scope=self._scope)
+        context = ToolContext(
+            tool_use=tool_use, agent=self._agent, _scope=self._scope, decision=call.decision
+        )
         try:
             value = call.tool.run(tool_input, context)
         except CancelledError:

@@ -11,6 +11,7 @@ from typing_extensions import assert_type
 
 from agent_sync import Agent, AgentEvent, AgentResult, AgentStream
 from agent_sync.events import (
+    ApprovalRequired,
     Done,
     InputInjected,
     MessageComplete,
@@ -42,6 +43,8 @@ def narrows_on_type(agent: Agent) -> None:
             assert_type(event, ToolEnd)
         elif event.type == "input_injected":
             assert_type(event, InputInjected)
+        elif event.type == "approval_required":
+            assert_type(event, ApprovalRequired)
         else:
             assert_type(event, Done)
 
