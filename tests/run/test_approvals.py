@@ -285,30 +285,35 @@ def test_invalid_tool_options_are_usage_errors() -> None:
         tool(decision_schema="object")(look.fn)  # type: ignore[call-overload]
 
 
-@pytest.mark.timeout(60)
-def test_two_threads_resuming_at_once_run_the_tool_once() -> None:
+def _race_two_resumes() -> list[str]:
     import threading
 
+    agent = _agent(_asks(("delete_file", "/etc/x")), "done")
+    request = agent.invoke("clean up").approvals[0]
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def resume() -> None:
+        barrier.wait(10)
+        try:
+            agent.resume({request.id: Approve(data={"ticket": "T"})})
+            outcomes.append("resumed")
+        except UsageError as exc:  # ConcurrentInvocationError, or nothing left to resume
+            outcomes.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=resume) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert_valid(agent)
+    return outcomes
+
+
+@pytest.mark.timeout(60)
+def test_two_threads_resuming_at_once_run_the_tool_once() -> None:
     for _ in range(20):
         DELETED.clear()
-        agent = _agent(_asks(("delete_file", "/etc/x")), "done")
-        request = agent.invoke("clean up").approvals[0]
-        barrier = threading.Barrier(2)
-        outcomes: list[str] = []
-
-        def resume() -> None:
-            barrier.wait(10)
-            try:
-                agent.resume({request.id: Approve(data={"ticket": "T"})})
-                outcomes.append("resumed")
-            except UsageError as exc:  # ConcurrentInvocationError, or nothing left to resume
-                outcomes.append(type(exc).__name__)
-
-        threads = [threading.Thread(target=resume) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
+        outcomes = _race_two_resumes()
         assert outcomes.count("resumed") == 1, outcomes
         assert len(DELETED) == 1
-        assert_valid(agent)
