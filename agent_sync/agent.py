@@ -20,7 +20,7 @@ from typing import Any, TypeVar, Union
 
 from ._decisions import ApprovalRequest, Approve, Decision, Deny
 from .cancel import CancelToken
-from .errors import ConcurrentInvocationError, PendingApprovalError, UsageError
+from .errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
 from .events import AgentEvent
 from .messages import CANCELLED_TEXT, ContentBlock, Message, validate_history
 from .models.base import CacheMode, Model
@@ -30,7 +30,9 @@ from .run import CancelMode, Run, RunSnapshot, RunState
 from .run._approvals import check_decisions
 from .run._context import RunSettings
 from .run._driver import RunDriver, RunSlot
+from .run._durable import StoreLink
 from .run._history import add_user_blocks, close_turn
+from .stores._protocol import RunStore
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
 
@@ -94,6 +96,14 @@ class Agent:
             completion text on the spans (off by default: spans carry no content).
         approval_timeout: Seconds a tool call may wait for approval; past it, the request
             is answered ``Deny("approval expired")`` when the run is resumed.
+        store: A :class:`~agent_sync.stores.RunStore`: the conversation's history and runs
+            live there, so any process with the same store and ``conversation_id`` sees
+            them, runs them one at a time, and can cancel, inject into or resume them.
+        conversation_id: The conversation's name in the store (needed with ``store``); also
+            the tracing ``gen_ai.conversation.id``. A name, not a secret: your web layer
+            decides who may use it.
+        lease_s: Seconds a run stays claimed without a sign of life from its process
+            (renewed every third of it); by default the store's ``lease_s``, else 30.
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -116,6 +126,9 @@ class Agent:
         hooks: Sequence[object] = (),
         trace_content: bool = False,
         approval_timeout: float | None = None,
+        store: RunStore | None = None,
+        conversation_id: str | None = None,
+        lease_s: float | None = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise UsageError(f"model must have a stream(request, *, cancel) method, got {model!r}")
@@ -136,6 +149,20 @@ class Agent:
             raise UsageError("hooks must be a list of hook objects")
         if approval_timeout is not None and not approval_timeout > 0:
             raise UsageError("approval_timeout must be positive (seconds) or None")
+        if conversation_id is not None and (
+            not isinstance(conversation_id, str) or not conversation_id.strip()
+        ):
+            raise UsageError("conversation_id must be a non-empty str")
+        if store is not None:
+            if conversation_id is None:
+                raise UsageError("a store needs a conversation_id (the conversation's name)")
+            if messages is not None:
+                raise UsageError("with a store the history comes from it: do not pass messages")
+        lease = float(lease_s if lease_s is not None else getattr(store, "lease_s", 30.0))
+        if not lease > 0:
+            raise UsageError("lease_s must be positive (seconds)")
+        self._store = store
+        self._lease_s = lease
         self._settings = RunSettings(
             model=model,
             tools=registry,
@@ -151,8 +178,11 @@ class Agent:
             hooks=tuple(hooks),
             trace_content=bool(trace_content),
             approval_timeout=approval_timeout,
+            conversation_id=conversation_id,
         )
         self._slot = RunSlot(self._checked_history(messages or []))
+        if store is not None:
+            self._refresh()  # the history, and whether a run there waits for approval
 
     # -- public API --
 
@@ -335,6 +365,14 @@ class Agent:
             UsageError: Nothing is paused.
             ConcurrentInvocationError: The agent is running.
         """
+        local = self._slot.paused
+        if self._store is not None and self._slot.run is None:
+            self._refresh()
+            stored = self._slot.paused
+            if local is not None and (stored is None or stored.run_id != local.run_id):
+                raise RunConflictError(
+                    f"run {local.run_id} was resumed or cancelled by another worker"
+                )
         paused = self._slot.paused
         if paused is None:
             raise UsageError("nothing to resume: no run of this agent waits for approval")
@@ -374,6 +412,8 @@ class Agent:
 
     def _cancel_paused(self) -> bool:
         """Drop a paused run: pending calls answered "Cancelled by user", turn closed."""
+        if self._store is not None:
+            return self._cancel_stored_paused()
         slot = self._slot
         with slot.lock:
             paused = slot.paused
@@ -399,6 +439,36 @@ class Agent:
         run.inject(content)
 
     # -- internals --
+
+    def _refresh(self) -> None:
+        """Load the history and any paused run from the store (only while idle here)."""
+        assert self._store is not None and self._settings.conversation_id is not None
+        record = self._store.load(self._settings.conversation_id)
+        slot = self._slot
+        with slot.lock:
+            if slot.run is not None:
+                return
+            messages = list(record.messages)
+            stored = record.run
+            if stored is not None and stored.state.status == "paused":
+                slot.paused, slot.paused_version = stored.state, stored.version
+                del messages[stored.state.history_start :]  # the log, then the paused run's
+                messages.extend(stored.state.messages)
+            else:
+                slot.paused, slot.paused_version = None, 0
+            slot.messages[:] = messages
+
+    def _cancel_stored_paused(self) -> bool:
+        assert self._store is not None
+        if self._slot.run is not None:
+            return False
+        self._refresh()
+        paused = self._slot.paused
+        if paused is None:
+            return False
+        cancelled = self._store.cancel(paused.run_id, None)
+        self._refresh()
+        return cancelled
 
     def _open(
         self,
@@ -450,6 +520,11 @@ class Agent:
             token=token,
             emit_deltas=emit_deltas,
             resume=resume,
+            link=(
+                StoreLink(self._store, self._settings.conversation_id or "", self._lease_s)
+                if self._store is not None
+                else None
+            ),
         )
 
     @staticmethod

@@ -14,7 +14,9 @@ Families are grouped by who has to act::
     │   ├── ModelStreamError            the response stream was malformed or truncated
     │   └── ContextWindowOverflowError  the conversation no longer fits the model's window
     ├── ToolError                       raised by or for a tool (becomes an error toolResult)
-    └── HookError                       a hook raised: the run stopped, history left valid
+    ├── HookError                       a hook raised: the run stopped, history left valid
+    ├── RunConflictError                a run store refused a change made from stale state
+    └── StoreUnavailableError           a run store cannot be reached or written
 
 Every :class:`ModelError` carries ``retryable``: the single retry policy in
 :mod:`agent_sync.retry` retries exactly the errors whose ``retryable`` is true and that
@@ -39,6 +41,8 @@ __all__ = [
     "ModelStreamError",
     "ModelThrottledError",
     "PendingApprovalError",
+    "RunConflictError",
+    "StoreUnavailableError",
     "ToolError",
     "UsageError",
 ]
@@ -201,3 +205,20 @@ class HookError(AgentSyncError):
         super().__init__(redact(message))
         self.hook = hook
         self.method = method
+
+
+class RunConflictError(AgentSyncError):
+    """A run store refused a change: the run moved on since it was read.
+
+    Every state change in a store is a compare-and-set on the run's version; the loser of a
+    race (two resumes of one paused run, a commit from an owner whose lease was taken over)
+    gets this error and changed nothing.
+    """
+
+
+class StoreUnavailableError(AgentSyncError):
+    """A run store cannot be reached or written (Redis down, SQLite file unwritable).
+
+    Stores fail closed: nothing that needed the store happened (a gated tool never runs
+    without a stored decision); what was committed before stays. The cause is chained.
+    """

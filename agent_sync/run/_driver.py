@@ -45,6 +45,7 @@ from ..events import AgentEvent, Done, InputInjected
 from ..messages import ContentBlock, Message
 from ..result import AgentResult
 from ._context import RunContext, RunSettings
+from ._durable import StoreLink
 from ._history import close_turn
 from ._hooks import HookRunner
 from ._inbox import Inbox
@@ -73,13 +74,14 @@ class RunSlot:
     replacing ``messages`` only while idle; freeing the slot is one store.
     """
 
-    __slots__ = ("lock", "messages", "paused", "run")
+    __slots__ = ("lock", "messages", "paused", "paused_version", "run")
 
     def __init__(self, messages: list[Message]) -> None:
         self.lock = threading.Lock()
         self.messages = messages
         self.run: RunDriver | None = None
         self.paused: RunState | None = None  # a run waiting for approval decisions
+        self.paused_version = 0  # its version in the store, if there is one
 
 
 def new_run_id() -> str:
@@ -104,6 +106,7 @@ class RunDriver:
         token: CancelToken | None,
         emit_deltas: bool,
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
+        link: StoreLink | None = None,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise UsageError("timeout must be positive (seconds)")
@@ -121,6 +124,7 @@ class RunDriver:
             agent=agent,
         )
         self._resume = resume
+        self._link = link
         if resume is not None:
             _restore(self._ctx, *resume)
         self._ctx.commit_pause = self._commit_pause
@@ -230,7 +234,7 @@ class RunDriver:
                 raise ConcurrentInvocationError(
                     "this agent is already running; use one agent per conversation or wait for it"
                 )
-            if self._resume is None and slot.paused is not None:
+            if self._resume is None and slot.paused is not None and self._link is None:
                 raise PendingApprovalError(
                     "this agent's run waits for approval: answer it with agent.resume(...) "
                     "or drop it with agent.cancel()"
@@ -244,6 +248,9 @@ class RunDriver:
             messages = slot.messages
         ctx = self._ctx
         ctx.messages = messages
+        logged: list[Message] | None = None
+        if self._link is not None and self._resume is None:
+            logged = self._load_conversation(messages)
         blocks = self._prompt_blocks(messages) if self._resume is None else []
         if blocks:
             if messages and messages[-1]["role"] == "user":
@@ -254,6 +261,17 @@ class RunDriver:
                 messages.append({"role": "user", "content": blocks})
         elif self._resume is None:
             ctx.history_start = len(messages) - 1  # answering the trailing user message
+        link = self._link
+        if link is not None:
+            if self._resume is not None:
+                link.claim(self._resume[0], slot.paused_version, self)
+            else:
+                assert logged is not None
+                try:
+                    link.begin(ctx.state(), self, expected_length=len(logged))
+                except BaseException:
+                    messages[:] = logged  # another worker won: the prompt was never sent
+                    raise
         settings = ctx.settings
         tracer = _run_tracer(self.run_id, settings)
         if settings.hooks or tracer is not None:
@@ -274,8 +292,53 @@ class RunDriver:
             return []
         return content_blocks(prompt)
 
+    def _load_conversation(self, messages: list[Message]) -> list[Message]:
+        """Refresh the history from the store; refuse if the conversation is busy there."""
+        assert self._link is not None
+        record = self._link.store.load(self._link.conversation_id)
+        logged = list(record.messages)
+        messages[:] = logged
+        stored = record.run
+        self._slot.paused, self._slot.paused_version = None, 0  # the store knows better
+        if stored is not None:
+            if stored.state.status == "paused":
+                self._slot.paused, self._slot.paused_version = stored.state, stored.version
+                messages[stored.state.history_start :] = list(stored.state.messages)
+                raise PendingApprovalError(
+                    f"conversation {self._link.conversation_id!r} has a run waiting for "
+                    "approval: resume or cancel it first"
+                )
+            raise ConcurrentInvocationError(
+                f"conversation {self._link.conversation_id!r} is running in another worker"
+            )
+        return logged
+
     def _commit_pause(self, state: RunState) -> None:
-        self._slot.paused = state  # the agent is paused before the caller hears of it
+        version = 0
+        if self._link is not None:  # stored before anyone is told of it (fail closed)
+            self._link.commit(state)
+            version = self._link.version
+        self._slot.paused, self._slot.paused_version = state, version
+
+    def _checkpoint(self) -> None:
+        """Commit a running run's state at a step boundary (a failure stops the run)."""
+        link = self._link
+        if link is not None and self._ctx.status == "running":
+            link.commit(self._ctx.state())
+
+    def _commit_final(self, *, strict: bool) -> None:
+        """Commit the end of the run; ``strict``: raise a failure, else log it."""
+        link = self._link
+        if link is None or link.ended or self._ctx.status in ("running", "paused"):
+            return
+        try:
+            link.commit(self._ctx.state())
+        except Exception:
+            if strict:
+                raise
+            logger.warning("run_id=<%s> | could not store the end of the run", self.run_id)
+        finally:
+            link.close()
 
     def _timed_out(self) -> None:
         self._scope.cancel("timeout")
@@ -293,13 +356,16 @@ class RunDriver:
                 while step is not None:
                     ctx.next_step = step
                     step = yield from STEPS[step](ctx)
+                    self._checkpoint()
             except CancelledError:
                 injected = end_cancelled(ctx)
+                self._commit_final(strict=True)
                 if injected:
                     yield InputInjected(content=tuple(injected), run_id=self.run_id)
             except GeneratorExit:  # the caller abandoned the stream: that is a cancel
                 self._scope.cancel(STREAM_CLOSED)
                 end_cancelled(ctx)
+                self._commit_final(strict=False)
                 raise
             except BaseException as exc:  # a model or hook error, or Ctrl-C
                 error = exc
@@ -311,7 +377,9 @@ class RunDriver:
                     end_cancelled(ctx)
                 else:
                     end_failed(ctx)
+                self._commit_final(strict=False)
                 raise
+            self._commit_final(strict=True)
             result = ctx.result
             assert result is not None
             yield Done(result=result, run_id=self.run_id)
@@ -385,6 +453,7 @@ class RunDriver:
                 if inspect.getgeneratorstate(events) == inspect.GEN_CREATED:
                     self._scope.cancel(STREAM_CLOSED)  # a stream nobody read: keep the
                     end_cancelled(ctx)  # prompt, close the turn
+                    self._commit_final(strict=False)
                 # The steps' own cleanup runs here, while the scope is still open: it
                 # cancels the scope (waking running tools), waits out their grace period
                 # and closes the turn. No-op if the generator has finished.
@@ -402,9 +471,13 @@ class RunDriver:
                     if deadline is not None:
                         deadline.cancel()
                 finally:
-                    unlink = self._unlink
-                    if unlink is not None:
-                        unlink()
+                    try:
+                        unlink = self._unlink
+                        if unlink is not None:
+                            unlink()
+                    finally:
+                        if self._link is not None:
+                            self._link.close()
 
 
 def _restore(ctx: RunContext, state: RunState, decisions: dict[str, Approve | Deny]) -> None:

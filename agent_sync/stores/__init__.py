@@ -1,0 +1,14 @@
+"""Run stores: conversations and runs that outlive a process (DESIGN.md section 6).
+
+- :class:`RunStore`: the protocol (the rules are in its module's docstring);
+- :class:`MemoryRunStore`: in one process (tests, single-process apps).
+
+Every store passes one contract suite, :mod:`agent_sync.testing.run_store_contract`.
+"""
+
+from __future__ import annotations
+
+from ._memory import MemoryRunStore
+from ._protocol import ConversationRecord, RunSignal, RunStore, StoredRun
+
+__all__ = ["ConversationRecord", "MemoryRunStore", "RunSignal", "RunStore", "StoredRun"]

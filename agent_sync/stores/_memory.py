@@ -1,0 +1,284 @@
+""":class:`MemoryRunStore`: the run store of one process (tests, single-process apps).
+
+The reference implementation of :mod:`agent_sync.stores._protocol`: one lock guards every
+structure, one condition wakes ``wait_signals``. States and messages are kept as their JSON
+text (the shared codec of :mod:`._rules`), so a caller's later changes to what it committed
+never reach the store, exactly as with the stores that serialise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
+
+from .._prompt import content_blocks
+from ..errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
+from ..messages import ContentBlock
+from ..run._state import RunSnapshot, RunState, RunStatus
+from ._protocol import ConversationRecord, RunSignal, StoredRun
+from ._rules import (
+    FINAL_STATUSES,
+    abandoned,
+    cancelled_while_paused,
+    decode_messages,
+    decode_state,
+    encode_messages,
+    encode_state,
+    snapshot_of,
+)
+
+__all__ = ["MemoryRunStore"]
+
+
+@dataclass
+class _Run:
+    conversation_id: str
+    state: str  # encode_state(...)
+    version: int
+    owner: str | None
+    lease_expires_at: float | None
+    lease_s: float
+    started_at: float
+    updated_at: float
+    ended_at: float | None = None
+    signals: list[RunSignal] = field(default_factory=list)
+
+
+@dataclass
+class _Conversation:
+    log: list[str] = field(default_factory=list)  # encode_messages(...)
+    current: str | None = None  # run id of the running or paused run
+
+
+class MemoryRunStore:
+    """A :class:`~agent_sync.stores.RunStore` in this process's memory. Thread-safe.
+
+    Args:
+        clock: Epoch seconds (``time.time``); tests pass their own to expire leases.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] | None = None) -> None:
+        self._clock = clock or time.time
+        self._lock = threading.Lock()
+        self._signalled = threading.Condition(self._lock)
+        self._conversations: dict[str, _Conversation] = {}
+        self._runs: dict[str, _Run] = {}
+
+    # -- conversations and runs --
+
+    def load(self, conversation_id: str) -> ConversationRecord:
+        with self._lock:
+            conversation = self._conversations.get(conversation_id)
+            if conversation is None:
+                return ConversationRecord(conversation_id=conversation_id, messages=(), run=None)
+            self._expire(conversation_id)
+            run_id = conversation.current
+            stored = self._stored(run_id) if run_id is not None else None
+            messages = tuple(decode_messages(conversation.log))
+        return ConversationRecord(conversation_id=conversation_id, messages=messages, run=stored)
+
+    def begin(
+        self,
+        conversation_id: str,
+        state: RunState,
+        *,
+        owner: str,
+        lease_s: float,
+        expected_length: int,
+    ) -> int:
+        now = self._now()
+        with self._lock:
+            conversation = self._conversations.setdefault(conversation_id, _Conversation())
+            self._expire(conversation_id)
+            if conversation.current is not None:
+                current = self._runs[conversation.current]
+                if decode_state(current.state).status == "paused":
+                    raise PendingApprovalError(
+                        f"conversation {conversation_id!r} has a run waiting for approval"
+                    )
+                raise ConcurrentInvocationError(
+                    f"conversation {conversation_id!r} is running in another worker"
+                )
+            if len(conversation.log) != expected_length:
+                raise RunConflictError(
+                    f"conversation {conversation_id!r} has {len(conversation.log)} messages, "
+                    f"expected {expected_length}: it moved on since it was loaded"
+                )
+            if state.run_id in self._runs:
+                raise RunConflictError(f"run {state.run_id!r} exists already")
+            self._runs[state.run_id] = _Run(
+                conversation_id=conversation_id,
+                state=encode_state(state),
+                version=1,
+                owner=owner,
+                lease_expires_at=now + lease_s,
+                lease_s=lease_s,
+                started_at=now,
+                updated_at=now,
+            )
+            conversation.current = state.run_id
+            return 1
+
+    def commit(self, state: RunState, *, owner: str, version: int) -> int:
+        now = self._now()
+        with self._lock:
+            run = self._runs.get(state.run_id)
+            if run is None:
+                raise RunConflictError(f"unknown run {state.run_id!r}")
+            current = decode_state(run.state)
+            if current.status in FINAL_STATUSES:
+                raise RunConflictError(f"run {state.run_id!r} is over ({current.status})")
+            if run.version != version or run.owner != owner:
+                raise RunConflictError(
+                    f"run {state.run_id!r} is at version {run.version} run by another owner "
+                    f"or moved on (this commit expected version {version})"
+                )
+            self._write(run, state, now)
+            if state.status == "running":
+                run.lease_expires_at = now + run.lease_s  # a commit is a sign of life
+            return run.version
+
+    def claim(self, run_id: str, *, owner: str, lease_s: float, version: int) -> int:
+        now = self._now()
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or run.version != version:
+                raise RunConflictError(f"run {run_id!r} is not at version {version}")
+            state = decode_state(run.state)
+            if state.status != "paused":
+                raise RunConflictError(f"run {run_id!r} is {state.status}, not paused")
+            run.version += 1
+            run.owner = owner
+            run.lease_s = lease_s
+            run.lease_expires_at = now + lease_s
+            run.updated_at = now
+            run.state = encode_state(_with_status(state, "running"))
+            return run.version
+
+    def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
+        now = self._now()
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or run.owner != owner or run.ended_at is not None:
+                return False
+            if decode_state(run.state).status != "running":
+                return False
+            run.lease_s = lease_s
+            run.lease_expires_at = now + lease_s
+            return True
+
+    def get(self, run_id: str) -> RunSnapshot | None:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                return None
+            self._expire(run.conversation_id)
+            return snapshot_of(
+                decode_state(run.state), started_at=run.started_at, updated_at=run.updated_at
+            )
+
+    # -- signals --
+
+    def cancel(self, run_id: str, reason: str | None = None) -> bool:
+        now = self._now()
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                return False
+            self._expire(run.conversation_id)
+            state = decode_state(run.state)
+            if state.status == "paused":
+                self._write(run, cancelled_while_paused(state, reason), now)
+                return True
+            if state.status != "running":
+                return False
+            run.signals.append(RunSignal(run_id=run_id, kind="cancel", reason=reason))
+            self._signalled.notify_all()
+            return True
+
+    def inject(self, run_id: str, content: Sequence[ContentBlock] | str) -> None:
+        blocks = tuple(content_blocks(content, what="injected input"))  # checked at the edge
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or decode_state(run.state).status != "running":
+                raise UsageError(f"run {run_id!r} is not running: nothing can be injected")
+            run.signals.append(RunSignal(run_id=run_id, kind="inject", content=blocks))
+            self._signalled.notify_all()
+
+    def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._lock:
+            while True:
+                taken: list[RunSignal] = []
+                for run_id in run_ids:
+                    run = self._runs.get(run_id)
+                    if run is not None and run.signals:
+                        taken.extend(run.signals)
+                        run.signals.clear()
+                remaining = deadline - time.monotonic()
+                if taken or remaining <= 0:
+                    return taken
+                self._signalled.wait(remaining)
+
+    def prune(self, *, older_than: float) -> int:
+        cutoff = self._now() - older_than
+        with self._lock:
+            old = [
+                run_id
+                for run_id, run in self._runs.items()
+                if run.ended_at is not None and run.ended_at <= cutoff
+            ]
+            for run_id in old:
+                del self._runs[run_id]
+            return len(old)
+
+    # -- inside the lock --
+
+    def _now(self) -> float:
+        return float(self._clock())
+
+    def _stored(self, run_id: str) -> StoredRun:
+        run = self._runs[run_id]
+        return StoredRun(
+            state=decode_state(run.state),
+            version=run.version,
+            owner=run.owner,
+            lease_expires_at=run.lease_expires_at,
+            conversation_id=run.conversation_id,
+        )
+
+    def _write(self, run: _Run, state: RunState, now: float) -> None:
+        """Store ``state`` (bump the version); a final state goes into the log."""
+        run.version += 1
+        run.updated_at = now
+        run.state = encode_state(state)
+        if state.status == "paused":
+            run.owner = None
+            run.lease_expires_at = None
+        elif state.status in FINAL_STATUSES:
+            conversation = self._conversations[run.conversation_id]
+            del conversation.log[state.history_start :]
+            conversation.log.extend(encode_messages(state.messages))
+            conversation.current = None
+            run.owner = None
+            run.lease_expires_at = None
+            run.ended_at = now
+            run.signals.clear()
+
+    def _expire(self, conversation_id: str) -> None:
+        """Fail the conversation's running run if its owner's lease ran out."""
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None or conversation.current is None:
+            return
+        run = self._runs[conversation.current]
+        if run.lease_expires_at is None or run.lease_expires_at > self._now():
+            return
+        state = decode_state(run.state)
+        if state.status == "running":
+            self._write(run, abandoned(state), self._now())
+
+
+def _with_status(state: RunState, status: RunStatus) -> RunState:
+    return replace(state, status=status)

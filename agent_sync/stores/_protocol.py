@@ -1,0 +1,178 @@
+"""The :class:`RunStore` protocol: where conversations and runs live between processes.
+
+A store keeps, per conversation, its **log** (the finished messages) and at most one
+**current run** (running or paused), and per run its latest :class:`~agent_sync.RunState`
+with a version. Every change is a compare-and-set on that version (or, for ``begin``, on the
+conversation having no live run and the expected log length), so two processes racing never
+both win: the loser gets :class:`~agent_sync.errors.RunConflictError` (or
+``ConcurrentInvocationError`` / ``PendingApprovalError`` for ``begin``) and nothing changed.
+
+Lifecycle of a run, as the agent drives it (``owner`` is an opaque token naming the process
+and thread that runs it)::
+
+    begin(conversation_id, state, owner, lease_s, expected_length) -> version 1 (running)
+    commit(state, owner, version) -> version + 1      # at step boundaries; renews the lease
+    renew(run_id, owner, lease_s)                     # from the owner's watcher, lease_s / 3
+    commit(state with status paused) -> owner cleared # the pause is stored before it is told
+    claim(run_id, owner, lease_s, version)            # resume: paused -> running, one winner
+    commit(state with a final status)                 # writes log[history_start:] = messages
+                                                      # and ends the conversation's run
+
+Rules every store follows (:mod:`agent_sync.stores._rules` holds the shared parts, and
+:mod:`agent_sync.testing.run_store_contract` tests them):
+
+* **Append, not rewrite.** A final commit writes only ``state.messages`` over the log from
+  ``state.history_start`` (the run may have extended the log's last user message), so the
+  cost of ending a turn does not grow with the conversation.
+* **Leases.** A running run whose lease expired (its owner died) is *failed* by whoever next
+  reads it (``load``, ``get``, ``begin``): its in-flight tool calls are answered with an
+  error result saying "worker stopped; effect unknown", the turn is closed, the messages are
+  written to the log, and the conversation is usable again.
+* **Signals.** ``cancel`` and ``inject`` on a running run are queued for its owner, who takes
+  them with ``wait_signals`` (each delivered once, in order). ``cancel`` on a paused run
+  cancels it at once (pending calls answered "Cancelled by user", turn closed, written).
+* **Fail closed.** A store that cannot be reached raises
+  :class:`~agent_sync.errors.StoreUnavailableError` and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from ..messages import ContentBlock, Message
+from ..run._state import RunSnapshot, RunState
+
+__all__ = ["ConversationRecord", "RunSignal", "RunStore", "StoredRun"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredRun:
+    """A run as a store holds it."""
+
+    state: RunState
+    """The latest committed state."""
+    version: int
+    """Bumped by every change; the compare-and-set key."""
+    owner: str | None
+    """Who runs it (``None`` once it is paused or over)."""
+    lease_expires_at: float | None
+    """Epoch seconds after which a running run counts as abandoned."""
+    conversation_id: str
+    """The conversation it belongs to."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationRecord:
+    """A conversation as :meth:`RunStore.load` returns it."""
+
+    conversation_id: str
+    """The conversation."""
+    messages: tuple[Message, ...]
+    """The log: every finished message, in order."""
+    run: StoredRun | None
+    """The conversation's current run (running or paused), or ``None``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSignal:
+    """Something another process asked of a running run."""
+
+    run_id: str
+    """The run."""
+    kind: Literal["cancel", "inject"]
+    """What is asked."""
+    reason: str | None = None
+    """For ``cancel``: the reason."""
+    content: tuple[ContentBlock, ...] = ()
+    """For ``inject``: the blocks (already validated)."""
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Where conversations and runs live; see the module docstring for the rules.
+
+    Every method is thread-safe and may be called from any process sharing the store.
+    Every method may raise :class:`~agent_sync.errors.StoreUnavailableError`.
+    """
+
+    def load(self, conversation_id: str) -> ConversationRecord:
+        """The conversation's log and current run (an unknown id: empty, no run).
+
+        A current run whose lease expired is failed first (see the module rules).
+        """
+        ...
+
+    def begin(
+        self,
+        conversation_id: str,
+        state: RunState,
+        *,
+        owner: str,
+        lease_s: float,
+        expected_length: int,
+    ) -> int:
+        """Record ``state`` as the conversation's running run; return its version (1).
+
+        Raises:
+            ConcurrentInvocationError: The conversation has a running run with a live lease.
+            PendingApprovalError: The conversation has a paused run.
+            RunConflictError: The log's length is not ``expected_length`` (it moved on since
+                it was loaded), or ``state.run_id`` exists already.
+        """
+        ...
+
+    def commit(self, state: RunState, *, owner: str, version: int) -> int:
+        """Store ``state`` if the run is at ``version`` and run by ``owner``; return the new
+        version. A running commit renews the lease; a paused one clears the owner; a final
+        one (``done``/``cancelled``/``failed``) writes the log and ends the run.
+
+        Raises:
+            RunConflictError: Another version, another owner, or the run is over.
+        """
+        ...
+
+    def claim(self, run_id: str, *, owner: str, lease_s: float, version: int) -> int:
+        """Take a paused run (at ``version``) to resume it: it becomes running, owned by
+        ``owner``. Return the new version.
+
+        Raises:
+            RunConflictError: It is not paused at ``version`` (someone resumed or cancelled it).
+        """
+        ...
+
+    def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
+        """Extend the lease of a run ``owner`` runs; ``False`` if it is not (any more)."""
+        ...
+
+    def get(self, run_id: str) -> RunSnapshot | None:
+        """The run's snapshot from its last commit (``None``: unknown run)."""
+        ...
+
+    def cancel(self, run_id: str, reason: str | None = None) -> bool:
+        """Cancel a running (signal its owner) or paused (at once) run.
+
+        Returns:
+            ``True`` if the run was running or paused.
+        """
+        ...
+
+    def inject(self, run_id: str, content: Sequence[ContentBlock] | str) -> None:
+        """Queue input (text or content blocks) for a running run's owner.
+
+        Raises:
+            UsageError: Invalid content (checked with ``agent_sync._prompt.content_blocks``,
+                the rule of ``run.inject``), or the run is not running.
+        """
+        ...
+
+    def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
+        """Take the signals queued for these runs, waiting up to ``timeout`` seconds for
+        the first. Each signal is returned once, in the order it was queued."""
+        ...
+
+    def prune(self, *, older_than: float) -> int:
+        """Delete finished runs (and their signals) that ended more than ``older_than``
+        seconds ago; return how many. Conversation logs are kept."""
+        ...

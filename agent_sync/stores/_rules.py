@@ -1,0 +1,143 @@
+"""The parts of the store rules that do not depend on the storage: written once, used by
+every store (memory, SQLite, Redis) so that they cannot drift.
+
+* :func:`abandoned` and :func:`cancelled_while_paused`: the state a store writes when a
+  run's owner died (lease expired) or a paused run is cancelled;
+* :func:`encode_state` / :func:`decode_state` and :func:`encode_messages` /
+  :func:`decode_messages`: the one JSON form of states and log messages (``bytes`` kept);
+* :func:`snapshot_of`: what ``store.get`` returns;
+* :data:`FINAL_STATUSES`, :data:`WORKER_STOPPED_TEXT`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..errors import UsageError
+from ..messages import CANCELLED_TEXT, ContentBlock, Message
+from ..run._history import add_user_blocks, close_turn
+from ..run._state import RunSnapshot, RunState, _decode, _encode
+from ..tools._results import error_result
+
+__all__ = [
+    "FINAL_STATUSES",
+    "WORKER_STOPPED_TEXT",
+    "abandoned",
+    "cancelled_while_paused",
+    "decode_messages",
+    "decode_state",
+    "encode_messages",
+    "encode_state",
+    "snapshot_of",
+]
+
+FINAL_STATUSES = frozenset({"done", "cancelled", "failed"})
+"""A run in one of these is over: its messages are in the log."""
+
+WORKER_STOPPED_TEXT = "The worker running this call stopped; effect unknown."
+"""The error result of a tool call whose owner died (its lease expired) mid-run."""
+
+
+def abandoned(state: RunState) -> RunState:
+    """The failed state of a run whose owner died: every pending call answered with
+    :data:`WORKER_STOPPED_TEXT`, queued input kept, history valid (it ends with the user's
+    message, as after a model error, so the conversation can go on)."""
+    messages = [_copy(message) for message in state.messages]
+    _answer_pending(messages, WORKER_STOPPED_TEXT)
+    add_user_blocks(messages, _queued(state))
+    return replace(
+        state,
+        status="failed",
+        next_step=None,
+        messages=tuple(messages),
+        pending_tool_uses=(),
+        queued_inputs=(),
+        approvals=(),
+        invalid_tool_inputs={},
+        stop_reason=None,
+    )
+
+
+def cancelled_while_paused(state: RunState, reason: str | None) -> RunState:
+    """A paused run cancelled: pending calls answered "Cancelled by user", queued input
+    written, a closing assistant message (DESIGN.md section 3)."""
+    messages = [_copy(message) for message in state.messages]
+    add_user_blocks(messages, _queued(state))
+    close_turn(messages, CANCELLED_TEXT)
+    return replace(
+        state,
+        status="cancelled",
+        next_step=None,
+        messages=tuple(messages),
+        pending_tool_uses=(),
+        queued_inputs=(),
+        approvals=(),
+        invalid_tool_inputs={},
+        stop_reason="cancelled",
+        cancel_reason=reason,
+    )
+
+
+def snapshot_of(state: RunState, *, started_at: float, updated_at: float) -> RunSnapshot:
+    """``store.get``: the run as of its last commit (phase ``idle``: a store does not know
+    what the owner is doing between commits)."""
+    pending = tuple(tool_use["toolUseId"] for tool_use in state.pending_tool_uses)
+    return RunSnapshot(
+        run_id=state.run_id,
+        status=state.status,
+        phase="idle",
+        cycle=state.cycle,
+        pending_tool_ids=pending if state.status in ("running", "paused") else (),
+        queued_inputs=state.queued_inputs,
+        usage=state.usage,
+        elapsed_s=max(0.0, updated_at - started_at),
+    )
+
+
+def encode_state(state: RunState) -> str:
+    """The one JSON text of a state (what every store writes)."""
+    return json.dumps(state.to_dict(), separators=(",", ":"), allow_nan=False)
+
+
+def decode_state(text: str | bytes) -> RunState:
+    """The state :func:`encode_state` wrote.
+
+    Raises:
+        UsageError: The text is not a state this version reads.
+    """
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"a stored run state is not JSON ({exc})") from exc
+    return RunState.from_dict(data)
+
+
+def encode_messages(messages: Sequence[Message]) -> list[str]:
+    """Each message as its JSON text (``bytes`` kept as base64)."""
+    return [json.dumps(_encode(message), separators=(",", ":")) for message in messages]
+
+
+def decode_messages(texts: Sequence[str | bytes]) -> list[Message]:
+    """The messages :func:`encode_messages` wrote."""
+    return [_decode(json.loads(text)) for text in texts]
+
+
+def _answer_pending(messages: list[Message], text: str) -> None:
+    if not messages or messages[-1]["role"] != "assistant":
+        return
+    pending = [b["toolUse"]["toolUseId"] for b in messages[-1]["content"] if "toolUse" in b]
+    if pending:
+        results: list[ContentBlock] = [{"toolResult": error_result(i, text)} for i in pending]
+        messages.append({"role": "user", "content": results})
+
+
+def _queued(state: RunState) -> list[ContentBlock]:
+    return [block for blocks in state.queued_inputs for block in blocks]
+
+
+def _copy(message: Message) -> Message:
+    copied: Any = _decode(_encode(message))
+    return copied  # type: ignore[no-any-return]

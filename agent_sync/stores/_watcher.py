@@ -1,0 +1,118 @@
+"""One watcher thread per store per process: renews the leases of the runs this process
+owns and delivers the signals other processes send them (cancel, inject).
+
+A run registers its driver when it begins (or claims) a stored run and unregisters when it
+ends. The thread loops on ``store.wait_signals(owned, timeout)``: the store blocks as it can
+(a condition, pub/sub, or a short poll), so an idle process costs little. The timeout is at
+most :data:`TICK_S`, which bounds how late a newly registered run is first watched and how
+often leases are checked; each lease is renewed every third of its length.
+A signal for a run that has just ended is dropped (its driver is gone, nothing to stop).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Protocol
+
+from ._protocol import RunSignal, RunStore
+
+__all__ = ["TICK_S", "Watched", "watch"]
+
+logger = logging.getLogger(__name__)
+
+TICK_S = 0.05
+"""Longest wait between two looks at the registrations and leases."""
+
+
+class Watched(Protocol):
+    """What the watcher needs of a run (the run driver)."""
+
+    def cancel(self, reason: str | None = None) -> bool: ...
+
+    def inject(self, content: object) -> None: ...
+
+
+@dataclass
+class _Entry:
+    run: Watched
+    owner: str
+    lease_s: float
+    renew_at: float
+
+
+class _Watcher:
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+        self._thread: threading.Thread | None = None
+
+    def add(self, run_id: str, run: Watched, *, owner: str, lease_s: float) -> None:
+        with self._lock:
+            self._entries[run_id] = _Entry(run, owner, lease_s, time.monotonic() + lease_s / 3)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="agent_sync-store-watcher", daemon=True
+                )
+                self._thread.start()
+
+    def remove(self, run_id: str) -> None:
+        with self._lock:
+            self._entries.pop(run_id, None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._entries:
+                    self._thread = None
+                    return
+                owned = list(self._entries)
+            try:
+                signals = self._store.wait_signals(owned, TICK_S)
+            except Exception:  # a store hiccup must not kill the watcher
+                logger.warning("store watcher: wait_signals failed", exc_info=True)
+                signals = []
+            for signal in signals:
+                self._deliver(signal)
+            self._renew()
+
+    def _deliver(self, signal: RunSignal) -> None:
+        with self._lock:
+            entry = self._entries.get(signal.run_id)
+        if entry is None:
+            return
+        try:
+            if signal.kind == "cancel":
+                entry.run.cancel(signal.reason)
+            else:
+                entry.run.inject(list(signal.content))
+        except Exception:  # e.g. inject into a run that ended meanwhile
+            logger.debug("run_id=<%s> | signal not applied", signal.run_id, exc_info=True)
+
+    def _renew(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [(run_id, e) for run_id, e in self._entries.items() if e.renew_at <= now]
+        for run_id, entry in due:
+            entry.renew_at = now + entry.lease_s / 3
+            try:
+                self._store.renew(run_id, owner=entry.owner, lease_s=entry.lease_s)
+            except Exception:
+                logger.warning("run_id=<%s> | lease renewal failed", run_id, exc_info=True)
+
+
+_watchers: weakref.WeakKeyDictionary[object, _Watcher] = weakref.WeakKeyDictionary()
+_watchers_lock = threading.Lock()
+
+
+def watch(store: RunStore) -> _Watcher:
+    """The watcher of ``store`` in this process (one per store object)."""
+    with _watchers_lock:
+        watcher = _watchers.get(store)
+        if watcher is None:
+            watcher = _watchers[store] = _Watcher(store)
+        return watcher

@@ -1,0 +1,392 @@
+"""The run store contract suite: every :class:`~agent_sync.stores.RunStore` passes it.
+
+Subclass :class:`RunStoreContract` in a pytest module and override :meth:`make_store`
+(a fresh, empty store per call); a store that works across processes also overrides
+:meth:`process_factory`::
+
+    from agent_sync.stores import MemoryRunStore
+    from agent_sync.testing.run_store_contract import RunStoreContract
+
+    class TestMemoryStore(RunStoreContract):
+        def make_store(self):
+            return MemoryRunStore()
+
+Every test builds its states with :func:`make_state`, so the suite needs nothing but the
+store. Lease tests wait for a short lease (``LEASE_S``) to pass: that is the behaviour under
+test, bounded by the test's timeout.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from ..errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
+from ..messages import ContentBlock, Message
+from ..run._state import RunState
+from ..stores._protocol import RunStore
+from ..stores._rules import WORKER_STOPPED_TEXT
+
+__all__ = ["LEASE_S", "RunStoreContract", "make_state"]
+
+LEASE_S = 0.3
+"""The short lease the expiry tests use."""
+
+OWNER = "owner-a"
+OTHER = "owner-b"
+
+
+def make_state(
+    *,
+    run_id: str | None = None,
+    status: str = "running",
+    history_start: int = 0,
+    messages: tuple[Message, ...] | None = None,
+    next_step: str | None = "model",
+    **fields: Any,
+) -> RunState:
+    """A run state for the contract tests (a user prompt, by default)."""
+    return RunState(
+        run_id=run_id or f"run_{uuid.uuid4().hex}",
+        status=status,  # type: ignore[arg-type]
+        next_step=next_step,  # type: ignore[arg-type]
+        cycle=0,
+        messages=messages
+        if messages is not None
+        else ({"role": "user", "content": [{"text": "hi"}]},),
+        history_start=history_start,
+        **fields,
+    )
+
+
+def _asking(tool_use_id: str = "t1") -> tuple[Message, Message]:
+    return (
+        {"role": "user", "content": [{"text": "delete it"}]},
+        {
+            "role": "assistant",
+            "content": [{"toolUse": {"toolUseId": tool_use_id, "name": "rm", "input": {}}}],
+        },
+    )
+
+
+def _answered(state: RunState, text: str = "done") -> RunState:
+    answer: Message = {"role": "assistant", "content": [{"text": text}]}
+    messages = (*state.messages, answer)
+    return replace(state, status="done", next_step=None, messages=messages, stop_reason="end_turn")
+
+
+def _wait_past(deadline: float) -> None:
+    """Let wall-clock time pass ``deadline`` (a lease is time; this is what is tested)."""
+    pause = threading.Event()
+    while time.time() <= deadline:
+        pause.wait(max(0.0, deadline - time.time()) + 0.01)
+
+
+def _begin_in_child(
+    factory: Callable[[], RunStore], conversation_id: str, go: Any, out: Any
+) -> None:
+    store = factory()
+    state = make_state()
+    go.wait(30)
+    try:
+        store.begin(
+            conversation_id, state, owner=f"pid-{uuid.uuid4().hex}", lease_s=30, expected_length=0
+        )
+        out.put("won")
+    except ConcurrentInvocationError:
+        out.put("busy")
+    except BaseException as exc:  # reported to the parent
+        out.put(f"error: {type(exc).__name__}: {exc}")
+
+
+class RunStoreContract:
+    """Inherit it; override :meth:`make_store` (and :meth:`process_factory`)."""
+
+    def make_store(self) -> RunStore:
+        """A fresh, empty store."""
+        raise NotImplementedError("override make_store() in your subclass")
+
+    def process_factory(self) -> Callable[[], RunStore] | None:
+        """A picklable, top-level callable that builds a store on the same data as the
+        last :meth:`make_store`, in another process; ``None`` (the default): the store
+        lives in one process and the cross-process tests are skipped."""
+        return None
+
+    @pytest.fixture
+    def store(self) -> RunStore:
+        return self.make_store()
+
+    # -- conversations and runs --
+
+    def test_an_unknown_conversation_is_empty(self, store: RunStore) -> None:
+        record = store.load("nobody")
+        assert record.messages == () and record.run is None
+        assert store.get("run_unknown") is None
+        assert store.cancel("run_unknown") is False
+
+    def test_begin_records_a_running_run(self, store: RunStore) -> None:
+        state = make_state()
+        assert store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0) == 1
+        record = store.load("c1")
+        assert record.run is not None and record.run.state == state
+        assert (record.run.version, record.run.owner) == (1, OWNER)
+        snap = store.get(state.run_id)
+        assert snap is not None and snap.status == "running" and snap.run_id == state.run_id
+
+    def test_a_second_begin_is_refused_and_changes_nothing(self, store: RunStore) -> None:
+        first = make_state()
+        store.begin("c1", first, owner=OWNER, lease_s=30, expected_length=0)
+        with pytest.raises(ConcurrentInvocationError):
+            store.begin("c1", make_state(), owner=OTHER, lease_s=30, expected_length=0)
+        record = store.load("c1")
+        assert record.run is not None and record.run.state.run_id == first.run_id
+        assert store.begin("c2", make_state(), owner=OTHER, lease_s=30, expected_length=0) == 1
+
+    def test_begin_on_a_stale_length_is_a_conflict(self, store: RunStore) -> None:
+        with pytest.raises(RunConflictError):
+            store.begin("c1", make_state(), owner=OWNER, lease_s=30, expected_length=3)
+        assert store.load("c1").run is None
+
+    def test_commits_are_compare_and_set(self, store: RunStore) -> None:
+        state = make_state()
+        version = store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        moved = replace(state, cycle=1)
+        version2 = store.commit(moved, owner=OWNER, version=version)
+        assert version2 > version
+        with pytest.raises(RunConflictError):
+            store.commit(replace(state, cycle=2), owner=OWNER, version=version)  # stale
+        with pytest.raises(RunConflictError):
+            store.commit(replace(state, cycle=2), owner=OTHER, version=version2)  # not its run
+        record = store.load("c1")
+        assert record.run is not None and record.run.state.cycle == 1
+
+    def test_a_final_commit_writes_the_log_and_frees_the_conversation(
+        self, store: RunStore
+    ) -> None:
+        state = make_state()
+        version = store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        done = _answered(state)
+        store.commit(done, owner=OWNER, version=version)
+        record = store.load("c1")
+        assert record.run is None and list(record.messages) == list(done.messages)
+        snap = store.get(state.run_id)
+        assert snap is not None and snap.status == "done"
+        with pytest.raises(RunConflictError):
+            store.commit(done, owner=OWNER, version=version + 1)  # over
+        second = make_state(
+            history_start=2,
+            messages=({"role": "user", "content": [{"text": "again"}]},),
+        )
+        version = store.begin("c1", second, owner=OWNER, lease_s=30, expected_length=2)
+        store.commit(_answered(second, "again done"), owner=OWNER, version=version)
+        texts = [m["content"][0]["text"] for m in store.load("c1").messages]
+        assert texts == ["hi", "done", "again", "again done"]
+
+    def test_a_run_may_rewrite_the_last_user_message_of_the_log(self, store: RunStore) -> None:
+        failed = make_state()
+        version = store.begin("c1", failed, owner=OWNER, lease_s=30, expected_length=0)
+        store.commit(replace(failed, status="failed", next_step=None), owner=OWNER, version=version)
+        assert len(store.load("c1").messages) == 1  # ends with the user's message
+        extended = make_state(
+            history_start=0,
+            messages=({"role": "user", "content": [{"text": "hi"}, {"text": "and more"}]},),
+        )
+        version = store.begin("c1", extended, owner=OWNER, lease_s=30, expected_length=1)
+        store.commit(_answered(extended), owner=OWNER, version=version)
+        messages = store.load("c1").messages
+        assert len(messages) == 2 and messages[0]["content"][1] == {"text": "and more"}
+
+    def test_bytes_survive(self, store: RunStore) -> None:
+        image: ContentBlock = {"image": {"format": "png", "source": {"bytes": b"\x89PNG\x00\xff"}}}
+        state = make_state(messages=({"role": "user", "content": [{"text": "look"}, image]},))
+        version = store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        store.commit(_answered(state), owner=OWNER, version=version)
+        assert store.load("c1").messages[0]["content"][1] == image
+
+    # -- pause, resume, cancel --
+
+    def _paused(self, store: RunStore) -> tuple[RunState, int]:
+        state = make_state(messages=_asking())
+        version = store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        paused = replace(state, status="paused", next_step="tools", cycle=1)
+        return paused, store.commit(paused, owner=OWNER, version=version)
+
+    def test_a_paused_run_blocks_begin_and_has_no_owner(self, store: RunStore) -> None:
+        paused, _ = self._paused(store)
+        with pytest.raises(PendingApprovalError):
+            store.begin("c1", make_state(), owner=OTHER, lease_s=30, expected_length=0)
+        record = store.load("c1")
+        assert record.run is not None and record.run.owner is None
+        assert record.run.state.status == "paused"
+
+    def test_one_claim_wins(self, store: RunStore) -> None:
+        paused, version = self._paused(store)
+        claimed = store.claim(paused.run_id, owner=OTHER, lease_s=30, version=version)
+        assert claimed > version
+        with pytest.raises(RunConflictError):
+            store.claim(paused.run_id, owner=OWNER, lease_s=30, version=version)
+        record = store.load("c1")
+        assert record.run is not None and record.run.owner == OTHER
+        assert record.run.state.status == "running"
+
+    def test_claims_racing_from_threads_have_one_winner(self, store: RunStore) -> None:
+        paused, version = self._paused(store)
+        barrier = threading.Barrier(8)
+        wins: list[str] = []
+
+        def claim(owner: str) -> None:
+            barrier.wait(10)
+            try:
+                store.claim(paused.run_id, owner=owner, lease_s=30, version=version)
+                wins.append(owner)
+            except RunConflictError:
+                pass
+
+        threads = [threading.Thread(target=claim, args=(f"o{n}",)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert len(wins) == 1
+
+    def test_cancelling_a_paused_run_closes_it_at_once(self, store: RunStore) -> None:
+        paused, _ = self._paused(store)
+        assert store.cancel(paused.run_id, "no") is True
+        record = store.load("c1")
+        assert record.run is None
+        roles = [m["role"] for m in record.messages]
+        assert roles == ["user", "assistant", "user", "assistant"]
+        result = record.messages[2]["content"][0]["toolResult"]
+        assert result["status"] == "error" and result["toolUseId"] == "t1"
+        snap = store.get(paused.run_id)
+        assert snap is not None and snap.status == "cancelled"
+        assert store.cancel(paused.run_id) is False
+
+    # -- signals --
+
+    def test_cancel_and_inject_reach_the_owner_once_in_order(self, store: RunStore) -> None:
+        state = make_state()
+        store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        store.inject(state.run_id, [{"text": "one"}])
+        assert store.cancel(state.run_id, "stop") is True
+        store.inject(state.run_id, [{"text": "two"}])
+        signals = store.wait_signals([state.run_id], timeout=5)
+        while len(signals) < 3:
+            more = store.wait_signals([state.run_id], timeout=5)
+            assert more, signals
+            signals += more
+        assert [s.kind for s in signals] == ["inject", "cancel", "inject"]
+        assert signals[0].content == ({"text": "one"},) and signals[1].reason == "stop"
+        assert store.wait_signals([state.run_id], timeout=0) == []
+
+    def test_wait_signals_wakes_when_a_signal_arrives(self, store: RunStore) -> None:
+        state = make_state()
+        store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        got: list[Any] = []
+        waiting = threading.Thread(
+            target=lambda: got.extend(store.wait_signals([state.run_id], timeout=20))
+        )
+        waiting.start()
+        store.cancel(state.run_id, "now")
+        waiting.join(25)
+        assert not waiting.is_alive() and [s.kind for s in got] == ["cancel"]
+
+    def test_inject_needs_a_running_run(self, store: RunStore) -> None:
+        paused, _ = self._paused(store)
+        with pytest.raises(UsageError):
+            store.inject(paused.run_id, [{"text": "x"}])
+        with pytest.raises(UsageError):
+            store.inject("run_unknown", [{"text": "x"}])
+
+    # -- leases --
+
+    @pytest.mark.timeout(30)
+    def test_an_expired_lease_fails_the_run_and_frees_the_conversation(
+        self, store: RunStore
+    ) -> None:
+        state = make_state(messages=_asking(), next_step="tools")
+        store.begin("c1", state, owner=OWNER, lease_s=LEASE_S, expected_length=0)
+        _wait_past(time.time() + LEASE_S)
+        record = store.load("c1")
+        assert record.run is None
+        answer = record.messages[2]["content"][0]["toolResult"]
+        assert answer["status"] == "error"
+        assert WORKER_STOPPED_TEXT in answer["content"][0]["text"]
+        snap = store.get(state.run_id)
+        assert snap is not None and snap.status == "failed"
+        with pytest.raises(RunConflictError):
+            store.commit(replace(state, cycle=1), owner=OWNER, version=1)
+        assert store.begin(
+            "c1", make_state(history_start=3), owner=OTHER, lease_s=30, expected_length=3
+        )
+
+    @pytest.mark.timeout(30)
+    def test_renew_keeps_a_run_alive(self, store: RunStore) -> None:
+        state = make_state()
+        store.begin("c1", state, owner=OWNER, lease_s=LEASE_S, expected_length=0)
+        assert store.renew(state.run_id, owner=OWNER, lease_s=30) is True
+        assert store.renew(state.run_id, owner=OTHER, lease_s=30) is False
+        _wait_past(time.time() + LEASE_S)
+        record = store.load("c1")
+        assert record.run is not None and record.run.state.status == "running"
+
+    # -- housekeeping --
+
+    def test_prune_removes_finished_runs_only(self, store: RunStore) -> None:
+        done = make_state()
+        version = store.begin("c1", done, owner=OWNER, lease_s=30, expected_length=0)
+        store.commit(_answered(done), owner=OWNER, version=version)
+        running = make_state(history_start=2)
+        store.begin("c1", running, owner=OWNER, lease_s=30, expected_length=2)
+        assert store.prune(older_than=0) >= 1
+        assert store.get(done.run_id) is None
+        assert store.get(running.run_id) is not None
+        assert len(store.load("c1").messages) == 2  # the log is kept
+
+    # -- concurrency --
+
+    def test_begins_racing_from_threads_have_one_winner(self, store: RunStore) -> None:
+        barrier = threading.Barrier(8)
+        outcomes: list[str] = []
+
+        def begin() -> None:
+            barrier.wait(10)
+            try:
+                store.begin("c1", make_state(), owner=OWNER, lease_s=30, expected_length=0)
+                outcomes.append("won")
+            except ConcurrentInvocationError:
+                outcomes.append("busy")
+
+        threads = [threading.Thread(target=begin) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert sorted(outcomes) == ["busy"] * 7 + ["won"]
+
+    @pytest.mark.timeout(120)
+    def test_begins_racing_from_processes_have_one_winner(self, store: RunStore) -> None:
+        factory = self.process_factory()
+        if factory is None:
+            pytest.skip("this store lives in one process")
+        context = multiprocessing.get_context("spawn")
+        go = context.Event()
+        out = context.Queue()
+        children = [
+            context.Process(target=_begin_in_child, args=(factory, "race", go, out))
+            for _ in range(4)
+        ]
+        for child in children:
+            child.start()
+        go.set()
+        outcomes = sorted(out.get(timeout=60) for _ in children)
+        for child in children:
+            child.join(30)
+        assert outcomes == ["busy", "busy", "busy", "won"], outcomes

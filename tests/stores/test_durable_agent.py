@@ -1,0 +1,162 @@
+"""Agents on a store: one history for every worker, one run at a time per conversation,
+cancel, inject and resume from anywhere. Workers here are agents in other threads sharing
+one MemoryRunStore; the SQLite and Redis tests repeat the cross-process parts with real
+processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent_sync import Agent, Approve, UsageError, tool, validate_history
+from agent_sync.errors import (
+    ConcurrentInvocationError,
+    ModelError,
+    PendingApprovalError,
+    RunConflictError,
+)
+from agent_sync.messages import CANCELLED_TEXT
+from agent_sync.stores import MemoryRunStore, RunStore
+from agent_sync.testing import ScriptedModel
+from tests.fixtures.doubles import BackgroundInvoke, texts
+from tests.run._gates import Gate, gate_call
+
+
+def _agent(store: RunStore, *turns: Any, tools: list[Any] | None = None, **kw: Any) -> Agent:
+    return Agent(
+        ScriptedModel(list(turns)), tools=tools or [], store=store, conversation_id="c1", **kw
+    )
+
+
+def test_every_worker_sees_and_extends_the_same_history() -> None:
+    store = MemoryRunStore()
+    first = _agent(store, "hello from A", "A again")
+    first.invoke("one")
+    second = _agent(store, "hello from B")
+    assert [texts(m) for m in second.messages] == [["one"], ["hello from A"]]
+    second.invoke("two")
+    first.invoke("three")  # refreshed from the store before it runs
+    assert [texts(m)[0] for m in first.messages] == [
+        "one",
+        "hello from A",
+        "two",
+        "hello from B",
+        "three",
+        "A again",
+    ]
+    assert list(store.load("c1").messages) == first.messages
+    assert validate_history(first.messages) == []
+
+
+def test_a_second_worker_is_refused_at_once_and_changes_nothing() -> None:
+    store = MemoryRunStore()
+    gate = Gate()
+    busy = _agent(store, {"tool_calls": [gate_call()]}, "done", tools=[gate.tool])
+    call = BackgroundInvoke(busy)
+    assert gate.entered.wait(10)
+    other_model = ScriptedModel(["never"])
+    other = Agent(other_model, store=store, conversation_id="c1")
+    with pytest.raises(ConcurrentInvocationError):
+        other.invoke("me too")
+    assert other_model.calls == [] and other.messages == []
+    gate.opened.set()
+    assert call.result().stop_reason == "end_turn"
+    assert other.invoke is not None and len(store.load("c1").messages) == 4
+
+
+def test_cancel_and_inject_through_the_store_reach_the_owner() -> None:
+    store = MemoryRunStore()
+    gate = Gate(cooperative=True)
+    owner = _agent(store, {"tool_calls": [gate_call()]}, "never", tools=[gate.tool])
+    call = BackgroundInvoke(owner)
+    assert gate.entered.wait(10)
+    run = owner.active_run
+    assert run is not None
+    snap = store.get(run.run_id)
+    assert snap is not None and snap.status == "running"
+    store.inject(run.run_id, "from another worker")
+    assert store.cancel(run.run_id, "stopped elsewhere") is True
+    result = call.result()
+    assert (result.stop_reason, result.cancel_reason) == ("cancelled", "stopped elsewhere")
+    logged = list(store.load("c1").messages)
+    assert logged == owner.messages
+    assert texts(logged[-1]) == [CANCELLED_TEXT]
+    assert {"text": "from another worker"} in logged[2]["content"]
+    done = store.get(run.run_id)
+    assert done is not None and done.status == "cancelled"
+    assert validate_history(logged) == []
+
+
+def test_a_model_error_leaves_the_stored_history_ending_with_the_prompt() -> None:
+    store = MemoryRunStore()
+    agent = _agent(store, {"error": ModelError("down")}, "recovered")
+    with pytest.raises(ModelError):
+        agent.invoke("try")
+    assert [m["role"] for m in store.load("c1").messages] == ["user"]
+    assert agent.invoke().text == "recovered"  # no prompt: answer the stored one
+    assert len(store.load("c1").messages) == 2
+
+
+@tool(requires_approval=True)
+def wipe(path: str) -> str:
+    """Wipe a path.
+
+    Args:
+        path: The path.
+    """
+    return f"wiped {path}"
+
+
+ASKS = {"tool_calls": [{"name": "wipe", "input": {"path": "/data"}}]}
+
+
+def test_a_paused_run_is_resumed_by_another_worker_once() -> None:
+    store = MemoryRunStore()
+    first = _agent(store, ASKS, "wiped", tools=[wipe])
+    paused = first.invoke("wipe it")
+    assert paused.stop_reason == "paused"
+    second = _agent(store, "wiped it", tools=[wipe])
+    assert second.is_paused and second.pending_approvals == paused.approvals
+    with pytest.raises(PendingApprovalError):
+        second.invoke("something else")
+    result = second.resume({paused.approvals[0].id: Approve()})
+    assert result.run_id == paused.run_id and result.text == "wiped it"
+    with pytest.raises(RunConflictError):
+        first.resume({paused.approvals[0].id: True})
+    assert validate_history(list(store.load("c1").messages)) == []
+
+
+def test_cancel_while_paused_from_another_worker() -> None:
+    store = MemoryRunStore()
+    first = _agent(store, ASKS, "next", tools=[wipe])
+    first.invoke("wipe it")
+    other = _agent(store, tools=[wipe])
+    assert other.cancel() is True
+    assert other.cancel() is False
+    logged = list(store.load("c1").messages)
+    assert texts(logged[-1]) == [CANCELLED_TEXT] and validate_history(logged) == []
+    assert first.invoke("go on").text == "next"
+
+
+def test_a_store_needs_a_conversation_and_owns_the_history() -> None:
+    store = MemoryRunStore()
+    with pytest.raises(UsageError, match="conversation_id"):
+        Agent(ScriptedModel(["x"]), store=store)
+    with pytest.raises(UsageError, match="messages"):
+        Agent(
+            ScriptedModel(["x"]),
+            store=store,
+            conversation_id="c1",
+            messages=[{"role": "user", "content": [{"text": "hi"}]}],
+        )
+    with pytest.raises(UsageError, match="conversation_id"):
+        Agent(ScriptedModel(["x"]), conversation_id="  ")
+
+
+def test_a_run_reports_its_conversation() -> None:
+    store = MemoryRunStore()
+    agent = _agent(store, "hi")
+    with agent.stream("hello") as stream:
+        list(stream)
+    assert stream.run.state.conversation_id == "c1"
