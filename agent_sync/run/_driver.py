@@ -356,6 +356,8 @@ class RunDriver:
                 while step is not None:
                     ctx.next_step = step
                     step = yield from STEPS[step](ctx)
+                    if step is not None:
+                        ctx.next_step = step  # the state names where it goes on
                     self._checkpoint()
             except CancelledError:
                 injected = end_cancelled(ctx)

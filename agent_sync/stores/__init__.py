@@ -1,7 +1,8 @@
 """Run stores: conversations and runs that outlive a process (DESIGN.md section 6).
 
 - :class:`RunStore`: the protocol (the rules are in its module's docstring);
-- :class:`MemoryRunStore`: in one process (tests, single-process apps).
+- :class:`MemoryRunStore`: in one process (tests, single-process apps);
+- :class:`SQLiteRunStore`: the standard library's ``sqlite3``, many processes on one host.
 
 Every store passes one contract suite, :mod:`agent_sync.testing.run_store_contract`.
 """
@@ -10,5 +11,13 @@ from __future__ import annotations
 
 from ._memory import MemoryRunStore
 from ._protocol import ConversationRecord, RunSignal, RunStore, StoredRun
+from ._sqlite import SQLiteRunStore
 
-__all__ = ["ConversationRecord", "MemoryRunStore", "RunSignal", "RunStore", "StoredRun"]
+__all__ = [
+    "ConversationRecord",
+    "MemoryRunStore",
+    "RunSignal",
+    "RunStore",
+    "SQLiteRunStore",
+    "StoredRun",
+]

@@ -1,0 +1,483 @@
+""":class:`SQLiteRunStore`: the embedded run store (standard library ``sqlite3``), for many
+processes on one host (gunicorn ``--workers N``, Celery workers beside a web app).
+
+Design:
+
+* One file, WAL journal (readers never wait for the writer), a busy timeout, created with
+  mode 0600 before SQLite opens it. One connection per thread (``threading.local``), so the
+  store is safe from any thread and, through the file, from any process.
+* Every change is one ``BEGIN IMMEDIATE`` transaction: it reads the run's version, checks
+  it (compare-and-set) and writes; the loser of a race sees the winner's version and gets
+  ``RunConflictError``.
+* The log is a table of (conversation, position, message JSON): a final commit deletes the
+  positions from ``history_start`` on and inserts the run's messages, so its cost does not
+  grow with the conversation.
+* Signals are rows (autoincrement id = order); ``wait_signals`` takes (selects and deletes)
+  them in one transaction, polling every few milliseconds until its timeout. Polling is what
+  SQLite offers across processes; a poll is one indexed read.
+* Every ``sqlite3`` failure (locked past the busy timeout, an unwritable file, disk I/O)
+  becomes :class:`~agent_sync.errors.StoreUnavailableError`: the transaction is rolled back
+  and nothing changed (fail closed).
+
+The rules shared with every store come from :mod:`._rules`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import TypeVar
+
+from .._prompt import content_blocks
+from ..errors import (
+    ConcurrentInvocationError,
+    PendingApprovalError,
+    RunConflictError,
+    StoreUnavailableError,
+    UsageError,
+)
+from ..messages import ContentBlock
+from ..run._state import RunSnapshot, RunState
+from ._protocol import ConversationRecord, RunSignal, StoredRun
+from ._rules import (
+    FINAL_STATUSES,
+    abandoned,
+    cancelled_while_paused,
+    decode_messages,
+    decode_state,
+    encode_messages,
+    encode_state,
+    snapshot_of,
+)
+
+__all__ = ["SQLiteRunStore"]
+
+_T = TypeVar("_T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    status TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    owner TEXT,
+    lease_s REAL NOT NULL,
+    lease_expires_at REAL,
+    started_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    ended_at REAL
+);
+CREATE TABLE IF NOT EXISTS conversations (
+    conversation_id TEXT PRIMARY KEY,
+    current_run TEXT
+);
+CREATE TABLE IF NOT EXISTS log (
+    conversation_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    message TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, position)
+);
+CREATE TABLE IF NOT EXISTS signals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    reason TEXT,
+    content TEXT
+);
+CREATE INDEX IF NOT EXISTS signals_by_run ON signals (run_id, id);
+CREATE INDEX IF NOT EXISTS runs_ended ON runs (ended_at);
+"""
+
+_POLL_S = 0.005  # wait_signals: one indexed read per poll
+
+
+class SQLiteRunStore:
+    """A :class:`~agent_sync.stores.RunStore` in one SQLite file. Thread- and process-safe.
+
+    Args:
+        path: The database file (created 0600 if missing).
+        lease_s: The lease agents on this store use by default (seconds).
+        busy_timeout_s: How long a write waits for another process's write.
+
+    Raises:
+        StoreUnavailableError: The file cannot be created or opened.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, lease_s: float = 30.0, busy_timeout_s: float = 30.0
+    ) -> None:
+        self.path = os.fspath(path)
+        self.lease_s = lease_s
+        self._busy_timeout_s = busy_timeout_s
+        self._local = threading.local()
+        try:
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.close(descriptor)
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot create the store file: {exc}") from exc
+        self._guarded(lambda: self._connection().executescript(_SCHEMA))
+
+    def __repr__(self) -> str:
+        return f"<SQLiteRunStore {self.path!r}>"
+
+    def close(self) -> None:
+        """Close this thread's connection (others close when their threads end)."""
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None
+
+    # -- conversations and runs --
+
+    def load(self, conversation_id: str) -> ConversationRecord:
+        with self._write() as db:
+            self._expire(db, conversation_id)
+            rows = db.execute(
+                "SELECT message FROM log WHERE conversation_id = ? ORDER BY position",
+                (conversation_id,),
+            ).fetchall()
+            current = self._current(db, conversation_id)
+            stored = self._stored(db, current) if current is not None else None
+        return ConversationRecord(
+            conversation_id=conversation_id,
+            messages=tuple(decode_messages([row[0] for row in rows])),
+            run=stored,
+        )
+
+    def begin(
+        self,
+        conversation_id: str,
+        state: RunState,
+        *,
+        owner: str,
+        lease_s: float,
+        expected_length: int,
+    ) -> int:
+        now = time.time()
+        with self._write() as db:
+            self._expire(db, conversation_id)
+            current = self._current(db, conversation_id)
+            if current is not None:
+                status = db.execute(
+                    "SELECT status FROM runs WHERE run_id = ?", (current,)
+                ).fetchone()[0]
+                if status == "paused":
+                    raise PendingApprovalError(
+                        f"conversation {conversation_id!r} has a run waiting for approval"
+                    )
+                raise ConcurrentInvocationError(
+                    f"conversation {conversation_id!r} is running in another worker"
+                )
+            length = self._length(db, conversation_id)
+            if length != expected_length:
+                raise RunConflictError(
+                    f"conversation {conversation_id!r} has {length} messages, expected "
+                    f"{expected_length}: it moved on since it was loaded"
+                )
+            if db.execute("SELECT 1 FROM runs WHERE run_id = ?", (state.run_id,)).fetchone():
+                raise RunConflictError(f"run {state.run_id!r} exists already")
+            db.execute(
+                "INSERT INTO runs (run_id, conversation_id, state, status, version, owner,"
+                " lease_s, lease_expires_at, started_at, updated_at)"
+                " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                (
+                    state.run_id,
+                    conversation_id,
+                    encode_state(state),
+                    state.status,
+                    owner,
+                    lease_s,
+                    now + lease_s,
+                    now,
+                    now,
+                ),
+            )
+            db.execute(
+                "INSERT INTO conversations (conversation_id, current_run) VALUES (?, ?)"
+                " ON CONFLICT (conversation_id) DO UPDATE SET current_run = excluded.current_run",
+                (conversation_id, state.run_id),
+            )
+        return 1
+
+    def commit(self, state: RunState, *, owner: str, version: int) -> int:
+        now = time.time()
+        with self._write() as db:
+            row = db.execute(
+                "SELECT status, version, owner, lease_s FROM runs WHERE run_id = ?",
+                (state.run_id,),
+            ).fetchone()
+            if row is None:
+                raise RunConflictError(f"unknown run {state.run_id!r}")
+            status, current_version, current_owner, lease_s = row
+            if status in FINAL_STATUSES:
+                raise RunConflictError(f"run {state.run_id!r} is over ({status})")
+            if current_version != version or current_owner != owner:
+                raise RunConflictError(
+                    f"run {state.run_id!r} is at version {current_version} run by another "
+                    f"owner or moved on (this commit expected version {version})"
+                )
+            self._write_state(db, state, now)
+            if state.status == "running":  # a commit is a sign of life
+                db.execute(
+                    "UPDATE runs SET lease_expires_at = ? WHERE run_id = ?",
+                    (now + lease_s, state.run_id),
+                )
+            return version + 1
+
+    def claim(self, run_id: str, *, owner: str, lease_s: float, version: int) -> int:
+        now = time.time()
+        with self._write() as db:
+            row = db.execute(
+                "SELECT state, version FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None or row[1] != version:
+                raise RunConflictError(f"run {run_id!r} is not at version {version}")
+            state = decode_state(row[0])
+            if state.status != "paused":
+                raise RunConflictError(f"run {run_id!r} is {state.status}, not paused")
+            running = replace(state, status="running")
+            db.execute(
+                "UPDATE runs SET state = ?, status = 'running', version = ?, owner = ?,"
+                " lease_s = ?, lease_expires_at = ?, updated_at = ? WHERE run_id = ?",
+                (encode_state(running), version + 1, owner, lease_s, now + lease_s, now, run_id),
+            )
+            return version + 1
+
+    def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE runs SET lease_s = ?, lease_expires_at = ? WHERE run_id = ?"
+                " AND owner = ? AND status = 'running'",
+                (lease_s, time.time() + lease_s, run_id, owner),
+            )
+            return cursor.rowcount == 1
+
+    def get(self, run_id: str) -> RunSnapshot | None:
+        with self._write() as db:
+            row = db.execute(
+                "SELECT conversation_id FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            self._expire(db, row[0])
+            state, started, updated = db.execute(
+                "SELECT state, started_at, updated_at FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        return snapshot_of(decode_state(state), started_at=started, updated_at=updated)
+
+    # -- signals --
+
+    def cancel(self, run_id: str, reason: str | None = None) -> bool:
+        with self._write() as db:
+            row = db.execute(
+                "SELECT conversation_id FROM runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            if row is None:
+                return False
+            self._expire(db, row[0])
+            state = decode_state(
+                db.execute("SELECT state FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0]
+            )
+            if state.status == "paused":
+                self._write_state(db, cancelled_while_paused(state, reason), time.time())
+                return True
+            if state.status != "running":
+                return False
+            db.execute(
+                "INSERT INTO signals (run_id, kind, reason) VALUES (?, 'cancel', ?)",
+                (run_id, reason),
+            )
+            return True
+
+    def inject(self, run_id: str, content: Sequence[ContentBlock] | str) -> None:
+        blocks = content_blocks(content, what="injected input")  # checked at the edge
+        (text,) = encode_messages([{"role": "user", "content": blocks}])
+        with self._write() as db:
+            row = db.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None or row[0] != "running":
+                raise UsageError(f"run {run_id!r} is not running: nothing can be injected")
+            db.execute(
+                "INSERT INTO signals (run_id, kind, content) VALUES (?, 'inject', ?)",
+                (run_id, text),
+            )
+
+    def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
+        deadline = time.monotonic() + max(0.0, timeout)
+        wanted = list(run_ids)
+        pause = threading.Event()
+        while True:
+            taken = self._take_signals(wanted) if wanted else []
+            remaining = deadline - time.monotonic()
+            if taken or remaining <= 0:
+                return taken
+            pause.wait(min(_POLL_S, remaining))  # polling is SQLite's only cross-process wake
+
+    def prune(self, *, older_than: float) -> int:
+        cutoff = time.time() - older_than
+        with self._write() as db:
+            old = [
+                row[0]
+                for row in db.execute(
+                    "SELECT run_id FROM runs WHERE ended_at IS NOT NULL AND ended_at <= ?",
+                    (cutoff,),
+                )
+            ]
+            for run_id in old:
+                db.execute("DELETE FROM signals WHERE run_id = ?", (run_id,))
+                db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+            return len(old)
+
+    # -- inside a transaction --
+
+    def _take_signals(self, run_ids: list[str]) -> list[RunSignal]:
+        marks = ",".join("?" * len(run_ids))
+        with self._write() as db:
+            rows = db.execute(
+                f"SELECT id, run_id, kind, reason, content FROM signals"  # noqa: S608 - marks only
+                f" WHERE run_id IN ({marks}) ORDER BY id",
+                run_ids,
+            ).fetchall()
+            if rows:
+                db.execute(
+                    f"DELETE FROM signals WHERE id IN ({','.join('?' * len(rows))})",  # noqa: S608
+                    [row[0] for row in rows],
+                )
+        signals = []
+        for _, run_id, kind, reason, content in rows:
+            blocks: tuple[ContentBlock, ...] = ()
+            if content is not None:
+                blocks = tuple(decode_messages([content])[0]["content"])
+            signals.append(RunSignal(run_id=run_id, kind=kind, reason=reason, content=blocks))
+        return signals
+
+    def _current(self, db: sqlite3.Connection, conversation_id: str) -> str | None:
+        row = db.execute(
+            "SELECT current_run FROM conversations WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+        return row[0] if row is not None else None
+
+    def _length(self, db: sqlite3.Connection, conversation_id: str) -> int:
+        row = db.execute(
+            "SELECT COUNT(*) FROM log WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+        return int(row[0])
+
+    def _stored(self, db: sqlite3.Connection, run_id: str) -> StoredRun:
+        state, version, owner, expires, conversation_id = db.execute(
+            "SELECT state, version, owner, lease_expires_at, conversation_id FROM runs"
+            " WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        return StoredRun(
+            state=decode_state(state),
+            version=version,
+            owner=owner,
+            lease_expires_at=expires,
+            conversation_id=conversation_id,
+        )
+
+    def _write_state(self, db: sqlite3.Connection, state: RunState, now: float) -> None:
+        """Store ``state`` (bump the version); a final state goes into the log."""
+        db.execute(
+            "UPDATE runs SET state = ?, status = ?, version = version + 1, updated_at = ?"
+            " WHERE run_id = ?",
+            (encode_state(state), state.status, now, state.run_id),
+        )
+        if state.status == "paused":
+            db.execute(
+                "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ?",
+                (state.run_id,),
+            )
+        elif state.status in FINAL_STATUSES:
+            (conversation_id,) = db.execute(
+                "SELECT conversation_id FROM runs WHERE run_id = ?", (state.run_id,)
+            ).fetchone()
+            db.execute(
+                "DELETE FROM log WHERE conversation_id = ? AND position >= ?",
+                (conversation_id, state.history_start),
+            )
+            db.executemany(
+                "INSERT INTO log (conversation_id, position, message) VALUES (?, ?, ?)",
+                [
+                    (conversation_id, state.history_start + n, text)
+                    for n, text in enumerate(encode_messages(state.messages))
+                ],
+            )
+            db.execute(
+                "UPDATE conversations SET current_run = NULL WHERE conversation_id = ?",
+                (conversation_id,),
+            )
+            db.execute(
+                "UPDATE runs SET owner = NULL, lease_expires_at = NULL, ended_at = ?"
+                " WHERE run_id = ?",
+                (now, state.run_id),
+            )
+            db.execute("DELETE FROM signals WHERE run_id = ?", (state.run_id,))
+
+    def _expire(self, db: sqlite3.Connection, conversation_id: str) -> None:
+        """Fail the conversation's running run if its owner's lease ran out."""
+        current = self._current(db, conversation_id)
+        if current is None:
+            return
+        state, status, expires = db.execute(
+            "SELECT state, status, lease_expires_at FROM runs WHERE run_id = ?", (current,)
+        ).fetchone()
+        now = time.time()
+        if status == "running" and expires is not None and expires <= now:
+            self._write_state(db, abandoned(decode_state(state)), now)
+
+    # -- connections --
+
+    def _connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            self._local.connection = connection
+        return connection
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction; sqlite3 errors -> StoreUnavailableError."""
+        try:
+            db = self._connection()
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
+        try:
+            yield db
+        except BaseException as exc:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            if isinstance(exc, sqlite3.Error):
+                raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
+            raise
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise StoreUnavailableError(f"the SQLite store could not commit: {exc}") from exc
+
+    def _guarded(self, action: Callable[[], _T]) -> _T:
+        try:
+            return action()
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
+
