@@ -97,6 +97,24 @@ CREATE INDEX IF NOT EXISTS runs_ended ON runs (ended_at);
 _POLL_S = 0.005  # wait_signals: one indexed read per poll
 
 
+def _create_private(path: str) -> None:
+    """Create the database file with mode 0600 if it does not exist (SQLite gives its
+    ``-wal`` and ``-shm`` files the same mode).
+
+    An existing file is left alone, never opened: closing any descriptor of a file drops
+    every POSIX lock this process holds on it, including those of SQLite connections that
+    other stores on the same path have open, and a connection that lost its locks can
+    lose writes (another process then takes itself for the last one and removes the WAL).
+    """
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreUnavailableError(f"cannot create the store file: {exc}") from exc
+    os.close(descriptor)
+
+
 class SQLiteRunStore:
     """A :class:`~agent_sync.stores.RunStore` in one SQLite file. Thread- and process-safe.
 
@@ -116,11 +134,7 @@ class SQLiteRunStore:
         self.lease_s = lease_s
         self._busy_timeout_s = busy_timeout_s
         self._local = threading.local()
-        try:
-            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            os.close(descriptor)
-        except OSError as exc:
-            raise StoreUnavailableError(f"cannot create the store file: {exc}") from exc
+        _create_private(self.path)
         self._guarded(lambda: self._connection().executescript(_SCHEMA))
 
     def __repr__(self) -> str:

@@ -41,6 +41,35 @@ def test_the_file_is_created_private(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def _touch_and_close(path: str) -> None:
+    SQLiteRunStore(path).load("c1")  # opens, reads, and closes at exit: the last one out?
+
+
+def _has_run(path: str, run_id: str, out: object) -> None:
+    out.put(SQLiteRunStore(path).get(run_id) is not None)  # type: ignore[attr-defined]
+
+
+def test_a_second_store_on_the_same_file_keeps_the_first_ones_writes(tmp_path: Path) -> None:
+    """Opening a store must not drop the SQLite locks of other stores in this process:
+    a connection that lost them can write into a WAL another process already removed."""
+    path = str(tmp_path / "s.db")
+    first = SQLiteRunStore(path)
+    first.load("c1")  # `first` now has a connection on the file
+    SQLiteRunStore(path)  # a second store on the same file, in the same process
+    context = multiprocessing.get_context("spawn")
+    toucher = context.Process(target=_touch_and_close, args=(path,))
+    toucher.start()
+    toucher.join(60)
+    assert toucher.exitcode == 0
+    state = make_state()
+    first.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+    out = context.Queue()
+    reader = context.Process(target=_has_run, args=(path, state.run_id, out))
+    reader.start()
+    assert out.get(timeout=60) is True, "another process cannot see the first store's write"
+    reader.join(60)
+
+
 def test_an_unwritable_file_fails_closed(tmp_path: Path) -> None:
     store = SQLiteRunStore(tmp_path / "s.db")
     os.chmod(tmp_path / "s.db", 0o400)
