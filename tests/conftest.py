@@ -60,3 +60,25 @@ def thread_baseline() -> Iterator[set[threading.Thread]]:
 
     _deadlines.schedule(0, lambda: None)
     yield set(threading.enumerate())
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real ``redis-server`` on a free loopback port, for the whole session.
+
+    Missing locally: the Redis tests skip with the reason. On CI (``CI`` set), ``.ci/run``
+    installs it, and a missing server fails instead of skipping.
+    """
+    import os
+
+    from agent_sync.testing.redis_server import RedisServer, redis_server_binary
+
+    if redis_server_binary() is None:
+        message = "redis-server is not installed (apt-get install redis-server)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must install it: {message}")
+        pytest.skip(message)
+    pytest.importorskip("redis", reason="pip install -e '.[redis]'")
+    server = RedisServer.start(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()

@@ -1,0 +1,147 @@
+"""A real ``redis-server`` for tests and benchmarks: started on a free loopback port in a
+temporary folder, without persistence, and stopped (or killed, to test a store that is down).
+
+    with RedisServer.start(folder) as server:
+        store = RedisRunStore(redis.Redis(port=server.port))
+
+Readiness is read from the server's own log line ("Ready to accept connections") through a
+pipe, never guessed with sleeps. :func:`redis_server_binary` finds the program (Debian's
+``redis-server`` package; ``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["RedisServer", "RedisServerError", "redis_server_binary"]
+
+logger = logging.getLogger(__name__)
+
+_READY = "Ready to accept connections"
+_START_TIMEOUT_S = 30.0
+_PORT_ATTEMPTS = 5
+
+
+class RedisServerError(RuntimeError):
+    """The server could not be started."""
+
+
+def redis_server_binary() -> str | None:
+    """The path of ``redis-server``, or ``None`` if it is not installed."""
+    return shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class RedisServer:
+    """One ``redis-server`` process. Use :meth:`start`; stop with :meth:`stop` (or ``with``)."""
+
+    def __init__(self, folder: Path, port: int, process: subprocess.Popen[str]) -> None:
+        self.folder = folder
+        self.port = port
+        self._process = process
+
+    @classmethod
+    def start(cls, folder: str | os.PathLike[str], *, port: int | None = None) -> RedisServer:
+        """Start a server whose files live in ``folder``, on ``port`` (a free one by default).
+
+        Raises:
+            RedisServerError: ``redis-server`` is missing or did not become ready.
+        """
+        binary = redis_server_binary()
+        if binary is None:
+            raise RedisServerError("redis-server is not installed (apt-get install redis-server)")
+        path = Path(folder)
+        path.mkdir(parents=True, exist_ok=True)
+        last_error = ""
+        for _ in range(1 if port is not None else _PORT_ATTEMPTS):
+            chosen = port if port is not None else _free_port()
+            process = subprocess.Popen(
+                [
+                    binary,
+                    "--port", str(chosen),
+                    "--bind", "127.0.0.1",
+                    "--dir", str(path),
+                    "--save", "",
+                    "--appendonly", "no",
+                    "--protected-mode", "no",
+                    "--logfile", "",
+                    "--loglevel", "notice",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )  # fmt: skip
+            ready, output = _wait_ready(process)
+            if ready:
+                return cls(path, chosen, process)
+            process.kill()
+            process.wait()
+            last_error = output[-2000:]
+        raise RedisServerError(f"redis-server did not start:\n{last_error}")
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL if it lingers); idempotent."""
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the server: a store that is down, at once."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+    def __enter__(self) -> RedisServer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _wait_ready(process: subprocess.Popen[str]) -> tuple[bool, str]:
+    """Read the server's log until it is ready (or exits); then drain it in a thread."""
+    assert process.stdout is not None
+    stream = process.stdout
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        for line in stream:
+            if len(lines) < 200:
+                lines.append(line)
+            if _READY in line:
+                ready.set()
+        ready.set()  # end of output: the server exited
+
+    threading.Thread(target=read, name="redis-server-log", daemon=True).start()
+    ready.wait(_START_TIMEOUT_S)
+    ok = process.poll() is None and any(_READY in line for line in lines)
+    return ok, "".join(lines)
