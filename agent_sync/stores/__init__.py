@@ -2,7 +2,9 @@
 
 - :class:`RunStore`: the protocol (the rules are in its module's docstring);
 - :class:`MemoryRunStore`: in one process (tests, single-process apps);
-- :class:`SQLiteRunStore`: the standard library's ``sqlite3``, many processes on one host.
+- :class:`SQLiteRunStore`: the standard library's ``sqlite3``, many processes on one host;
+- :class:`RedisRunStore`: a Redis server (redis-py, ``pip install agent_sync[redis]``),
+  processes on many hosts.
 
 Every store passes one contract suite, :mod:`agent_sync.testing.run_store_contract`.
 """
@@ -11,11 +13,13 @@ from __future__ import annotations
 
 from ._memory import MemoryRunStore
 from ._protocol import ConversationRecord, RunSignal, RunStore, StoredRun
+from ._redis import RedisRunStore
 from ._sqlite import SQLiteRunStore
 
 __all__ = [
     "ConversationRecord",
     "MemoryRunStore",
+    "RedisRunStore",
     "RunSignal",
     "RunStore",
     "SQLiteRunStore",

@@ -50,6 +50,8 @@ class _Watcher:
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._thread: threading.Thread | None = None
+        self._failures = 0
+        self._pause = threading.Event()  # never set: a wait that cannot be cut short
 
     def add(self, run_id: str, run: Watched, *, owner: str, lease_s: float) -> None:
         with self._lock:
@@ -74,11 +76,23 @@ class _Watcher:
             try:
                 signals = self._store.wait_signals(owned, TICK_S)
             except Exception:  # a store hiccup must not kill the watcher
-                logger.warning("store watcher: wait_signals failed", exc_info=True)
+                self._failed()
                 signals = []
+            else:
+                self._failures = 0
             for signal in signals:
                 self._deliver(signal)
             self._renew()
+
+    def _failed(self) -> None:
+        """The store failed: say so once per outage, then wait a tick (a store that is
+        down fails at once, and the loop must not spin on it)."""
+        self._failures += 1
+        if self._failures == 1:
+            logger.warning("store watcher: the store failed; retrying", exc_info=True)
+        else:
+            logger.debug("store watcher: the store failed again", exc_info=True)
+        self._pause.wait(TICK_S)
 
     def _deliver(self, signal: RunSignal) -> None:
         with self._lock:

@@ -49,14 +49,23 @@ def _free_port() -> int:
 class RedisServer:
     """One ``redis-server`` process. Use :meth:`start`; stop with :meth:`stop` (or ``with``)."""
 
-    def __init__(self, folder: Path, port: int, process: subprocess.Popen[str]) -> None:
+    def __init__(
+        self, folder: Path, port: int, process: subprocess.Popen[str], reader: threading.Thread
+    ) -> None:
         self.folder = folder
         self.port = port
         self._process = process
+        self._reader = reader
 
     @classmethod
-    def start(cls, folder: str | os.PathLike[str], *, port: int | None = None) -> RedisServer:
+    def start(
+        cls, folder: str | os.PathLike[str], *, port: int | None = None, durable: bool = False
+    ) -> RedisServer:
         """Start a server whose files live in ``folder``, on ``port`` (a free one by default).
+
+        ``durable=True`` writes every change to an append-only file in ``folder`` before
+        answering (``appendfsync always``), so a server killed and started again on the same
+        folder has every write it acknowledged: a store that was down, then back.
 
         Raises:
             RedisServerError: ``redis-server`` is missing or did not become ready.
@@ -76,7 +85,8 @@ class RedisServer:
                     "--bind", "127.0.0.1",
                     "--dir", str(path),
                     "--save", "",
-                    "--appendonly", "no",
+                    "--appendonly", "yes" if durable else "no",
+                    "--appendfsync", "always",
                     "--protected-mode", "no",
                     "--logfile", "",
                     "--loglevel", "notice",
@@ -85,11 +95,12 @@ class RedisServer:
                 stderr=subprocess.STDOUT,
                 text=True,
             )  # fmt: skip
-            ready, output = _wait_ready(process)
+            ready, output, reader = _wait_ready(process)
             if ready:
-                return cls(path, chosen, process)
+                return cls(path, chosen, process, reader)
             process.kill()
             process.wait()
+            reader.join(10)
             last_error = output[-2000:]
         raise RedisServerError(f"redis-server did not start:\n{last_error}")
 
@@ -106,13 +117,15 @@ class RedisServer:
                 self._process.wait(10)
             except subprocess.TimeoutExpired:
                 self._process.kill()
-                self._process.wait()
+        self._process.wait()
+        self._reader.join(10)
 
     def kill(self) -> None:
         """SIGKILL the server: a store that is down, at once."""
         if self._process.poll() is None:
             self._process.kill()
-            self._process.wait()
+        self._process.wait()
+        self._reader.join(10)
 
     def __enter__(self) -> RedisServer:
         return self
@@ -126,7 +139,7 @@ class RedisServer:
         self.stop()
 
 
-def _wait_ready(process: subprocess.Popen[str]) -> tuple[bool, str]:
+def _wait_ready(process: subprocess.Popen[str]) -> tuple[bool, str, threading.Thread]:
     """Read the server's log until it is ready (or exits); then drain it in a thread."""
     assert process.stdout is not None
     stream = process.stdout
@@ -134,14 +147,16 @@ def _wait_ready(process: subprocess.Popen[str]) -> tuple[bool, str]:
     ready = threading.Event()
 
     def read() -> None:
-        for line in stream:
-            if len(lines) < 200:
-                lines.append(line)
-            if _READY in line:
-                ready.set()
+        with stream:  # closed when the server exits (no unclosed pipe left behind)
+            for line in stream:
+                if len(lines) < 200:
+                    lines.append(line)
+                if _READY in line:
+                    ready.set()
         ready.set()  # end of output: the server exited
 
-    threading.Thread(target=read, name="redis-server-log", daemon=True).start()
+    reader = threading.Thread(target=read, name="redis-server-log", daemon=True)
+    reader.start()
     ready.wait(_START_TIMEOUT_S)
     ok = process.poll() is None and any(_READY in line for line in lines)
-    return ok, "".join(lines)
+    return ok, "".join(lines), reader

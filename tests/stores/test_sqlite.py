@@ -1,5 +1,5 @@
-"""SQLiteRunStore: the contract (with real processes), file safety, fail closed, and agents
-in separate processes sharing one conversation."""
+"""SQLiteRunStore: the contract (with real processes), file safety, and fail closed. Agents
+in separate processes sharing one conversation: tests/stores/test_processes.py."""
 
 from __future__ import annotations
 
@@ -40,7 +40,6 @@ def test_the_file_is_created_private(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(tmp_path / "s.db").st_mode) == 0o600
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
 def _touch_and_close(path: str) -> None:
     SQLiteRunStore(path).load("c1")  # opens, reads, and closes at exit: the last one out?
 
@@ -70,6 +69,7 @@ def test_a_second_store_on_the_same_file_keeps_the_first_ones_writes(tmp_path: P
     reader.join(60)
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
 def test_an_unwritable_file_fails_closed(tmp_path: Path) -> None:
     store = SQLiteRunStore(tmp_path / "s.db")
     os.chmod(tmp_path / "s.db", 0o400)
@@ -89,102 +89,3 @@ def test_a_corrupt_file_is_store_unavailable(tmp_path: Path) -> None:
     (tmp_path / "s.db").write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreUnavailableError):
         SQLiteRunStore(tmp_path / "s.db")
-
-
-def _owner(path: str, ready: object, out: object) -> None:
-    """A worker process: runs a stalled agent on conversation c1 until cancelled."""
-    from agent_sync import Agent
-    from agent_sync.testing import ScriptedModel
-
-    agent = Agent(
-        ScriptedModel([{"text": "thinking", "chunk_size": 1, "stall_after": 1}]),
-        store=SQLiteRunStore(path),
-        conversation_id="c1",
-    )
-    import threading
-
-    def report_when_running() -> None:
-        while agent.active_run is None:
-            threading.Event().wait(0.001)
-        ready.put(agent.active_run.run_id)  # type: ignore[attr-defined, union-attr]
-
-    threading.Thread(target=report_when_running, daemon=True).start()
-    result = agent.invoke("go")
-    out.put((result.stop_reason, result.cancel_reason))  # type: ignore[attr-defined]
-
-
-@pytest.mark.timeout(120)
-def test_cancel_from_another_process_stops_the_owner(tmp_path: Path) -> None:
-    from agent_sync import Agent
-    from agent_sync.errors import ConcurrentInvocationError
-    from agent_sync.messages import validate_history
-    from agent_sync.testing import ScriptedModel
-
-    path = str(tmp_path / "s.db")
-    SQLiteRunStore(path)
-    context = multiprocessing.get_context("spawn")
-    ready, out = context.Queue(), context.Queue()
-    worker = context.Process(target=_owner, args=(path, ready, out))
-    worker.start()
-    run_id = ready.get(timeout=60)
-    store = SQLiteRunStore(path)
-    here = Agent(ScriptedModel(["never"]), store=store, conversation_id="c1")
-    with pytest.raises(ConcurrentInvocationError):
-        here.invoke("me too")
-    assert store.cancel(run_id, "stop from here") is True
-    assert out.get(timeout=60) == ("cancelled", "stop from here")
-    worker.join(30)
-    logged = list(store.load("c1").messages)
-    assert validate_history(logged) == [] and logged[-1]["role"] == "assistant"
-    here = Agent(ScriptedModel(["my turn"]), store=store, conversation_id="c1")
-    assert here.invoke("now me").text == "my turn"
-
-
-@pytest.mark.timeout(120)
-def test_a_killed_owner_is_failed_after_its_lease(tmp_path: Path) -> None:
-    import signal
-
-    from agent_sync import Agent
-    from agent_sync.messages import validate_history
-    from agent_sync.testing import ScriptedModel
-
-    path = str(tmp_path / "s.db")
-    SQLiteRunStore(path, lease_s=0.5)
-    context = multiprocessing.get_context("spawn")
-    ready, out = context.Queue(), context.Queue()
-    worker = context.Process(target=_owner_short_lease, args=(path, ready, out))
-    worker.start()
-    ready.get(timeout=60)
-    os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
-    worker.join(30)
-    store = SQLiteRunStore(path)
-    import time
-
-    from agent_sync.testing.run_store_contract import _wait_past
-
-    _wait_past(time.time() + 0.6)
-    record = store.load("c1")
-    assert record.run is None and validate_history(list(record.messages)) == []
-    agent = Agent(ScriptedModel(["usable again"]), store=store, conversation_id="c1")
-    assert agent.invoke().text == "usable again"
-
-
-def _owner_short_lease(path: str, ready: object, out: object) -> None:
-    import threading
-
-    from agent_sync import Agent
-    from agent_sync.testing import ScriptedModel
-
-    agent = Agent(
-        ScriptedModel([{"text": "thinking", "chunk_size": 1, "stall_after": 1}]),
-        store=SQLiteRunStore(path, lease_s=0.5),
-        conversation_id="c1",
-    )
-
-    def report() -> None:
-        while agent.active_run is None:
-            threading.Event().wait(0.001)
-        ready.put(agent.active_run.run_id)  # type: ignore[attr-defined, union-attr]
-
-    threading.Thread(target=report, daemon=True).start()
-    agent.invoke("go")

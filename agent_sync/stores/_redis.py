@@ -1,0 +1,597 @@
+""":class:`RedisRunStore`: the run store for several hosts (redis-py; the ``redis`` extra).
+
+Design:
+
+* The user passes the ``redis.Redis`` client, so redis-py's own options (TLS, ACL user and
+  password, Sentinel, timeouts, pools) are theirs to set; the store never logs or shows it.
+* Keys, under a configurable prefix (``agent_sync:`` by default)::
+
+      {prefix}run:{run_id}            hash: state, status, version, owner, lease, times
+      {prefix}run:{run_id}:signals    list: the run's queued cancel/inject signals
+      {prefix}conv:{id}:log           list: the conversation's messages (JSON), in order
+      {prefix}conv:{id}:current       string: the run id of its running or paused run
+      {prefix}finished                sorted set: finished runs by end time (``prune``)
+      {prefix}signals                 pub/sub channel: "a signal is queued for run X"
+
+* Every change is one Lua script: it checks the version (compare-and-set) and writes, so
+  two processes racing never both win. Time (leases, end times) is the Redis server's
+  ``TIME``, so hosts with skewed clocks agree on when a lease ran out.
+* Ending a turn trims the log to ``history_start`` and pushes the run's messages: its cost
+  does not grow with the conversation.
+* Signals are a list per run plus a ``PUBLISH`` on one channel; ``wait_signals`` listens on
+  that channel (one pub/sub connection per store object) and takes a run's list atomically,
+  so a signal is delivered once, in order, and never lost between a look and a wait.
+* A finished run's keys expire after ``finished_ttl_s`` (``prune`` removes them sooner);
+  conversation logs never expire.
+* Every redis-py failure (connection refused, timeout, a server that says no) becomes
+  :class:`~agent_sync.errors.StoreUnavailableError`: a script either ran whole or not at all,
+  so nothing changed (fail closed).
+
+Keys of one run and of its conversation are used together in scripts, so the store needs
+one Redis server (or a primary with replicas), not Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from .._prompt import content_blocks
+from ..errors import (
+    ConcurrentInvocationError,
+    PendingApprovalError,
+    RunConflictError,
+    StoreUnavailableError,
+    UsageError,
+)
+from ..messages import ContentBlock
+from ..run._state import RunSnapshot, RunState
+from ._protocol import ConversationRecord, RunSignal, StoredRun
+from ._rules import (
+    FINAL_STATUSES,
+    abandoned,
+    cancelled_while_paused,
+    decode_messages,
+    decode_state,
+    encode_messages,
+    encode_state,
+    snapshot_of,
+)
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["RedisRunStore"]
+
+_POLL_S = 0.005  # wait_signals, when another thread of this store holds the pub/sub
+_CHUNK = 500  # messages per RPUSH inside a script (Lua's unpack has a stack limit)
+_CAS_ATTEMPTS = 20  # cancel of a paused run racing other writers
+
+# Shared Lua: server time, and writing a state (the one place a run's status changes).
+_PRELUDE = """
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function fmt(x) return string.format('%.6f', x) end
+local function run_key(prefix, run_id) return prefix .. 'run:' .. run_id end
+local function conv_key(prefix, cid, part) return prefix .. 'conv:' .. cid .. ':' .. part end
+
+-- Store a new state of the run at `key` (version + 1). Final: write the log from
+-- history_start, free the conversation, drop the signals, schedule expiry.
+local function write_state(prefix, key, run_id, state, status, history_start, ttl, msgs, t)
+  local version = tonumber(redis.call('HGET', key, 'version')) + 1
+  redis.call('HSET', key, 'state', state, 'status', status, 'version', version,
+             'updated_at', fmt(t))
+  if status == 'running' then
+    local lease = tonumber(redis.call('HGET', key, 'lease_s'))
+    redis.call('HSET', key, 'lease_expires_at', fmt(t + lease))
+  elseif status == 'paused' then
+    redis.call('HSET', key, 'owner', '', 'lease_expires_at', '')
+  else
+    local cid = redis.call('HGET', key, 'conversation_id')
+    local log = conv_key(prefix, cid, 'log')
+    if history_start == 0 then
+      redis.call('DEL', log)
+    else
+      redis.call('LTRIM', log, 0, history_start - 1)
+    end
+    for i = 1, #msgs, CHUNK do
+      redis.call('RPUSH', log, unpack(msgs, i, math.min(i + CHUNK - 1, #msgs)))
+    end
+    local current = conv_key(prefix, cid, 'current')
+    if redis.call('GET', current) == run_id then redis.call('DEL', current) end
+    redis.call('HSET', key, 'owner', '', 'lease_expires_at', '', 'ended_at', fmt(t))
+    redis.call('DEL', key .. ':signals')
+    redis.call('ZADD', prefix .. 'finished', t, run_id)
+    if ttl > 0 then redis.call('EXPIRE', key, ttl) end
+  end
+  return version
+end
+""".replace("CHUNK", str(_CHUNK))
+
+# KEYS: -; ARGV: prefix, conversation_id. The conversation's log, its current run's fields
+# (or nothing), and the server time: one consistent read.
+_LOAD = """
+local prefix, cid = ARGV[1], ARGV[2]
+local log = redis.call('LRANGE', conv_key(prefix, cid, 'log'), 0, -1)
+local run_id = redis.call('GET', conv_key(prefix, cid, 'current'))
+local run = {}
+if run_id then
+  run = redis.call('HMGET', run_key(prefix, run_id), 'state', 'version', 'owner',
+                   'lease_expires_at', 'status')
+end
+return {log, run, fmt(now())}
+"""
+
+# ARGV: prefix, run_id. The run's fields needed to act on it.
+_READ = """
+local key = run_key(ARGV[1], ARGV[2])
+if redis.call('EXISTS', key) == 0 then return false end
+return redis.call('HMGET', key, 'state', 'status', 'version', 'conversation_id',
+                  'started_at', 'updated_at')
+"""
+
+# ARGV: prefix, conversation_id. Is its current run running past its lease? (run id or nil)
+_EXPIRED = """
+local prefix, cid = ARGV[1], ARGV[2]
+local run_id = redis.call('GET', conv_key(prefix, cid, 'current'))
+if not run_id then return false end
+local fields = redis.call('HMGET', run_key(prefix, run_id), 'status', 'lease_expires_at')
+if fields[1] ~= 'running' or not fields[2] or fields[2] == '' then return false end
+if tonumber(fields[2]) > now() then return false end
+return run_id
+"""
+
+# ARGV: prefix, conversation_id, run_id, state, owner, lease_s, expected_length.
+_BEGIN = """
+local prefix, cid, run_id = ARGV[1], ARGV[2], ARGV[3]
+local current = conv_key(prefix, cid, 'current')
+local busy = redis.call('GET', current)
+if busy then
+  local status = redis.call('HGET', run_key(prefix, busy), 'status')
+  if status == 'paused' then return {'paused'} end
+  if status == 'running' then return {'busy'} end
+end
+local length = redis.call('LLEN', conv_key(prefix, cid, 'log'))
+if length ~= tonumber(ARGV[7]) then return {'length', length} end
+local key = run_key(prefix, run_id)
+if redis.call('EXISTS', key) == 1 then return {'exists'} end
+local t = now()
+local lease = tonumber(ARGV[6])
+redis.call('HSET', key, 'state', ARGV[4], 'status', 'running', 'version', 1,
+           'owner', ARGV[5], 'lease_s', ARGV[6], 'lease_expires_at', fmt(t + lease),
+           'started_at', fmt(t), 'updated_at', fmt(t), 'ended_at', '',
+           'conversation_id', cid)
+redis.call('SET', current, run_id)
+return {'ok', 1}
+"""
+
+# ARGV: prefix, run_id, expected version, required owner ('' = any), state, status,
+# history_start, ttl, new owner ('' = keep), new lease_s ('' = keep), messages...
+_WRITE = """
+local prefix, run_id = ARGV[1], ARGV[2]
+local key = run_key(prefix, run_id)
+if redis.call('EXISTS', key) == 0 then return {'unknown'} end
+local fields = redis.call('HMGET', key, 'status', 'version', 'owner')
+if fields[1] == 'done' or fields[1] == 'cancelled' or fields[1] == 'failed' then
+  return {'over', fields[1]}
+end
+if tonumber(fields[2]) ~= tonumber(ARGV[3]) or (ARGV[4] ~= '' and fields[3] ~= ARGV[4]) then
+  return {'conflict', fields[2]}
+end
+if ARGV[9] ~= '' then redis.call('HSET', key, 'owner', ARGV[9], 'lease_s', ARGV[10]) end
+local msgs = {}
+for i = 11, #ARGV do msgs[#msgs + 1] = ARGV[i] end
+local version = write_state(prefix, key, run_id, ARGV[5], ARGV[6], tonumber(ARGV[7]),
+                            tonumber(ARGV[8]), msgs, now())
+return {'ok', version}
+"""
+
+# ARGV: prefix, run_id, owner, lease_s.
+_RENEW = """
+local key = run_key(ARGV[1], ARGV[2])
+local fields = redis.call('HMGET', key, 'status', 'owner')
+if fields[1] ~= 'running' or fields[2] ~= ARGV[3] then return 0 end
+redis.call('HSET', key, 'lease_s', ARGV[4], 'lease_expires_at', fmt(now() + tonumber(ARGV[4])))
+return 1
+"""
+
+# ARGV: prefix, run_id, kind, payload (JSON). Queue a signal for a running run's owner.
+_SIGNAL = """
+local prefix, run_id = ARGV[1], ARGV[2]
+local status = redis.call('HGET', run_key(prefix, run_id), 'status')
+if status ~= 'running' then return status or false end
+local seq = redis.call('INCR', prefix .. 'signal-seq')
+redis.call('RPUSH', run_key(prefix, run_id) .. ':signals',
+           cjson.encode({seq = seq, kind = ARGV[3], payload = ARGV[4]}))
+redis.call('PUBLISH', prefix .. 'signals', run_id)
+return 'running'
+"""
+
+# ARGV: prefix, run ids... Take (read and delete) the queued signals of these runs.
+_TAKE = """
+local prefix = ARGV[1]
+local taken = {}
+for i = 2, #ARGV do
+  local key = run_key(prefix, ARGV[i]) .. ':signals'
+  local items = redis.call('LRANGE', key, 0, -1)
+  if #items > 0 then
+    redis.call('DEL', key)
+    for _, item in ipairs(items) do taken[#taken + 1] = ARGV[i]; taken[#taken + 1] = item end
+  end
+end
+return taken
+"""
+
+# ARGV: prefix, older_than. Remove runs that ended more than older_than seconds ago.
+_PRUNE = """
+local prefix = ARGV[1]
+local cutoff = now() - tonumber(ARGV[2])
+local old = redis.call('ZRANGEBYSCORE', prefix .. 'finished', '-inf', cutoff)
+local removed = 0
+for _, run_id in ipairs(old) do
+  local key = run_key(prefix, run_id)
+  removed = removed + redis.call('DEL', key)
+  redis.call('DEL', key .. ':signals')
+  redis.call('ZREM', prefix .. 'finished', run_id)
+end
+return removed
+"""
+
+
+class RedisRunStore:
+    """A :class:`~agent_sync.stores.RunStore` on a Redis server, for processes on many hosts.
+
+    Args:
+        client: A ``redis.Redis`` client (``decode_responses`` either way). TLS, ACLs and
+            timeouts are set on it; the store never shows it in logs, errors or reprs.
+        prefix: Put before every key and the channel name (several apps, one server).
+        lease_s: The lease agents on this store use by default (seconds).
+        finished_ttl_s: Seconds a finished run (its state, for ``get``) is kept before
+            Redis expires it; ``None`` keeps it until :meth:`prune`.
+
+    Raises:
+        UsageError: An empty prefix, or a non-positive lease or TTL.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = "agent_sync:",
+        lease_s: float = 30.0,
+        finished_ttl_s: float | None = 7 * 24 * 3600,
+    ) -> None:
+        if not prefix:
+            raise UsageError("prefix must not be empty: it keeps the store's keys apart")
+        if not lease_s > 0:
+            raise UsageError("lease_s must be positive (seconds)")
+        if finished_ttl_s is not None and not finished_ttl_s >= 1:
+            raise UsageError("finished_ttl_s must be at least 1 second, or None")
+        self.prefix = prefix
+        self.lease_s = lease_s
+        self._ttl = 0 if finished_ttl_s is None else int(finished_ttl_s)
+        self._client = client
+        self._channel = f"{prefix}signals"
+        self._scripts = {
+            name: client.register_script(_PRELUDE + body)
+            for name, body in (
+                ("load", _LOAD),
+                ("read", _READ),
+                ("expired", _EXPIRED),
+                ("begin", _BEGIN),
+                ("write", _WRITE),
+                ("renew", _RENEW),
+                ("signal", _SIGNAL),
+                ("take", _TAKE),
+                ("prune", _PRUNE),
+            )
+        }
+        self._listener_lock = threading.Lock()
+        self._pubsub: Any = None
+
+    def __repr__(self) -> str:
+        return f"<RedisRunStore prefix={self.prefix!r}>"
+
+    def close(self) -> None:
+        """Close the pub/sub connection (the client is the caller's to close)."""
+        with self._listener_lock:
+            self._drop_listener()
+
+    # -- conversations and runs --
+
+    def load(self, conversation_id: str) -> ConversationRecord:
+        self._expire(conversation_id)
+        log, run, _ = self._run("load", self.prefix, conversation_id)
+        stored = None
+        if run:
+            state, version, owner, expires, _status = (_text(v) for v in run)
+            stored = StoredRun(
+                state=decode_state(state),
+                version=int(version),
+                owner=owner or None,
+                lease_expires_at=float(expires) if expires else None,
+                conversation_id=conversation_id,
+            )
+        return ConversationRecord(
+            conversation_id=conversation_id,
+            messages=tuple(decode_messages([_text(item) for item in log])),
+            run=stored,
+        )
+
+    def begin(
+        self,
+        conversation_id: str,
+        state: RunState,
+        *,
+        owner: str,
+        lease_s: float,
+        expected_length: int,
+    ) -> int:
+        self._expire(conversation_id)
+        reply = self._run(
+            "begin",
+            self.prefix,
+            conversation_id,
+            state.run_id,
+            encode_state(state),
+            owner,
+            repr(float(lease_s)),
+            expected_length,
+        )
+        outcome = _text(reply[0])
+        if outcome == "ok":
+            return 1
+        if outcome == "paused":
+            raise PendingApprovalError(
+                f"conversation {conversation_id!r} has a run waiting for approval"
+            )
+        if outcome == "busy":
+            raise ConcurrentInvocationError(
+                f"conversation {conversation_id!r} is running in another worker"
+            )
+        if outcome == "length":
+            raise RunConflictError(
+                f"conversation {conversation_id!r} has {int(reply[1])} messages, expected "
+                f"{expected_length}: it moved on since it was loaded"
+            )
+        raise RunConflictError(f"run {state.run_id!r} exists already")
+
+    def commit(self, state: RunState, *, owner: str, version: int) -> int:
+        return self._write(state, version=version, owner=owner)
+
+    def claim(self, run_id: str, *, owner: str, lease_s: float, version: int) -> int:
+        fields = self._read(run_id)
+        if fields is None or int(fields["version"]) != version:
+            raise RunConflictError(f"run {run_id!r} is not at version {version}")
+        state = decode_state(fields["state"])
+        if state.status != "paused":
+            raise RunConflictError(f"run {run_id!r} is {state.status}, not paused")
+        return self._write(
+            replace(state, status="running"), version=version, new_owner=owner, lease_s=lease_s
+        )
+
+    def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
+        return bool(self._run("renew", self.prefix, run_id, owner, repr(float(lease_s))))
+
+    def get(self, run_id: str) -> RunSnapshot | None:
+        fields = self._read(run_id)
+        if fields is None:
+            return None
+        if self._expire(fields["conversation_id"]):
+            fields = self._read(run_id)
+            if fields is None:
+                return None
+        return snapshot_of(
+            decode_state(fields["state"]),
+            started_at=float(fields["started_at"]),
+            updated_at=float(fields["updated_at"]),
+        )
+
+    # -- signals --
+
+    def cancel(self, run_id: str, reason: str | None = None) -> bool:
+        for _ in range(_CAS_ATTEMPTS):
+            fields = self._read(run_id)
+            if fields is None:
+                return False
+            if self._expire(fields["conversation_id"]):
+                continue  # its owner died: read what the expiry wrote
+            if fields["status"] == "paused":
+                state = cancelled_while_paused(decode_state(fields["state"]), reason)
+                try:
+                    self._write(state, version=int(fields["version"]))
+                except RunConflictError:
+                    continue  # resumed or cancelled meanwhile: look again
+                return True
+            if fields["status"] != "running":
+                return False
+            status = self._run(
+                "signal", self.prefix, run_id, "cancel", json.dumps({"reason": reason})
+            )
+            if _text(status) == "running":
+                return True
+            if _text(status) != "paused":  # paused meanwhile: cancel it as paused
+                return False
+        raise StoreUnavailableError(f"run {run_id!r} kept changing while it was cancelled")
+
+    def inject(self, run_id: str, content: Sequence[ContentBlock] | str) -> None:
+        blocks = content_blocks(content, what="injected input")  # checked at the edge
+        (text,) = encode_messages([{"role": "user", "content": blocks}])
+        status = self._run("signal", self.prefix, run_id, "inject", text)
+        if _text(status) != "running":
+            raise UsageError(f"run {run_id!r} is not running: nothing can be injected")
+
+    def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
+        deadline = time.monotonic() + max(0.0, timeout)
+        wanted = list(run_ids)
+        if not wanted:
+            threading.Event().wait(max(0.0, timeout))
+            return []
+        if not self._listener_lock.acquire(blocking=False):
+            return self._poll_signals(wanted, deadline)  # another thread listens
+        try:
+            listener = self._listener()
+            wanted_set = set(wanted)
+            while True:
+                taken = self._take(wanted)  # after subscribing: no wake-up is missed
+                remaining = deadline - time.monotonic()
+                if taken or remaining <= 0:
+                    return taken
+                self._wait_for(listener, wanted_set, deadline)
+        finally:
+            self._listener_lock.release()
+
+    def prune(self, *, older_than: float) -> int:
+        return int(self._run("prune", self.prefix, repr(float(older_than))))
+
+    # -- helpers --
+
+    def _write(
+        self,
+        state: RunState,
+        *,
+        version: int,
+        owner: str = "",
+        new_owner: str = "",
+        lease_s: float | None = None,
+    ) -> int:
+        messages = encode_messages(state.messages) if state.status in FINAL_STATUSES else []
+        reply = self._run(
+            "write",
+            self.prefix,
+            state.run_id,
+            version,
+            owner,
+            encode_state(state),
+            state.status,
+            state.history_start,
+            self._ttl,
+            new_owner,
+            "" if lease_s is None else repr(float(lease_s)),
+            *messages,
+        )
+        outcome = _text(reply[0])
+        if outcome == "ok":
+            return int(reply[1])
+        if outcome == "unknown":
+            raise RunConflictError(f"unknown run {state.run_id!r}")
+        if outcome == "over":
+            raise RunConflictError(f"run {state.run_id!r} is over ({_text(reply[1])})")
+        raise RunConflictError(
+            f"run {state.run_id!r} is at version {_text(reply[1])} run by another owner or "
+            f"moved on (this write expected version {version})"
+        )
+
+    def _read(self, run_id: str) -> dict[str, str] | None:
+        reply = self._run("read", self.prefix, run_id)
+        if not reply:
+            return None
+        names = ("state", "status", "version", "conversation_id", "started_at", "updated_at")
+        return {name: _text(value) for name, value in zip(names, reply, strict=True)}
+
+    def _expire(self, conversation_id: str) -> bool:
+        """Fail the conversation's running run if its lease ran out; ``True`` if it did."""
+        run_id = self._run("expired", self.prefix, conversation_id)
+        if not run_id:
+            return False
+        fields = self._read(_text(run_id))
+        if fields is None or fields["status"] != "running":
+            return True  # someone else acted on it meanwhile
+        try:
+            self._write(abandoned(decode_state(fields["state"])), version=int(fields["version"]))
+        except RunConflictError:
+            pass  # its owner committed, or another reader failed it first
+        return True
+
+    def _take(self, run_ids: list[str]) -> list[RunSignal]:
+        flat = self._run("take", self.prefix, *run_ids)
+        items = []
+        for n in range(0, len(flat), 2):
+            run_id = _text(flat[n])
+            data = json.loads(_text(flat[n + 1]))
+            items.append((int(data["seq"]), run_id, data))
+        signals = []
+        for _, run_id, data in sorted(items, key=lambda item: item[0]):
+            payload = data["payload"]
+            if data["kind"] == "cancel":
+                reason = json.loads(payload)["reason"]
+                signals.append(RunSignal(run_id=run_id, kind="cancel", reason=reason))
+            else:
+                blocks = tuple(decode_messages([payload])[0]["content"])
+                signals.append(RunSignal(run_id=run_id, kind="inject", content=blocks))
+        return signals
+
+    def _poll_signals(self, run_ids: list[str], deadline: float) -> list[RunSignal]:
+        pause = threading.Event()
+        while True:
+            taken = self._take(run_ids)
+            remaining = deadline - time.monotonic()
+            if taken or remaining <= 0:
+                return taken
+            pause.wait(min(_POLL_S, remaining))
+
+    def _listener(self) -> Any:
+        """The subscribed pub/sub connection (under ``_listener_lock``)."""
+        if self._pubsub is None:
+            client: Any = self._client  # redis-py's pubsub() is untyped
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            with self._translated():
+                pubsub.subscribe(self._channel)
+            self._pubsub = pubsub
+        return self._pubsub
+
+    def _wait_for(self, listener: Any, wanted: set[str], deadline: float) -> None:
+        """Wait until a signal for one of ``wanted`` is published, or the deadline."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                with self._translated():
+                    message = listener.get_message(timeout=remaining)
+            except StoreUnavailableError:
+                self._drop_listener()
+                raise
+            if message is not None and _text(message.get("data")) in wanted:
+                return
+
+    def _drop_listener(self) -> None:
+        if self._pubsub is not None:
+            try:
+                self._pubsub.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+            self._pubsub = None
+
+    def _run(self, name: str, *args: Any) -> Any:
+        with self._translated():
+            return self._scripts[name](args=list(args))
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        """redis-py failures -> StoreUnavailableError (redis-py's messages name the
+        server and the failure, never a password)."""
+        import redis as redis_module
+
+        try:
+            yield
+        except redis_module.RedisError as exc:
+            raise StoreUnavailableError(
+                f"the Redis store is unavailable ({type(exc).__name__}: {exc})"
+            ) from exc
+
+
+def _text(value: Any) -> str:
+    """A reply item as text, whatever the client's ``decode_responses``."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return str(value)
