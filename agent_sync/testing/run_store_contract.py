@@ -34,7 +34,7 @@ from ..run._state import RunState
 from ..stores._protocol import RunStore
 from ..stores._rules import WORKER_STOPPED_TEXT
 
-__all__ = ["LEASE_S", "RunStoreContract", "make_state"]
+__all__ = ["LEASE_S", "TURNS", "RunStoreContract", "make_state", "take_turns"]
 
 LEASE_S = 0.3
 """The short lease the expiry tests use."""
@@ -90,10 +90,11 @@ def _wait_past(deadline: float) -> None:
 
 
 def _begin_in_child(
-    factory: Callable[[], RunStore], conversation_id: str, go: Any, out: Any
+    factory: Callable[[], RunStore], conversation_id: str, ready: Any, go: Any, out: Any
 ) -> None:
     store = factory()
     state = make_state()
+    ready.put(True)
     go.wait(30)
     try:
         store.begin(
@@ -104,6 +105,44 @@ def _begin_in_child(
         out.put("busy")
     except BaseException as exc:  # reported to the parent
         out.put(f"error: {type(exc).__name__}: {exc}")
+
+
+TURNS = 10
+"""Turns each writer takes in the concurrent-writers tests."""
+
+
+def take_turns(store: RunStore, conversation_id: str, writer: str, turns: int) -> int:
+    """Append ``turns`` turns (a user and an assistant message naming ``writer`` and the
+    turn) to a conversation other writers append to, as an agent would: load, begin at the
+    loaded length, commit the final state. Refusals are retried; returns how many."""
+    retries = 0
+    pause = threading.Event()
+    for turn in range(turns):
+        marker = f"{writer}/{turn}"
+        while True:
+            length = len(store.load(conversation_id).messages)
+            state = make_state(
+                history_start=length,
+                messages=({"role": "user", "content": [{"text": marker}]},),
+            )
+            try:
+                version = store.begin(
+                    conversation_id, state, owner=writer, lease_s=30, expected_length=length
+                )
+            except (ConcurrentInvocationError, RunConflictError):
+                retries += 1
+                pause.wait(0.001)  # another writer's turn is in flight
+                continue
+            store.commit(_answered(state, marker), owner=writer, version=version)
+            break
+    return retries
+
+
+def _turns_in_child(factory: Callable[[], RunStore], writer: str, ready: Any, go: Any) -> None:
+    store = factory()
+    ready.put(True)
+    go.wait(30)
+    take_turns(store, "shared", writer, TURNS)
 
 
 class RunStoreContract:
@@ -371,6 +410,40 @@ class RunStoreContract:
             thread.join(30)
         assert sorted(outcomes) == ["busy"] * 7 + ["won"]
 
+    def test_writers_from_threads_lose_and_duplicate_nothing(self, store: RunStore) -> None:
+        writers = [f"thread-{n}" for n in range(4)]
+        threads = [
+            threading.Thread(target=take_turns, args=(store, "shared", writer, TURNS))
+            for writer in writers
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        _assert_every_turn_once(store, writers)
+
+    @pytest.mark.timeout(120)
+    def test_writers_from_processes_lose_and_duplicate_nothing(self, store: RunStore) -> None:
+        factory = self.process_factory()
+        if factory is None:
+            pytest.skip("this store lives in one process")
+        context = multiprocessing.get_context("spawn")
+        go, ready = context.Event(), context.Queue()
+        writers = [f"process-{n}" for n in range(3)]
+        children = [
+            context.Process(target=_turns_in_child, args=(factory, writer, ready, go))
+            for writer in writers
+        ]
+        for child in children:
+            child.start()
+        for _ in children:
+            ready.get(timeout=60)
+        go.set()
+        for child in children:
+            child.join(90)
+        assert [child.exitcode for child in children] == [0] * len(children)
+        _assert_every_turn_once(store, writers)
+
     @pytest.mark.timeout(120)
     def test_begins_racing_from_processes_have_one_winner(self, store: RunStore) -> None:
         factory = self.process_factory()
@@ -378,15 +451,28 @@ class RunStoreContract:
             pytest.skip("this store lives in one process")
         context = multiprocessing.get_context("spawn")
         go = context.Event()
-        out = context.Queue()
+        ready, out = context.Queue(), context.Queue()
         children = [
-            context.Process(target=_begin_in_child, args=(factory, "race", go, out))
+            context.Process(target=_begin_in_child, args=(factory, "race", ready, go, out))
             for _ in range(4)
         ]
         for child in children:
             child.start()
+        for _ in children:
+            ready.get(timeout=60)  # every child has its store: the race is real
         go.set()
         outcomes = sorted(out.get(timeout=60) for _ in children)
         for child in children:
             child.join(30)
         assert outcomes == ["busy", "busy", "busy", "won"], outcomes
+
+
+def _assert_every_turn_once(store: RunStore, writers: list[str]) -> None:
+    from ..messages import validate_history
+
+    log = list(store.load("shared").messages)
+    assert validate_history(log) == []
+    markers = [message["content"][0]["text"] for message in log]
+    expected = sorted(f"{writer}/{turn}" for writer in writers for turn in range(TURNS))
+    assert sorted(markers[0::2]) == expected  # every turn once: none lost, none twice
+    assert markers[0::2] == markers[1::2]  # each answer follows its own prompt

@@ -160,3 +160,24 @@ def test_a_run_reports_its_conversation() -> None:
     with agent.stream("hello") as stream:
         list(stream)
     assert stream.run.state.conversation_id == "c1"
+
+
+def test_an_expired_request_is_denied_in_whichever_worker_resumes(tmp_path: Any) -> None:
+    from agent_sync.run._approvals import EXPIRED_REASON
+    from agent_sync.stores import SQLiteRunStore
+    from agent_sync.testing.run_store_contract import _wait_past
+
+    store = SQLiteRunStore(tmp_path / "s.db")
+    first = _agent(store, ASKS, tools=[wipe], approval_timeout=0.2)
+    paused = first.invoke("wipe it")
+    (request,) = paused.approvals
+    assert request.expires_at is not None
+    _wait_past(request.expires_at)  # the timeout is what is tested
+    second = _agent(store, "not wiped", tools=[wipe])
+    assert second.pending_approvals == paused.approvals  # expires_at is stored with it
+    with pytest.raises(PendingApprovalError):
+        second.invoke("something else")  # still paused until someone answers
+    result = second.resume({})  # every request expired: nothing left to decide
+    assert result.text == "not wiped" and result.run_id == paused.run_id
+    logged = list(store.load("c1").messages)
+    assert EXPIRED_REASON in str(logged[2]) and validate_history(logged) == []
