@@ -2,7 +2,9 @@
 
 Blocks whose first line is ``# requires: ...`` (credentials, a web framework's project
 setup) are shown, not run. A block whose first line is ``# setup: ...`` runs, and is also
-run before each later block of the same page (helpers those examples share). Blocks that
+run before each later block of the same page (helpers those examples share). A block that
+reads ``REDIS_URL`` runs against the session's real ``redis-server`` (skipped locally when it
+is not installed; CI installs it). Blocks that
 iterate events with ``match event:`` are also checked with ``mypy --strict``, together
 with ``tests/typing/``, so an ``AgentEvent`` that stops narrowing fails here (and in CI),
 not in a user's editor.
@@ -39,7 +41,15 @@ def examples() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(("where", "code"), examples(), ids=[w for w, _ in examples()])
-def test_example_runs(where: str, code: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_example_runs(
+    where: str,
+    code: str,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if "REDIS_URL" in code:
+        monkeypatch.setenv("REDIS_URL", request.getfixturevalue("redis_server").url)
     exec(compile(code, where, "exec"), {"__name__": "__doc_example__"})
 
 

@@ -202,16 +202,25 @@ redis.call('HSET', key, 'lease_s', ARGV[4], 'lease_expires_at', fmt(now() + tonu
 return 1
 """
 
-# ARGV: prefix, run_id, kind, payload (JSON). Queue a signal for a running run's owner.
+# ARGV: prefix, run_id, kind, payload (JSON). Queue a signal for a running run's owner and
+# wake the watchers. Otherwise say why not: {'unknown'}, {'over'}, {'expired', conversation}
+# (its owner's lease ran out), {'paused', version, state} (a cancel applies at once).
 _SIGNAL = """
 local prefix, run_id = ARGV[1], ARGV[2]
-local status = redis.call('HGET', run_key(prefix, run_id), 'status')
-if status ~= 'running' then return status or false end
+local key = run_key(prefix, run_id)
+local fields = redis.call('HMGET', key, 'status', 'lease_expires_at', 'conversation_id',
+                          'version')
+local status = fields[1]
+if not status then return {'unknown'} end
+if status == 'paused' then return {'paused', fields[4], redis.call('HGET', key, 'state')} end
+if status ~= 'running' then return {'over'} end
+if fields[2] and fields[2] ~= '' and tonumber(fields[2]) <= now() then
+  return {'expired', fields[3]}
+end
 local seq = redis.call('INCR', prefix .. 'signal-seq')
-redis.call('RPUSH', run_key(prefix, run_id) .. ':signals',
-           cjson.encode({seq = seq, kind = ARGV[3], payload = ARGV[4]}))
+redis.call('RPUSH', key .. ':signals', cjson.encode({seq = seq, kind = ARGV[3], payload = ARGV[4]}))
 redis.call('PUBLISH', prefix .. 'signals', run_id)
-return 'running'
+return {'queued'}
 """
 
 # ARGV: prefix, run ids... Take (read and delete) the queued signals of these runs.
@@ -397,35 +406,30 @@ class RedisRunStore:
     # -- signals --
 
     def cancel(self, run_id: str, reason: str | None = None) -> bool:
+        payload = json.dumps({"reason": reason})
         for _ in range(_CAS_ATTEMPTS):
-            fields = self._read(run_id)
-            if fields is None:
-                return False
-            if self._expire(fields["conversation_id"]):
-                continue  # its owner died: read what the expiry wrote
-            if fields["status"] == "paused":
-                state = cancelled_while_paused(decode_state(fields["state"]), reason)
-                try:
-                    self._write(state, version=int(fields["version"]))
-                except RunConflictError:
-                    continue  # resumed or cancelled meanwhile: look again
+            reply = self._run("signal", self.prefix, run_id, "cancel", payload)
+            outcome = _text(reply[0])
+            if outcome == "queued":
                 return True
-            if fields["status"] != "running":
-                return False
-            status = self._run(
-                "signal", self.prefix, run_id, "cancel", json.dumps({"reason": reason})
-            )
-            if _text(status) == "running":
-                return True
-            if _text(status) != "paused":  # paused meanwhile: cancel it as paused
-                return False
+            if outcome == "expired":  # its owner died: fail it, then look again
+                self._expire(_text(reply[1]))
+                continue
+            if outcome != "paused":
+                return False  # unknown, or over
+            state = cancelled_while_paused(decode_state(_text(reply[2])), reason)
+            try:
+                self._write(state, version=int(_text(reply[1])))
+            except RunConflictError:
+                continue  # resumed or cancelled meanwhile: look again
+            return True
         raise StoreUnavailableError(f"run {run_id!r} kept changing while it was cancelled")
 
     def inject(self, run_id: str, content: Sequence[ContentBlock] | str) -> None:
         blocks = content_blocks(content, what="injected input")  # checked at the edge
         (text,) = encode_messages([{"role": "user", "content": blocks}])
-        status = self._run("signal", self.prefix, run_id, "inject", text)
-        if _text(status) != "running":
+        reply = self._run("signal", self.prefix, run_id, "inject", text)
+        if _text(reply[0]) != "queued":
             raise UsageError(f"run {run_id!r} is not running: nothing can be injected")
 
     def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
