@@ -34,6 +34,7 @@ one Redis server (or a primary with replicas), not Redis Cluster.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Collection, Iterator, Sequence
@@ -304,6 +305,7 @@ class RedisRunStore:
         }
         self._listener_lock = threading.Lock()
         self._pubsub: Any = None
+        self._pid = os.getpid()
 
     def __repr__(self) -> str:
         return f"<RedisRunStore prefix={self.prefix!r}>"
@@ -438,6 +440,8 @@ class RedisRunStore:
         if not wanted:
             threading.Event().wait(max(0.0, timeout))
             return []
+        if self._pid != os.getpid():  # forked: the parent's pub/sub and lock are not ours
+            self._listener_lock, self._pubsub, self._pid = threading.Lock(), None, os.getpid()
         if not self._listener_lock.acquire(blocking=False):
             return self._poll_signals(wanted, deadline)  # another thread listens
         try:

@@ -5,7 +5,8 @@ Design:
 
 * One file, WAL journal (readers never wait for the writer), a busy timeout, created with
   mode 0600 before SQLite opens it. One connection per thread (``threading.local``), so the
-  store is safe from any thread and, through the file, from any process.
+  store is safe from any thread and, through the file, from any process. A forked child
+  (gunicorn ``--preload``) opens its own connections: SQLite's must not cross a fork.
 * Every change is one ``BEGIN IMMEDIATE`` transaction: it reads the run's version, checks
   it (compare-and-set) and writes; the loser of a race sees the winner's version and gets
   ``RunConflictError``.
@@ -28,6 +29,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -96,6 +98,14 @@ CREATE INDEX IF NOT EXISTS runs_ended ON runs (ended_at);
 
 _POLL_S = 0.005  # wait_signals: one indexed read per poll
 
+_INHERITED: list[object] = []
+"""Connections a forked child inherited from its parent, kept alive and never used.
+
+SQLite forbids using a connection across ``fork()``, and closing one in the child is no
+better: it tears down lock state SQLite shares between all connections of a process to a
+file, and the child's own connections then wait forever (tested). So the child keeps them
+open and untouched, and opens its own."""
+
 
 def _create_private(path: str) -> None:
     """Create the database file with mode 0600 if it does not exist (SQLite gives its
@@ -113,6 +123,31 @@ def _create_private(path: str) -> None:
     except OSError as exc:
         raise StoreUnavailableError(f"cannot create the store file: {exc}") from exc
     os.close(descriptor)
+
+
+_STORES: weakref.WeakSet[SQLiteRunStore] = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    """Wait until no thread of this process is inside SQLite: a fork taken while one is
+    would copy SQLite's mutexes held, and the child's first ``connect`` would wait forever
+    (tested)."""
+    for store in list(_STORES):
+        store._in_sqlite.acquire()
+
+
+def _after_fork() -> None:
+    for store in list(_STORES):
+        try:
+            store._in_sqlite.release()
+        except RuntimeError:  # created by another thread during the fork: not held
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork
+    )
 
 
 class SQLiteRunStore:
@@ -134,6 +169,9 @@ class SQLiteRunStore:
         self.lease_s = lease_s
         self._busy_timeout_s = busy_timeout_s
         self._local = threading.local()
+        self._pid = os.getpid()
+        self._in_sqlite = threading.RLock()  # held inside SQLite; a fork waits for it
+        _STORES.add(self)
         _create_private(self.path)
         self._guarded(lambda: self._connection().executescript(_SCHEMA))
 
@@ -142,10 +180,11 @@ class SQLiteRunStore:
 
     def close(self) -> None:
         """Close this thread's connection (others close when their threads end)."""
-        connection = getattr(self._local, "connection", None)
-        if connection is not None:
-            connection.close()
-            self._local.connection = None
+        with self._in_sqlite:
+            connection = getattr(self._local, "connection", None)
+            if connection is not None:
+                connection.close()
+                self._local.connection = None
 
     # -- conversations and runs --
 
@@ -449,6 +488,10 @@ class SQLiteRunStore:
     # -- connections --
 
     def _connection(self) -> sqlite3.Connection:
+        if self._pid != os.getpid():  # forked (gunicorn --preload)
+            _INHERITED.append(self._local)  # neither use nor close the parent's connections
+            self._local = threading.local()
+            self._pid = os.getpid()
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             connection = sqlite3.connect(
@@ -465,6 +508,12 @@ class SQLiteRunStore:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction; sqlite3 errors -> StoreUnavailableError."""
+        with self._in_sqlite:
+            with self._transaction() as db:
+                yield db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         try:
             db = self._connection()
             db.execute("BEGIN IMMEDIATE")
@@ -491,7 +540,8 @@ class SQLiteRunStore:
 
     def _guarded(self, action: Callable[[], _T]) -> _T:
         try:
-            return action()
+            with self._in_sqlite:
+                return action()
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
 

@@ -12,6 +12,7 @@ A signal for a run that has just ended is dropped (its driver is gone, nothing t
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -121,6 +122,19 @@ class _Watcher:
 
 _watchers: weakref.WeakKeyDictionary[object, _Watcher] = weakref.WeakKeyDictionary()
 _watchers_lock = threading.Lock()
+
+
+def _forget_watchers() -> None:
+    """In a forked child (gunicorn ``--preload``, multiprocessing ``fork``): the parent's
+    watcher threads do not exist here and its locks may have been held at the fork, so the
+    child starts with none; its runs start their own watcher."""
+    global _watchers, _watchers_lock
+    _watchers = weakref.WeakKeyDictionary()
+    _watchers_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_watchers)
 
 
 def watch(store: RunStore) -> _Watcher:

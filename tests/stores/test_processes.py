@@ -145,6 +145,14 @@ def resumer(spec: Spec, log: str, loaded: Any, go: Any, out: Any) -> None:
         out.put((type(exc).__name__, str(exc)))
 
 
+def forked_owner(store: RunStore, ready: Any, out: Any) -> None:
+    """A forked worker (as under gunicorn --preload): uses the store object it inherited."""
+    agent = Agent(ScriptedModel([SILENT]), store=store, conversation_id="forked")
+    threading.Thread(target=_report_run_id, args=(agent, ready, None), daemon=True).start()
+    result = agent.invoke("go")
+    out.put((result.stop_reason, result.cancel_reason))
+
+
 def _spawn() -> Any:
     return multiprocessing.get_context("spawn")
 
@@ -175,6 +183,36 @@ def test_cancel_from_another_process_stops_the_owner(
     assert validate_history(logged) == [] and texts(logged[-1])[-1] == CANCELLED_TEXT
     here = Agent(ScriptedModel(["my turn"]), store=store, conversation_id="c1")
     assert here.invoke("now me").text == "my turn"
+
+
+def _watchers_stopped() -> None:
+    """Wait until this process has no store watcher thread (it ends when its runs do)."""
+    pause = threading.Event()
+    while any(t.name == "agent_sync-store-watcher" for t in threading.enumerate()):
+        pause.wait(0.005)
+
+
+def test_a_store_made_before_a_fork_works_in_the_child(spec: Spec) -> None:
+    """As under gunicorn --preload: the child gets the parent's store object, with its open
+    connections (SQLite: never to be used, nor closed, in the child) and its watcher state
+    (Redis: a subscribed pub/sub connection). The child must open its own, and both
+    processes' runs must still hear their cancels."""
+    store = open_store(spec)
+    parent = Agent(ScriptedModel(["first", "second"]), store=store, conversation_id="parent")
+    assert parent.invoke("hi").text == "first"  # connections open, the watcher has run
+    store.wait_signals(["nothing"], 0.01)
+    _watchers_stopped()  # gunicorn forks from a master with no other thread running
+    context = multiprocessing.get_context("fork")
+    ready, out = context.Queue(), context.Queue()
+    child = context.Process(target=forked_owner, args=(store, ready, out))
+    child.start()
+    run_id = ready.get(timeout=60)
+    assert store.cancel(run_id, "from the parent") is True  # the child's own watcher hears it
+    assert out.get(timeout=60) == ("cancelled", "from the parent")
+    child.join(30)
+    assert parent.invoke("still there?").text == "second"  # the parent's store still works
+    for conversation in ("forked", "parent"):
+        assert validate_history(list(store.load(conversation).messages)) == []
 
 
 def test_a_killed_owner_is_failed_after_its_lease(spec: Spec, tmp_path: Path) -> None:
