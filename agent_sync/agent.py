@@ -401,19 +401,24 @@ class Agent:
         ``mode="after_turn"`` lets the model call in flight and its tools finish first
         (see :meth:`agent_sync.run.Run.cancel`).
 
+        With a store, an agent that runs nothing itself cancels the conversation's run
+        wherever it is: running in another worker (its process hears it through the store,
+        ``mode="now"`` only) or paused for approval (cancelled at once).
+
         Returns:
-            ``True`` if a running invocation was signalled; ``False`` if the agent was idle
-            (then nothing happens, and the next invocation is not affected).
+            ``True`` if a running invocation was signalled (or a paused one cancelled);
+            ``False`` if there was none (then nothing happens, and the next invocation is
+            not affected).
         """
         run = self._slot.run  # one read: the run of this moment, or None
         if run is not None:
             return run.cancel(reason, mode=mode)
+        if self._store is not None:
+            return self._cancel_stored(reason, mode)
         return self._cancel_paused()
 
     def _cancel_paused(self) -> bool:
         """Drop a paused run: pending calls answered "Cancelled by user", turn closed."""
-        if self._store is not None:
-            return self._cancel_stored_paused()
         slot = self._slot
         with slot.lock:
             paused = slot.paused
@@ -458,16 +463,21 @@ class Agent:
                 slot.paused, slot.paused_version = None, 0
             slot.messages[:] = messages
 
-    def _cancel_stored_paused(self) -> bool:
-        assert self._store is not None
-        if self._slot.run is not None:
+    def _cancel_stored(self, reason: str | None, mode: CancelMode) -> bool:
+        """Cancel the conversation's current run, wherever it runs (its owner's watcher
+        hears it) or is paused (cancelled at once), through the store."""
+        assert self._store is not None and self._settings.conversation_id is not None
+        record = self._store.load(self._settings.conversation_id)
+        if record.run is None:
             return False
-        self._refresh()
-        paused = self._slot.paused
-        if paused is None:
-            return False
-        cancelled = self._store.cancel(paused.run_id, None)
-        self._refresh()
+        if mode != "now" and record.run.state.status == "running":
+            raise UsageError(
+                'cancel(mode="after_turn") reaches a run of this process only; the '
+                "conversation's run belongs to another worker (use mode=\"now\")"
+            )
+        cancelled = self._store.cancel(record.run.state.run_id, reason)
+        if self._slot.run is None:
+            self._refresh()
         return cancelled
 
     def _open(

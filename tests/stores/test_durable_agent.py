@@ -181,3 +181,20 @@ def test_an_expired_request_is_denied_in_whichever_worker_resumes(tmp_path: Any)
     assert result.text == "not wiped" and result.run_id == paused.run_id
     logged = list(store.load("c1").messages)
     assert EXPIRED_REASON in str(logged[2]) and validate_history(logged) == []
+
+
+def test_an_idle_agent_cancels_the_conversations_run_in_another_worker() -> None:
+    """The Stop button: a worker that runs nothing cancels the conversation's run."""
+    store = MemoryRunStore()
+    gate = Gate(cooperative=True)
+    owner = _agent(store, {"tool_calls": [gate_call()]}, "never", tools=[gate.tool])
+    call = BackgroundInvoke(owner)
+    assert gate.entered.wait(10)
+    other = _agent(store)
+    with pytest.raises(UsageError, match="after_turn"):
+        other.cancel(mode="after_turn")  # reaches a run of this process only
+    assert other.cancel("pressed stop") is True
+    result = call.result()
+    assert (result.stop_reason, result.cancel_reason) == ("cancelled", "pressed stop")
+    assert other.cancel() is False  # nothing left to cancel
+    assert list(store.load("c1").messages) == owner.messages

@@ -173,7 +173,10 @@ def test_cancel_from_another_process_stops_the_owner(
     here = Agent(ScriptedModel(["never"]), store=store, conversation_id="c1")
     with pytest.raises(ConcurrentInvocationError):
         here.invoke("me too")  # one invocation per conversation, across processes
-    assert store.cancel(run_id, "stop from here") is True
+    if state == "tool":  # the Stop button of a web page: by conversation, from any worker
+        assert here.cancel("stop from here") is True
+    else:
+        assert store.cancel(run_id, "stop from here") is True
     stop_reason, reason, history = out.get(timeout=60)
     worker.join(30)
     assert (stop_reason, reason) == ("cancelled", "stop from here")
