@@ -1,0 +1,1 @@
+"""The deployment examples (examples/deployments/) served as users deploy them."""
