@@ -30,7 +30,7 @@ from .run import CancelMode, Run, RunSnapshot, RunState
 from .run._approvals import check_decisions
 from .run._context import RunSettings
 from .run._driver import RunDriver, RunSlot
-from .run._durable import StoreLink
+from .run._durable import StoreLink, load_log
 from .run._history import add_user_blocks, close_turn
 from .stores._protocol import RunStore
 from .tools.decorator import Tool
@@ -64,6 +64,9 @@ _Face = TypeVar("_Face")
 
 def _owner_handle(run: RunDriver) -> Run:
     return Run(run, owner=True)
+
+
+_NO_MESSAGES = 2**62  # load(since=...): only the conversation's current run is needed
 
 
 class Agent:
@@ -218,7 +221,7 @@ class Agent:
                     "cannot replace the history while a run waits for approval"
                 )
             self._slot.messages = checked
-
+            self._slot.synced = 0  # no longer the stored log's
     @property
     def is_running(self) -> bool:
         """Whether an invocation (or an unfinished stream or steps run) holds the agent."""
@@ -448,12 +451,16 @@ class Agent:
     def _refresh(self) -> None:
         """Load the history and any paused run from the store (only while idle here)."""
         assert self._store is not None and self._settings.conversation_id is not None
-        record = self._store.load(self._settings.conversation_id)
         slot = self._slot
         with slot.lock:
-            if slot.run is not None:
-                return
-            messages = list(record.messages)
+            known, synced = slot.messages, slot.synced
+        record, messages, mirrored = load_log(
+            self._store, self._settings.conversation_id, known, synced
+        )
+        with slot.lock:
+            if slot.run is not None or slot.messages is not known or slot.synced != synced:
+                return  # a run took the agent meanwhile (it loads for itself), or a new history
+            slot.synced = mirrored
             stored = record.run
             if stored is not None and stored.state.status == "paused":
                 slot.paused, slot.paused_version = stored.state, stored.version
@@ -467,7 +474,7 @@ class Agent:
         """Cancel the conversation's current run, wherever it runs (its owner's watcher
         hears it) or is paused (cancelled at once), through the store."""
         assert self._store is not None and self._settings.conversation_id is not None
-        record = self._store.load(self._settings.conversation_id)
+        record = self._store.load(self._settings.conversation_id, since=_NO_MESSAGES)
         if record.run is None:
             return False
         if mode != "now" and record.run.state.status == "running":

@@ -45,7 +45,7 @@ from ..events import AgentEvent, Done, InputInjected
 from ..messages import ContentBlock, Message
 from ..result import AgentResult
 from ._context import RunContext, RunSettings
-from ._durable import StoreLink
+from ._durable import StoreLink, load_log
 from ._history import close_turn
 from ._hooks import HookRunner
 from ._inbox import Inbox
@@ -74,7 +74,7 @@ class RunSlot:
     replacing ``messages`` only while idle; freeing the slot is one store.
     """
 
-    __slots__ = ("lock", "messages", "paused", "paused_version", "run")
+    __slots__ = ("lock", "messages", "paused", "paused_version", "run", "synced")
 
     def __init__(self, messages: list[Message]) -> None:
         self.lock = threading.Lock()
@@ -82,6 +82,7 @@ class RunSlot:
         self.run: RunDriver | None = None
         self.paused: RunState | None = None  # a run waiting for approval decisions
         self.paused_version = 0  # its version in the store, if there is one
+        self.synced = 0  # with a store: messages[:synced] are the stored log's first ones
 
 
 def new_run_id() -> str:
@@ -295,8 +296,10 @@ class RunDriver:
     def _load_conversation(self, messages: list[Message]) -> list[Message]:
         """Refresh the history from the store; refuse if the conversation is busy there."""
         assert self._link is not None
-        record = self._link.store.load(self._link.conversation_id)
-        logged = list(record.messages)
+        slot = self._slot  # this run holds it: nobody else changes it meanwhile
+        record, logged, slot.synced = load_log(
+            self._link.store, self._link.conversation_id, messages, slot.synced
+        )
         messages[:] = logged
         stored = record.run
         self._slot.paused, self._slot.paused_version = None, 0  # the store knows better
@@ -332,7 +335,9 @@ class RunDriver:
         if link is None or link.ended or self._ctx.status in ("running", "paused"):
             return
         try:
-            link.commit(self._ctx.state())
+            state = self._ctx.state()
+            link.commit(state)
+            self._slot.synced = state.history_start + len(state.messages)  # the log now
         except Exception:
             if strict:
                 raise

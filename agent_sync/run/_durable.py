@@ -15,13 +15,34 @@ import socket
 import threading
 import uuid
 
-from ..stores._protocol import RunStore
+from ..messages import Message
+from ..stores._protocol import ConversationRecord, RunStore
 from ..stores._watcher import Watched, watch
 from ._state import RunState
 
-__all__ = ["StoreLink", "new_owner"]
+__all__ = ["StoreLink", "load_log", "new_owner"]
 
 logger = logging.getLogger(__name__)
+
+
+def load_log(
+    store: RunStore, conversation_id: str, known: list[Message], synced: int
+) -> tuple[ConversationRecord, list[Message], int]:
+    """The conversation's stored record, its whole log as a list, and how many of the
+    list's messages mirror the log; only what ``known[:synced]`` does not hold is read.
+
+    The log never shrinks and only its last message is ever rewritten (a run extending
+    the trailing user message), so the messages before the last one an agent synced are
+    the store's. The mirrored count stops at a paused run's start: after it, an agent
+    holds the paused run's own messages.
+    """
+    since = synced - 1 if 0 < synced <= len(known) else 0
+    record = store.load(conversation_id, since=since)
+    logged = [*known[: record.start], *record.messages]
+    mirrored = record.log_length
+    if record.run is not None and record.run.state.status == "paused":
+        mirrored = min(mirrored, record.run.state.history_start)
+    return record, logged, mirrored
 
 
 def new_owner() -> str:

@@ -68,16 +68,26 @@ class MemoryRunStore:
 
     # -- conversations and runs --
 
-    def load(self, conversation_id: str) -> ConversationRecord:
+    def load(self, conversation_id: str, *, since: int = 0) -> ConversationRecord:
         with self._lock:
             conversation = self._conversations.get(conversation_id)
             if conversation is None:
-                return ConversationRecord(conversation_id=conversation_id, messages=(), run=None)
+                return ConversationRecord(
+                    conversation_id=conversation_id, messages=(), run=None, length=0
+                )
             self._expire(conversation_id)
             run_id = conversation.current
             stored = self._stored(run_id) if run_id is not None else None
-            messages = tuple(decode_messages(conversation.log))
-        return ConversationRecord(conversation_id=conversation_id, messages=messages, run=stored)
+            length = len(conversation.log)
+            start = min(max(0, since), length)
+            messages = tuple(decode_messages(conversation.log[start:]))
+        return ConversationRecord(
+            conversation_id=conversation_id,
+            messages=messages,
+            run=stored,
+            start=start,
+            length=length,
+        )
 
     def begin(
         self,

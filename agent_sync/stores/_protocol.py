@@ -23,7 +23,9 @@ Rules every store follows (:mod:`agent_sync.stores._rules` holds the shared part
 
 * **Append, not rewrite.** A final commit writes only ``state.messages`` over the log from
   ``state.history_start`` (the run may have extended the log's last user message), so the
-  cost of ending a turn does not grow with the conversation.
+  cost of ending a turn does not grow with the conversation. So the log never shrinks, and
+  only its last message is ever rewritten: ``load(since=n)`` lets a reader that holds
+  the first ``n + 1`` messages read just the rest.
 * **Leases.** A running run whose lease expired (its owner died) is *failed* by whoever next
   reads it (``load``, ``get``, ``begin``): its in-flight tool calls are answered with an
   error result saying "worker stopped; effect unknown", the turn is closed, the messages are
@@ -70,9 +72,18 @@ class ConversationRecord:
     conversation_id: str
     """The conversation."""
     messages: tuple[Message, ...]
-    """The log: every finished message, in order."""
+    """The log from position :attr:`start` on: every finished message, in order."""
     run: StoredRun | None
     """The conversation's current run (running or paused), or ``None``."""
+    start: int = 0
+    """The log position of ``messages[0]`` (the ``since`` asked, at most :attr:`length`)."""
+    length: int | None = None
+    """The log's whole length (``start + len(messages)``; ``None`` is read as that)."""
+
+    @property
+    def log_length(self) -> int:
+        """The log's whole length."""
+        return self.length if self.length is not None else self.start + len(self.messages)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,8 +108,10 @@ class RunStore(Protocol):
     Every method may raise :class:`~agent_sync.errors.StoreUnavailableError`.
     """
 
-    def load(self, conversation_id: str) -> ConversationRecord:
-        """The conversation's log and current run (an unknown id: empty, no run).
+    def load(self, conversation_id: str, *, since: int = 0) -> ConversationRecord:
+        """The conversation's log from position ``since`` on, and its current run (an
+        unknown id: empty, no run). An agent that holds the log up to some length reads
+        only what follows, so a long conversation costs no more to go on than a short one.
 
         A current run whose lease expired is failed first (see the module rules).
         """

@@ -116,18 +116,21 @@ local function write_state(prefix, key, run_id, state, status, history_start, tt
 end
 """.replace("CHUNK", str(_CHUNK))
 
-# KEYS: -; ARGV: prefix, conversation_id. The conversation's log, its current run's fields
-# (or nothing), and the server time: one consistent read.
+# ARGV: prefix, conversation_id, since. The conversation's log from `since` on, its current
+# run's fields (or nothing), and the log's length: one consistent read.
 _LOAD = """
 local prefix, cid = ARGV[1], ARGV[2]
-local log = redis.call('LRANGE', conv_key(prefix, cid, 'log'), 0, -1)
+local key = conv_key(prefix, cid, 'log')
+local length = redis.call('LLEN', key)
+local start = math.min(tonumber(ARGV[3]), length)
+local log = redis.call('LRANGE', key, start, -1)
 local run_id = redis.call('GET', conv_key(prefix, cid, 'current'))
 local run = {}
 if run_id then
   run = redis.call('HMGET', run_key(prefix, run_id), 'state', 'version', 'owner',
                    'lease_expires_at', 'status')
 end
-return {log, run, fmt(now())}
+return {log, run, length, start}
 """
 
 # ARGV: prefix, run_id. The run's fields needed to act on it.
@@ -317,9 +320,11 @@ class RedisRunStore:
 
     # -- conversations and runs --
 
-    def load(self, conversation_id: str) -> ConversationRecord:
+    def load(self, conversation_id: str, *, since: int = 0) -> ConversationRecord:
         self._expire(conversation_id)
-        log, run, _ = self._run("load", self.prefix, conversation_id)
+        log, run, length, start = self._run(
+            "load", self.prefix, conversation_id, max(0, int(since))
+        )
         stored = None
         if run:
             state, version, owner, expires, _status = (_text(v) for v in run)
@@ -334,6 +339,8 @@ class RedisRunStore:
             conversation_id=conversation_id,
             messages=tuple(decode_messages([_text(item) for item in log])),
             run=stored,
+            start=int(start),
+            length=int(length),
         )
 
     def begin(

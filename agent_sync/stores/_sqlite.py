@@ -188,12 +188,15 @@ class SQLiteRunStore:
 
     # -- conversations and runs --
 
-    def load(self, conversation_id: str) -> ConversationRecord:
+    def load(self, conversation_id: str, *, since: int = 0) -> ConversationRecord:
         with self._write() as db:
             self._expire(db, conversation_id)
+            length = self._length(db, conversation_id)
+            start = min(max(0, since), length)
             rows = db.execute(
-                "SELECT message FROM log WHERE conversation_id = ? ORDER BY position",
-                (conversation_id,),
+                "SELECT message FROM log WHERE conversation_id = ? AND position >= ?"
+                " ORDER BY position",
+                (conversation_id, start),
             ).fetchall()
             current = self._current(db, conversation_id)
             stored = self._stored(db, current) if current is not None else None
@@ -201,6 +204,8 @@ class SQLiteRunStore:
             conversation_id=conversation_id,
             messages=tuple(decode_messages([row[0] for row in rows])),
             run=stored,
+            start=start,
+            length=length,
         )
 
     def begin(
@@ -416,10 +421,10 @@ class SQLiteRunStore:
         return row[0] if row is not None else None
 
     def _length(self, db: sqlite3.Connection, conversation_id: str) -> int:
-        row = db.execute(
-            "SELECT COUNT(*) FROM log WHERE conversation_id = ?", (conversation_id,)
+        row = db.execute(  # the primary key's index: no scan of the conversation
+            "SELECT MAX(position) FROM log WHERE conversation_id = ?", (conversation_id,)
         ).fetchone()
-        return int(row[0])
+        return 0 if row[0] is None else int(row[0]) + 1
 
     def _stored(self, db: sqlite3.Connection, run_id: str) -> StoredRun:
         state, version, owner, expires, conversation_id = db.execute(

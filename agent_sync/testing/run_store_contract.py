@@ -242,6 +242,18 @@ class RunStoreContract:
         messages = store.load("c1").messages
         assert len(messages) == 2 and messages[0]["content"][1] == {"text": "and more"}
 
+    def test_load_since_reads_the_rest_of_the_log(self, store: RunStore) -> None:
+        state = make_state()
+        store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        store.commit(_answered(state), owner=OWNER, version=1)
+        whole = store.load("c1")
+        assert (whole.start, whole.log_length, len(whole.messages)) == (0, 2, 2)
+        tail = store.load("c1", since=1)
+        assert (tail.start, tail.log_length, tail.messages) == (1, 2, whole.messages[1:])
+        beyond = store.load("c1", since=10)
+        assert (beyond.start, beyond.log_length, beyond.messages) == (2, 2, ())
+        assert store.load("nobody", since=3).log_length == 0
+
     def test_bytes_survive(self, store: RunStore) -> None:
         image: ContentBlock = {"image": {"format": "png", "source": {"bytes": b"\x89PNG\x00\xff"}}}
         state = make_state(messages=({"role": "user", "content": [{"text": "look"}, image]},))

@@ -198,3 +198,33 @@ def test_an_idle_agent_cancels_the_conversations_run_in_another_worker() -> None
     assert (result.stop_reason, result.cancel_reason) == ("cancelled", "pressed stop")
     assert other.cancel() is False  # nothing left to cancel
     assert list(store.load("c1").messages) == owner.messages
+
+
+class _CountingStore(MemoryRunStore):
+    """Records how many log messages each load returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: list[int] = []
+
+    def load(self, conversation_id: str, *, since: int = 0) -> Any:
+        record = super().load(conversation_id, since=since)
+        self.read.append(len(record.messages))
+        return record
+
+
+def test_a_worker_reads_only_what_it_does_not_hold_and_sees_every_change() -> None:
+    store = _CountingStore()
+    first = _agent(store, *[f"answer {n}" for n in range(20)], "after the error")
+    for n in range(20):
+        first.invoke(f"question {n}")
+    other = _agent(store, {"error": ModelError("down")})
+    with pytest.raises(ModelError):
+        other.invoke("from another worker")  # the log now ends with that user message
+    store.read.clear()
+    first.invoke("and mine")  # extends that trailing user message: it is re-read
+    assert max(store.read) <= 2, store.read  # not the 41 messages before it
+    logged = list(store.load("c1").messages)
+    assert first.messages == logged and len(logged) == 42
+    assert texts(logged[40]) == ["from another worker", "and mine"]
+    assert validate_history(logged) == []
