@@ -2,9 +2,11 @@
 ``invoke()`` returned in another process, and the owner's idle CPU while it waits.
 
     python bench/bench_cross_cancel.py [--runs 30] [--stores sqlite,redis]
+                                       [--states stream,silent,tool,backoff]
 
-The owner is a real child process (spawn) running an agent on the store, stalled like a
-silent socket (``ScriptedModel`` ``stall_after``) or in a cooperative tool. Its watcher
+The owner is a real child process (spawn) running an agent on the store: in a model stream
+(a chunk every 5 ms), stalled like a silent socket (``ScriptedModel`` ``stall_after``), in a
+cooperative tool, or in a retry back-off (60 s). Its watcher
 thread is the only thing that can hear the cancel. Times are wall-clock (``time.time``, one
 host). ``memory`` runs the owner in a thread of this process (a baseline).
 """
@@ -19,12 +21,14 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent_sync import Agent, ToolContext, tool  # noqa: E402
+from agent_sync import Agent, RetryPolicy, ToolContext, tool  # noqa: E402
+from agent_sync.errors import ModelError  # noqa: E402
 from agent_sync.testing import ScriptedModel  # noqa: E402
 
 IDLE_S = 1.0  # how long the owner waits, idle, before the cancel (for the CPU figure)
@@ -53,12 +57,22 @@ def wait_tool(context: ToolContext) -> str:
 
 
 def _agent(store: Any, conversation_id: str, state: str) -> Agent:
+    retry = RetryPolicy()
     if state == "tool":
         turns: list[Any] = [{"tool_calls": [{"name": "wait_tool", "input": {}}]}, "x"]
-    else:
+    elif state == "stream":  # chunks flowing: one every 5 ms for a minute
+        turns = [{"text": "x" * 12_000, "chunk_size": 1, "chunk_delay": 0.005}]
+    elif state == "backoff":  # a retryable error, then a 60 s wait before the retry
+        turns = [{"error": ModelError("overloaded", retryable=True)}, "x"]
+        retry = RetryPolicy(max_attempts=2, initial_delay=60, max_delay=60, jitter=0)
+    else:  # silent: a socket that stopped sending
         turns = [{"text": "a silent answer", "chunk_size": 1, "stall_after": 1}]
     return Agent(
-        ScriptedModel(turns), tools=[wait_tool], store=store, conversation_id=conversation_id
+        ScriptedModel(turns),
+        tools=[wait_tool],
+        store=store,
+        conversation_id=conversation_id,
+        retry=retry,
     )
 
 
@@ -116,18 +130,23 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--stores", default="sqlite")
-    parser.add_argument("--states", default="silent,tool")
-    parser.add_argument("--redis-port", type=int, default=0, help="a running redis-server")
+    parser.add_argument("--states", default="stream,silent,tool,backoff")
+    parser.add_argument(
+        "--redis-port", type=int, default=0, help="a running redis-server (default: start one)"
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
+    with ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory())
         for name in args.stores.split(","):
             if name == "sqlite":
                 spec = f"sqlite:{folder}/bench.db"
             elif name == "redis":
-                if not args.redis_port:
-                    print("redis: pass --redis-port of a running redis-server")
-                    continue
-                spec = f"redis:{args.redis_port}"
+                port = args.redis_port
+                if not port:  # a throwaway server (Debian's redis-server)
+                    from agent_sync.testing.redis_server import RedisServer
+
+                    port = stack.enter_context(RedisServer.start(f"{folder}/redis")).port
+                spec = f"redis:{port}"
             else:
                 raise SystemExit(f"unknown store {name!r}")
             for state in args.states.split(","):
