@@ -14,7 +14,6 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from .._prompt import content_blocks
-from ..errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
 from ..messages import ContentBlock
 from ..run._state import RunSnapshot, RunState, RunStatus
 from ._protocol import ConversationRecord, RunSignal, StoredRun
@@ -22,11 +21,19 @@ from ._rules import (
     FINAL_STATUSES,
     abandoned,
     cancelled_while_paused,
+    conversation_busy,
+    conversation_paused,
     decode_messages,
     decode_state,
     encode_messages,
     encode_state,
+    log_moved_on,
+    moved_on,
+    not_paused,
+    not_running,
+    run_exists,
     snapshot_of,
+    stale_write,
 )
 
 __all__ = ["MemoryRunStore"]
@@ -105,19 +112,12 @@ class MemoryRunStore:
             if conversation.current is not None:
                 current = self._runs[conversation.current]
                 if decode_state(current.state).status == "paused":
-                    raise PendingApprovalError(
-                        f"conversation {conversation_id!r} has a run waiting for approval"
-                    )
-                raise ConcurrentInvocationError(
-                    f"conversation {conversation_id!r} is running in another worker"
-                )
+                    raise conversation_paused(conversation_id)
+                raise conversation_busy(conversation_id)
             if len(conversation.log) != expected_length:
-                raise RunConflictError(
-                    f"conversation {conversation_id!r} has {len(conversation.log)} messages, "
-                    f"expected {expected_length}: it moved on since it was loaded"
-                )
+                raise log_moved_on(conversation_id, len(conversation.log), expected_length)
             if state.run_id in self._runs:
-                raise RunConflictError(f"run {state.run_id!r} exists already")
+                raise run_exists(state.run_id)
             self._runs[state.run_id] = _Run(
                 conversation_id=conversation_id,
                 state=encode_state(state),
@@ -136,15 +136,12 @@ class MemoryRunStore:
         with self._lock:
             run = self._runs.get(state.run_id)
             if run is None:
-                raise RunConflictError(f"unknown run {state.run_id!r}")
+                raise stale_write(state.run_id, "unknown run")
             current = decode_state(run.state)
             if current.status in FINAL_STATUSES:
-                raise RunConflictError(f"run {state.run_id!r} is over ({current.status})")
+                raise stale_write(state.run_id, f"the run is over ({current.status})")
             if run.version != version or run.owner != owner:
-                raise RunConflictError(
-                    f"run {state.run_id!r} is at version {run.version} run by another owner "
-                    f"or moved on (this commit expected version {version})"
-                )
+                raise stale_write(state.run_id, moved_on(run.version, version))
             self._write(run, state, now)
             if state.status == "running":
                 run.lease_expires_at = now + run.lease_s  # a commit is a sign of life
@@ -155,10 +152,10 @@ class MemoryRunStore:
         with self._lock:
             run = self._runs.get(run_id)
             if run is None or run.version != version:
-                raise RunConflictError(f"run {run_id!r} is not at version {version}")
+                raise stale_write(run_id, f"not at version {version}")
             state = decode_state(run.state)
             if state.status != "paused":
-                raise RunConflictError(f"run {run_id!r} is {state.status}, not paused")
+                raise not_paused(run_id, state.status)
             run.version += 1
             run.owner = owner
             run.lease_s = lease_s
@@ -213,7 +210,7 @@ class MemoryRunStore:
         with self._lock:
             run = self._runs.get(run_id)
             if run is None or decode_state(run.state).status != "running":
-                raise UsageError(f"run {run_id!r} is not running: nothing can be injected")
+                raise not_running(run_id)
             run.signals.append(RunSignal(run_id=run_id, kind="inject", content=blocks))
             self._signalled.notify_all()
 

@@ -44,8 +44,6 @@ from typing import TYPE_CHECKING, Any
 
 from .._prompt import content_blocks
 from ..errors import (
-    ConcurrentInvocationError,
-    PendingApprovalError,
     RunConflictError,
     StoreUnavailableError,
     UsageError,
@@ -57,11 +55,19 @@ from ._rules import (
     FINAL_STATUSES,
     abandoned,
     cancelled_while_paused,
+    conversation_busy,
+    conversation_paused,
     decode_messages,
     decode_state,
     encode_messages,
     encode_state,
+    log_moved_on,
+    moved_on,
+    not_paused,
+    not_running,
+    run_exists,
     snapshot_of,
+    stale_write,
 )
 
 if TYPE_CHECKING:
@@ -367,19 +373,12 @@ class RedisRunStore:
         if outcome == "ok":
             return 1
         if outcome == "paused":
-            raise PendingApprovalError(
-                f"conversation {conversation_id!r} has a run waiting for approval"
-            )
+            raise conversation_paused(conversation_id)
         if outcome == "busy":
-            raise ConcurrentInvocationError(
-                f"conversation {conversation_id!r} is running in another worker"
-            )
+            raise conversation_busy(conversation_id)
         if outcome == "length":
-            raise RunConflictError(
-                f"conversation {conversation_id!r} has {int(reply[1])} messages, expected "
-                f"{expected_length}: it moved on since it was loaded"
-            )
-        raise RunConflictError(f"run {state.run_id!r} exists already")
+            raise log_moved_on(conversation_id, int(reply[1]), expected_length)
+        raise run_exists(state.run_id)
 
     def commit(self, state: RunState, *, owner: str, version: int) -> int:
         return self._write(state, version=version, owner=owner)
@@ -387,10 +386,10 @@ class RedisRunStore:
     def claim(self, run_id: str, *, owner: str, lease_s: float, version: int) -> int:
         fields = self._read(run_id)
         if fields is None or int(fields["version"]) != version:
-            raise RunConflictError(f"run {run_id!r} is not at version {version}")
+            raise stale_write(run_id, f"not at version {version}")
         state = decode_state(fields["state"])
         if state.status != "paused":
-            raise RunConflictError(f"run {run_id!r} is {state.status}, not paused")
+            raise not_paused(run_id, state.status)
         return self._write(
             replace(state, status="running"), version=version, new_owner=owner, lease_s=lease_s
         )
@@ -439,7 +438,7 @@ class RedisRunStore:
         (text,) = encode_messages([{"role": "user", "content": blocks}])
         reply = self._run("signal", self.prefix, run_id, "inject", text)
         if _text(reply[0]) != "queued":
-            raise UsageError(f"run {run_id!r} is not running: nothing can be injected")
+            raise not_running(run_id)
 
     def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
         deadline = time.monotonic() + max(0.0, timeout)
@@ -496,13 +495,10 @@ class RedisRunStore:
         if outcome == "ok":
             return int(reply[1])
         if outcome == "unknown":
-            raise RunConflictError(f"unknown run {state.run_id!r}")
+            raise stale_write(state.run_id, "unknown run")
         if outcome == "over":
-            raise RunConflictError(f"run {state.run_id!r} is over ({_text(reply[1])})")
-        raise RunConflictError(
-            f"run {state.run_id!r} is at version {_text(reply[1])} run by another owner or "
-            f"moved on (this write expected version {version})"
-        )
+            raise stale_write(state.run_id, f"the run is over ({_text(reply[1])})")
+        raise stale_write(state.run_id, moved_on(int(_text(reply[1])), version))
 
     def _read(self, run_id: str) -> dict[str, str] | None:
         reply = self._run("read", self.prefix, run_id)

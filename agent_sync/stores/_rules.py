@@ -6,7 +6,10 @@ every store (memory, SQLite, Redis) so that they cannot drift.
 * :func:`encode_state` / :func:`decode_state` and :func:`encode_messages` /
   :func:`decode_messages`: the one JSON form of states and log messages (``bytes`` kept);
 * :func:`snapshot_of`: what ``store.get`` returns;
-* :data:`FINAL_STATUSES`, :data:`WORKER_STOPPED_TEXT`.
+* :data:`FINAL_STATUSES`, :data:`WORKER_STOPPED_TEXT`;
+* the errors every store raises for the same refusals (:func:`conversation_paused`,
+  :func:`conversation_busy`, :func:`log_moved_on`, :func:`run_exists`,
+  :func:`stale_write`, :func:`not_paused`, :func:`not_running`), worded once.
 """
 
 from __future__ import annotations
@@ -16,7 +19,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import (
+    ConcurrentInvocationError,
+    PendingApprovalError,
+    RunConflictError,
+    UsageError,
+)
 from ..messages import CANCELLED_TEXT, ContentBlock, Message
 from ..run._history import add_user_blocks, close_turn
 from ..run._state import RunSnapshot, RunState, _decode, _encode
@@ -24,6 +32,14 @@ from ..tools._results import error_result
 
 __all__ = [
     "FINAL_STATUSES",
+    "conversation_busy",
+    "conversation_paused",
+    "log_moved_on",
+    "moved_on",
+    "not_paused",
+    "not_running",
+    "run_exists",
+    "stale_write",
     "WORKER_STOPPED_TEXT",
     "abandoned",
     "cancelled_while_paused",
@@ -141,3 +157,56 @@ def _queued(state: RunState) -> list[ContentBlock]:
 def _copy(message: Message) -> Message:
     copied: Any = _decode(_encode(message))
     return copied  # type: ignore[no-any-return]
+
+
+# -- the refusals, worded once --
+
+
+def conversation_paused(conversation_id: str) -> PendingApprovalError:
+    """``begin`` on a conversation whose run waits for approval."""
+    return PendingApprovalError(
+        f"conversation {conversation_id!r} has a run waiting for approval"
+    )
+
+
+def conversation_busy(conversation_id: str) -> ConcurrentInvocationError:
+    """``begin`` on a conversation that is running somewhere."""
+    return ConcurrentInvocationError(
+        f"conversation {conversation_id!r} is running in another worker"
+    )
+
+
+def log_moved_on(conversation_id: str, length: int, expected: int) -> RunConflictError:
+    """``begin`` at a log length that is no longer the log's."""
+    return RunConflictError(
+        f"conversation {conversation_id!r} has {length} messages, expected {expected}: "
+        "it moved on since it was loaded"
+    )
+
+
+def run_exists(run_id: str) -> RunConflictError:
+    """``begin`` with a run id the store has."""
+    return RunConflictError(f"run {run_id!r} exists already")
+
+
+def stale_write(run_id: str, why: str) -> RunConflictError:
+    """A commit or claim that lost a compare-and-set: ``why`` says what was found."""
+    return RunConflictError(f"run {run_id!r}: {why}")
+
+
+def moved_on(found: int, expected: int) -> str:
+    """Why a compare-and-set on the version failed (for :func:`stale_write`)."""
+    return (
+        f"at version {found}, run by another owner or moved on (this write expected "
+        f"version {expected})"
+    )
+
+
+def not_paused(run_id: str, status: str) -> RunConflictError:
+    """``claim`` of a run that is not paused (resumed or cancelled meanwhile)."""
+    return RunConflictError(f"run {run_id!r} is {status}, not paused")
+
+
+def not_running(run_id: str) -> UsageError:
+    """``inject`` into a run that is not running."""
+    return UsageError(f"run {run_id!r} is not running: nothing can be injected")

@@ -37,11 +37,7 @@ from typing import TypeVar
 
 from .._prompt import content_blocks
 from ..errors import (
-    ConcurrentInvocationError,
-    PendingApprovalError,
-    RunConflictError,
     StoreUnavailableError,
-    UsageError,
 )
 from ..messages import ContentBlock
 from ..run._state import RunSnapshot, RunState
@@ -50,11 +46,19 @@ from ._rules import (
     FINAL_STATUSES,
     abandoned,
     cancelled_while_paused,
+    conversation_busy,
+    conversation_paused,
     decode_messages,
     decode_state,
     encode_messages,
     encode_state,
+    log_moved_on,
+    moved_on,
+    not_paused,
+    not_running,
+    run_exists,
     snapshot_of,
+    stale_write,
 )
 
 __all__ = ["SQLiteRunStore"]
@@ -226,20 +230,13 @@ class SQLiteRunStore:
                     "SELECT status FROM runs WHERE run_id = ?", (current,)
                 ).fetchone()[0]
                 if status == "paused":
-                    raise PendingApprovalError(
-                        f"conversation {conversation_id!r} has a run waiting for approval"
-                    )
-                raise ConcurrentInvocationError(
-                    f"conversation {conversation_id!r} is running in another worker"
-                )
+                    raise conversation_paused(conversation_id)
+                raise conversation_busy(conversation_id)
             length = self._length(db, conversation_id)
             if length != expected_length:
-                raise RunConflictError(
-                    f"conversation {conversation_id!r} has {length} messages, expected "
-                    f"{expected_length}: it moved on since it was loaded"
-                )
+                raise log_moved_on(conversation_id, length, expected_length)
             if db.execute("SELECT 1 FROM runs WHERE run_id = ?", (state.run_id,)).fetchone():
-                raise RunConflictError(f"run {state.run_id!r} exists already")
+                raise run_exists(state.run_id)
             db.execute(
                 "INSERT INTO runs (run_id, conversation_id, state, status, version, owner,"
                 " lease_s, lease_expires_at, started_at, updated_at)"
@@ -271,15 +268,12 @@ class SQLiteRunStore:
                 (state.run_id,),
             ).fetchone()
             if row is None:
-                raise RunConflictError(f"unknown run {state.run_id!r}")
+                raise stale_write(state.run_id, "unknown run")
             status, current_version, current_owner, lease_s = row
             if status in FINAL_STATUSES:
-                raise RunConflictError(f"run {state.run_id!r} is over ({status})")
+                raise stale_write(state.run_id, f"the run is over ({status})")
             if current_version != version or current_owner != owner:
-                raise RunConflictError(
-                    f"run {state.run_id!r} is at version {current_version} run by another "
-                    f"owner or moved on (this commit expected version {version})"
-                )
+                raise stale_write(state.run_id, moved_on(current_version, version))
             self._write_state(db, state, now)
             if state.status == "running":  # a commit is a sign of life
                 db.execute(
@@ -295,10 +289,10 @@ class SQLiteRunStore:
                 "SELECT state, version FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
             if row is None or row[1] != version:
-                raise RunConflictError(f"run {run_id!r} is not at version {version}")
+                raise stale_write(run_id, f"not at version {version}")
             state = decode_state(row[0])
             if state.status != "paused":
-                raise RunConflictError(f"run {run_id!r} is {state.status}, not paused")
+                raise not_paused(run_id, state.status)
             running = replace(state, status="running")
             db.execute(
                 "UPDATE runs SET state = ?, status = 'running', version = ?, owner = ?,"
@@ -359,7 +353,7 @@ class SQLiteRunStore:
         with self._write() as db:
             row = db.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None or row[0] != "running":
-                raise UsageError(f"run {run_id!r} is not running: nothing can be injected")
+                raise not_running(run_id)
             db.execute(
                 "INSERT INTO signals (run_id, kind, content) VALUES (?, 'inject', ?)",
                 (run_id, text),
