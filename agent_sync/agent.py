@@ -69,6 +69,22 @@ def _owner_handle(run: RunDriver) -> Run:
 _NO_MESSAGES = 2**62  # load(since=...): only the conversation's current run is needed
 
 
+def _run_to_end(run: RunDriver) -> AgentResult:
+    """Drive a blocking run (``invoke``, ``resume``) to its result; free the agent whatever
+    happens, a Ctrl-C included."""
+    try:
+        run.start()
+        run.drain()
+    finally:
+        try:
+            run.release()
+        finally:
+            run.release()  # again: completes whatever a Ctrl-C cut short
+    result = run.result
+    assert result is not None
+    return result
+
+
 class Agent:
     """An LLM agent that runs the model -> tools loop in the calling thread.
 
@@ -278,18 +294,7 @@ class Agent:
             ModelError: The model failed after retries; the history is left valid and ends
                 with the user's message.
         """
-        run = self._new_run(prompt, timeout, cache, cancel, emit_deltas=False)
-        try:
-            run.start()
-            run.drain()
-        finally:
-            try:
-                run.release()
-            finally:
-                run.release()  # again: completes whatever a Ctrl-C cut short
-        result = run.result
-        assert result is not None
-        return result
+        return _run_to_end(self._new_run(prompt, timeout, cache, cancel, emit_deltas=False))
 
     __call__ = invoke
 
@@ -380,20 +385,9 @@ class Agent:
         if paused is None:
             raise UsageError("nothing to resume: no run of this agent waits for approval")
         checked = check_decisions(paused, self._settings.tools, decisions)
-        run = self._new_run(
-            None, timeout, cache, cancel, emit_deltas=False, resume=(paused, checked)
+        return _run_to_end(
+            self._new_run(None, timeout, cache, cancel, emit_deltas=False, resume=(paused, checked))
         )
-        try:
-            run.start()
-            run.drain()
-        finally:
-            try:
-                run.release()
-            finally:
-                run.release()  # again: completes whatever a Ctrl-C cut short
-        result = run.result
-        assert result is not None
-        return result
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         """Stop the running invocation, from any thread, at any moment.
