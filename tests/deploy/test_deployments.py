@@ -15,7 +15,6 @@ cancelled. Everything is ordered by that report and by HTTP answers; nothing sle
 from __future__ import annotations
 
 import http.client
-import importlib
 import json
 import os
 import re
@@ -37,6 +36,7 @@ from agent_sync import Agent, ToolContext, tool
 from agent_sync.messages import CANCELLED_TEXT, validate_history
 from agent_sync.stores import MemoryRunStore, RunStore, SQLiteRunStore
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.gunicorn import quiet_options
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "examples" / "deployments"
@@ -164,14 +164,6 @@ class Deployment:
         return body
 
 
-def _quiet_options() -> list[str]:
-    """gunicorn 25.1+ opens a control socket in ~/.gunicorn by default: one path for every
-    server, so concurrent test servers would fight over it. Not wanted here."""
-    config: Any = importlib.import_module("gunicorn.config")  # untyped
-    names = {setting.name for setting in config.KNOWN_SETTINGS}
-    return ["--no-control-socket"] if "control_socket_disable" in names else []
-
-
 def _redis_store_or_skip() -> None:
     pytest.importorskip("redis", reason="pip install -e '.[redis]'")
 
@@ -219,7 +211,7 @@ def deployment(
                 "--bind", f"fd://{listener.fileno()}",
                 "--chdir", str(DEPLOY),
                 "--log-level", "warning",
-                *_quiet_options(),
+                *quiet_options(),
                 app,
             ],
             env=env,

@@ -24,6 +24,7 @@ import pytest
 
 from agent_sync.messages import validate_history
 from agent_sync.testing.openai_server import OpenAIServer
+from tests.fixtures.gunicorn import quiet_options
 
 from ._client import SSEConnection, request_json
 from .conftest import EXAMPLES
@@ -67,6 +68,7 @@ def deployed() -> Iterator[Deployed]:
                 "--bind", f"fd://{listener.fileno()}",
                 "--chdir", str(EXAMPLES / "flask_chat"),
                 "--log-level", "warning",
+                *quiet_options(),
                 "chat_app:create_app()",
             ],
             env=env,
