@@ -1,18 +1,27 @@
 """Append cost vs conversation length (10, 100, 1,000 messages), for every store.
 
     python bench/bench_store_append.py [--turns 200] [--stores memory,sqlite,redis]
+                                       [--lengths 10,100,1000] [--conversations 20]
 
-Two figures per store and length, medians per turn:
+The goal (issue 9): appending a turn writes only the new messages, so a 1,000-message
+conversation appends as fast as a 10-message one (ratio <= 1.5x). Per store and length, the
+median of ``--turns`` turns, spread over ``--conversations`` conversations seeded at that
+length (so a conversation grows by at most ``2 * turns / conversations`` messages while it is
+measured), the lengths interleaved:
 
-* ``store``: what ending a turn costs the store, as an agent drives it: ``load`` of what
-  the agent does not hold (``since``), ``begin``, one running checkpoint, the final
-  commit of the turn's two messages;
-* ``agent``: ``agent.invoke()`` end to end, with a model that answers at once and ignores
-  the history (a real provider sends the whole history with every request; that cost is
-  the provider's, not the store's).
+* ``store turn``: ending a turn through the store API as a kept agent does it: ``load`` of
+  what it does not hold (``since`` its last message), ``begin``, the running checkpoint after
+  the model step, the final commit of the turn's two messages (``history_start`` = length);
+* ``invoke (blind model)``: a kept ``Agent(..., store=, conversation_id=)``'s ``invoke()`` end
+  to end, with a model that answers at once without reading the history: the library's cost;
+* ``invoke (ScriptedModel)``: the same with ``ScriptedModel``, which deep-copies every
+  request's history into ``model.calls`` (a provider serialises it too; the double's cost);
+* ``whole load``: ``store.load(conversation_id)``, the whole log: what building an agent reads;
+* ``new agent + invoke``: ``Agent(...)`` built for the turn, then ``invoke()`` (a web handler
+  that builds its agent per request): grows with the log, because building one reads it all.
 
-The goal (issue 9): the 1,000-message conversation appends at most 1.5x as slow as the
-10-message one. ``redis`` starts a throwaway ``redis-server`` (Debian's package).
+The goal applies to the first two (marked); then a count of what agents read from the store.
+``redis`` starts a throwaway ``redis-server`` unless given as ``redis:<port>``.
 """
 
 from __future__ import annotations
@@ -20,11 +29,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack
-from dataclasses import replace
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent_sync import Agent  # noqa: E402
 from agent_sync.messages import Message  # noqa: E402
 from agent_sync.run._state import RunState  # noqa: E402
-from agent_sync.stores import MemoryRunStore, RunStore, SQLiteRunStore  # noqa: E402
+from agent_sync.stores import RunStore  # noqa: E402
+from agent_sync.testing import ScriptedModel  # noqa: E402
+from bench._stores import kind, make_store, open_specs  # noqa: E402
 
-LENGTHS = (10, 100, 1000)
 TEXT = "x" * 400  # a message of a few hundred characters, as chat turns are
+GOAL = 1.5
 
 
-class AnswerAtOnce:
+class BlindModel:
     """A model that answers every request with one short text, reading nothing."""
 
     def stream(self, request: Any, *, cancel: Any) -> Iterator[Any]:
@@ -56,7 +66,8 @@ def _turn(n: int) -> tuple[Message, Message]:
     )
 
 
-def _seed(store: RunStore, conversation_id: str, length: int) -> None:
+def seed(store: RunStore, conversation_id: str, length: int) -> None:
+    """Write ``length`` messages (``length // 2`` turns) to a new conversation, in one run."""
     messages = tuple(m for n in range(length // 2) for m in _turn(n))
     state = RunState(
         run_id=f"run_seed_{conversation_id}",
@@ -70,83 +81,177 @@ def _seed(store: RunStore, conversation_id: str, length: int) -> None:
     store.commit(replace(state, status="done", next_step=None), owner="seed", version=1)
 
 
-def store_turns(store: RunStore, conversation_id: str, turns: int) -> list[float]:
-    times = []
-    for n in range(turns):
-        started = time.perf_counter()
-        length = store.load(conversation_id, since=10**9).log_length
-        store.load(conversation_id, since=length - 1)  # what an agent re-reads
-        user, answer = _turn(n)
-        state = RunState(
-            run_id=f"run_{conversation_id}_{n}",
-            status="running",
-            next_step="model",
-            cycle=0,
-            messages=(user,),
-            history_start=length,
-        )
-        version = store.begin(
-            conversation_id, state, owner="bench", lease_s=30, expected_length=length
-        )
-        version = store.commit(replace(state, next_step="model"), owner="bench", version=version)
-        done = replace(state, status="done", next_step=None, messages=(user, answer))
-        store.commit(done, owner="bench", version=version)
-        times.append(time.perf_counter() - started)
-    return times
+@dataclass
+class Conversation:
+    """One seeded conversation, with the kept agent of a figure that needs one."""
+
+    store: RunStore
+    conversation_id: str
+    length: int
+    turns: int = 0
+    agent: Agent | None = None
+    model: ScriptedModel | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def agent_turns(store: RunStore, conversation_id: str, turns: int) -> list[float]:
-    agent = Agent(AnswerAtOnce(), store=store, conversation_id=conversation_id)
-    times = []
+def store_turn(conv: Conversation) -> float:
+    store, cid = conv.store, conv.conversation_id
+    user, answer = _turn(conv.turns)
+    started = time.perf_counter()
+    length = conv.length  # what the agent holds; it reads from its last message on
+    record = store.load(cid, since=length - 1)
+    length = record.log_length
+    state = RunState(
+        run_id=f"run_{uuid.uuid4().hex}",
+        status="running",
+        next_step="model",
+        cycle=0,
+        messages=(user,),
+        history_start=length,
+    )
+    version = store.begin(cid, state, owner="bench", lease_s=30, expected_length=length)
+    state = replace(state, next_step="tools", messages=(user, answer))
+    version = store.commit(state, owner="bench", version=version)
+    store.commit(replace(state, status="done", next_step=None), owner="bench", version=version)
+    elapsed = time.perf_counter() - started
+    conv.length = length + 2
+    return elapsed
+
+
+def invoke_blind(conv: Conversation) -> float:
+    if conv.agent is None:
+        conv.agent = Agent(BlindModel(), store=conv.store, conversation_id=conv.conversation_id)
+    started = time.perf_counter()
+    conv.agent.invoke(f"{conv.turns} {TEXT}")
+    return time.perf_counter() - started
+
+
+def invoke_scripted(conv: Conversation) -> float:
+    if conv.agent is None:
+        conv.model = ScriptedModel([TEXT], repeat=True)
+        conv.agent = Agent(conv.model, store=conv.store, conversation_id=conv.conversation_id)
+    assert conv.model is not None
+    started = time.perf_counter()
+    conv.agent.invoke(f"{conv.turns} {TEXT}")
+    elapsed = time.perf_counter() - started
+    conv.model.calls.clear()  # bounded memory; the copy itself was timed
+    return elapsed
+
+
+def whole_load(conv: Conversation) -> float:
+    started = time.perf_counter()
+    conv.store.load(conv.conversation_id)
+    return time.perf_counter() - started
+
+
+def new_agent_invoke(conv: Conversation) -> float:
+    started = time.perf_counter()
+    agent = Agent(BlindModel(), store=conv.store, conversation_id=conv.conversation_id)
+    agent.invoke(f"{conv.turns} {TEXT}")
+    return time.perf_counter() - started
+
+
+FIGURES: list[tuple[str, Callable[[Conversation], float], bool]] = [
+    ("store turn", store_turn, True),
+    ("invoke (blind model)", invoke_blind, True),
+    ("invoke (ScriptedModel)", invoke_scripted, False),
+    ("whole load", whole_load, False),
+    ("new agent + invoke", new_agent_invoke, False),
+]
+
+
+def measure(
+    store: RunStore,
+    figure: Callable[[Conversation], float],
+    lengths: list[int],
+    turns: int,
+    conversations: int,
+) -> tuple[dict[int, float], dict[int, int]]:
+    """Median ms per length, and the longest log measured per length."""
+    tag = uuid.uuid4().hex[:8]
+    convs: dict[int, list[Conversation]] = {}
+    for length in lengths:
+        convs[length] = []
+        for k in range(conversations):
+            conv = Conversation(store, f"append-{tag}-{length}-{k}", length)
+            seed(store, conv.conversation_id, length)
+            convs[length].append(conv)
+    times: dict[int, list[float]] = {length: [] for length in lengths}
     for n in range(turns):
-        started = time.perf_counter()
+        for length in lengths:  # interleaved: a drift hits every length alike
+            conv = convs[length][n % conversations]
+            times[length].append(figure(conv))
+            conv.turns += 1
+    medians = {length: statistics.median(times[length]) * 1000 for length in lengths}
+    longest = {
+        length: max(len(store.load(c.conversation_id).messages) for c in convs[length])
+        for length in lengths
+    }
+    return medians, longest
+
+
+class CountingStore:
+    """Forwards to a store and records what ``load`` returned (a count, not a timing)."""
+
+    def __init__(self, inner: RunStore) -> None:
+        self._inner = inner
+        self.loads: list[tuple[int, int]] = []  # (since, messages read)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def load(self, conversation_id: str, *, since: int = 0) -> Any:
+        record = self._inner.load(conversation_id, since=since)
+        self.loads.append((since, len(record.messages)))
+        return record
+
+
+def count_reads(spec: str, store: RunStore, length: int) -> None:
+    """Print what agents read from the store on a ``length``-message conversation."""
+    cid = f"count-{uuid.uuid4().hex[:8]}"
+    seed(store, cid, length)
+    counting = CountingStore(store)
+    agent = Agent(BlindModel(), store=counting, conversation_id=cid)
+    built = sum(read for _, read in counting.loads)
+    reads = []
+    for n in range(3):
+        counting.loads.clear()
         agent.invoke(f"{n} {TEXT}")
-        times.append(time.perf_counter() - started)
-    return times
-
-
-def open_stores(names: list[str], stack: ExitStack) -> dict[str, Any]:
-    folder = stack.enter_context(tempfile.TemporaryDirectory())
-    made: dict[str, Any] = {}
-    for name in names:
-        if name == "memory":
-            made[name] = lambda tag: MemoryRunStore()
-        elif name == "sqlite":
-            made[name] = lambda tag: SQLiteRunStore(f"{folder}/{tag}.db")
-        elif name == "redis":
-            import redis
-
-            from agent_sync.stores import RedisRunStore
-            from agent_sync.testing.redis_server import RedisServer
-
-            server = stack.enter_context(RedisServer.start(f"{folder}/redis"))
-            client = redis.Redis(port=server.port)
-            made[name] = lambda tag, client=client: RedisRunStore(client, prefix=f"{tag}:")
-        else:
-            raise SystemExit(f"unknown store {name!r}")
-    return made
+        reads.append(", ".join(f"load(since={s}) -> {r}" for s, r in counting.loads))
+    print(
+        f"{kind(spec):7} messages read on a {length}-message conversation: building the agent "
+        f"{built}; each of 3 invokes of the kept agent: {' | '.join(reads)}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=200, help="samples per figure and length")
     parser.add_argument("--stores", default="memory,sqlite,redis")
+    parser.add_argument("--lengths", default="10,100,1000")
+    parser.add_argument("--conversations", type=int, default=20, help="per figure and length")
     args = parser.parse_args()
-    with ExitStack() as stack:
-        for name, make in open_stores(args.stores.split(","), stack).items():
-            for kind, measure in (("store", store_turns), ("agent", agent_turns)):
-                medians = {}
-                for length in LENGTHS:
-                    tag = f"{kind}{length}"
-                    store = make(tag)
-                    _seed(store, tag, length)
-                    times = measure(store, tag, args.turns)
-                    medians[length] = statistics.median(times) * 1000
-                figures = "  ".join(f"{n:>5} msgs {medians[n]:6.3f} ms" for n in LENGTHS)
-                ratio = medians[LENGTHS[-1]] / medians[LENGTHS[0]]
-                print(f"{name:7} {kind:6} {figures}   ratio 1000/10 {ratio:4.2f}")
+    lengths = [int(n) for n in args.lengths.split(",")]
+    conversations = max(1, min(args.conversations, args.turns))
+    header = "".join(f"{f'{n} msgs':>12}" for n in lengths)
+    with open_specs(args.stores) as specs:
+        title = f"ratio {lengths[-1]}/{lengths[0]}"
+        print(f"{'store':7} {'figure (median per turn)':24}{header}   {title}")
+        for spec in specs:
+            store = make_store(spec, prefix=f"append-{uuid.uuid4().hex[:8]}:")
+            for label, figure, goal in FIGURES:
+                medians, longest = measure(store, figure, lengths, args.turns, conversations)
+                figures = "".join(f"{medians[n]:9.3f} ms" for n in lengths)
+                ratio = medians[lengths[-1]] / medians[lengths[0]]
+                verdict = ("ok" if ratio <= GOAL else "OVER") + f" (goal <= {GOAL}x)"
+                print(
+                    f"{kind(spec):7} {label:24}{figures}   {ratio:5.2f}x "
+                    f"{verdict if goal else '':16}"
+                    f"  logs up to {'/'.join(str(longest[n]) for n in lengths)} msgs"
+                )
+            count_reads(spec, store, lengths[-1])
 
 
 if __name__ == "__main__":
