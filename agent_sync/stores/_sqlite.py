@@ -15,7 +15,8 @@ Design:
   grow with the conversation.
 * Signals are rows (autoincrement id = order); ``wait_signals`` takes (selects and deletes)
   them in one transaction, polling every few milliseconds until its timeout. Polling is what
-  SQLite offers across processes; a poll is one indexed read.
+  SQLite offers across processes; a poll is one indexed read, and only a poll that finds
+  rows takes the write lock.
 * Every ``sqlite3`` failure (locked past the busy timeout, an unwritable file, disk I/O)
   becomes :class:`~agent_sync.errors.StoreUnavailableError`: the transaction is rolled back
   and nothing changed (fail closed).
@@ -389,6 +390,16 @@ class SQLiteRunStore:
 
     def _take_signals(self, run_ids: list[str]) -> list[RunSignal]:
         marks = ",".join("?" * len(run_ids))
+        queued = self._guarded(  # a read first (WAL: takes no lock a writer waits for)
+            lambda: self._connection()
+            .execute(
+                f"SELECT 1 FROM signals WHERE run_id IN ({marks}) LIMIT 1",  # noqa: S608
+                run_ids,
+            )
+            .fetchone()
+        )
+        if queued is None:
+            return []  # the usual poll: nothing queued, no write lock taken
         with self._write() as db:
             rows = db.execute(
                 f"SELECT id, run_id, kind, reason, content FROM signals"  # noqa: S608 - marks only
