@@ -400,7 +400,7 @@ class Agent:
 
         With a store, an agent that runs nothing itself cancels the conversation's run
         wherever it is: running in another worker (its process hears it through the store,
-        ``mode="now"`` only) or paused for approval (cancelled at once).
+        in either mode) or paused for approval (cancelled at once).
 
         Returns:
             ``True`` if a running invocation was signalled (or a paused one cancelled);
@@ -471,12 +471,7 @@ class Agent:
         record = self._store.load(self._settings.conversation_id, since=_NO_MESSAGES)
         if record.run is None:
             return False
-        if mode != "now" and record.run.state.status == "running":
-            raise UsageError(
-                'cancel(mode="after_turn") reaches a run of this process only; the '
-                "conversation's run belongs to another worker (use mode=\"now\")"
-            )
-        cancelled = self._store.cancel(record.run.state.run_id, reason)
+        cancelled = self._store.cancel(record.run.state.run_id, reason, mode=mode)
         if self._slot.run is None:
             self._refresh()
         return cancelled

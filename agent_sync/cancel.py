@@ -44,10 +44,15 @@ import logging
 import threading
 from collections.abc import Callable
 from functools import partial
+from typing import Literal
 
 from .errors import AgentSyncError
 
-__all__ = ["AbortCallback", "CancelScope", "CancelToken", "CancelledError"]
+__all__ = ["AbortCallback", "CancelMode", "CancelScope", "CancelToken", "CancelledError"]
+
+CancelMode = Literal["now", "after_turn"]
+"""How a run is cancelled: ``"now"``, or ``"after_turn"`` (the turn in flight and its tools
+finish first)."""
 
 logger = logging.getLogger(__name__)
 

@@ -35,11 +35,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from .._decisions import Approve, Deny
 from .._prompt import content_blocks
-from ..cancel import CancelledError, CancelScope
+from ..cancel import CancelledError, CancelMode, CancelScope
 from ..errors import ConcurrentInvocationError, PendingApprovalError, UsageError
 from ..events import AgentEvent, Done, InputInjected
 from ..messages import ContentBlock, Message
@@ -62,7 +62,6 @@ __all__ = ["STREAM_CLOSED", "CancelMode", "RunDriver", "RunSlot"]
 
 logger = logging.getLogger(__name__)
 
-CancelMode = Literal["now", "after_turn"]
 
 STREAM_CLOSED = "stream closed"
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from .._prompt import content_blocks
+from ..cancel import CancelMode
 from ..messages import ContentBlock
 from ..run._state import RunSnapshot, RunState, RunStatus
 from ._protocol import ConversationRecord, RunSignal, StoredRun
@@ -21,6 +22,7 @@ from ._rules import (
     FINAL_STATUSES,
     abandoned,
     cancelled_while_paused,
+    check_mode,
     conversation_busy,
     conversation_paused,
     decode_messages,
@@ -188,7 +190,10 @@ class MemoryRunStore:
 
     # -- signals --
 
-    def cancel(self, run_id: str, reason: str | None = None) -> bool:
+    def cancel(
+        self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now"
+    ) -> bool:
+        mode = check_mode(mode)
         now = self._now()
         with self._lock:
             run = self._runs.get(run_id)
@@ -201,7 +206,9 @@ class MemoryRunStore:
                 return True
             if state.status != "running":
                 return False
-            run.signals.append(RunSignal(run_id=run_id, kind="cancel", reason=reason))
+            run.signals.append(
+                RunSignal(run_id=run_id, kind="cancel", reason=reason, mode=mode)
+            )
             self._signalled.notify_all()
             return True
 

@@ -43,6 +43,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from ..cancel import CancelMode
 from ..messages import ContentBlock, Message
 from ..run._state import RunSnapshot, RunState
 
@@ -96,6 +97,8 @@ class RunSignal:
     """What is asked."""
     reason: str | None = None
     """For ``cancel``: the reason."""
+    mode: CancelMode = "now"
+    """For ``cancel``: stop now, or after the turn in flight (``Run.cancel``'s modes)."""
     content: tuple[ContentBlock, ...] = ()
     """For ``inject``: the blocks (already validated)."""
 
@@ -163,8 +166,11 @@ class RunStore(Protocol):
         """The run's snapshot from its last commit (``None``: unknown run)."""
         ...
 
-    def cancel(self, run_id: str, reason: str | None = None) -> bool:
-        """Cancel a running (signal its owner) or paused (at once) run.
+    def cancel(
+        self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now"
+    ) -> bool:
+        """Cancel a running (signal its owner, who applies ``mode`` as ``run.cancel`` does)
+        or paused (at once, whatever the mode) run.
 
         Returns:
             ``True`` if the run was running or paused.

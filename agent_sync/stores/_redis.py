@@ -43,6 +43,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._prompt import content_blocks
+from ..cancel import CancelMode
 from ..errors import (
     RunConflictError,
     StoreUnavailableError,
@@ -55,6 +56,7 @@ from ._rules import (
     FINAL_STATUSES,
     abandoned,
     cancelled_while_paused,
+    check_mode,
     conversation_busy,
     conversation_paused,
     decode_messages,
@@ -413,8 +415,10 @@ class RedisRunStore:
 
     # -- signals --
 
-    def cancel(self, run_id: str, reason: str | None = None) -> bool:
-        payload = json.dumps({"reason": reason})
+    def cancel(
+        self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now"
+    ) -> bool:
+        payload = json.dumps({"reason": reason, "mode": check_mode(mode)})
         for _ in range(_CAS_ATTEMPTS):
             reply = self._run("signal", self.prefix, run_id, "cancel", payload)
             outcome = _text(reply[0])
@@ -532,8 +536,15 @@ class RedisRunStore:
         for _, run_id, data in sorted(items, key=lambda item: item[0]):
             payload = data["payload"]
             if data["kind"] == "cancel":
-                reason = json.loads(payload)["reason"]
-                signals.append(RunSignal(run_id=run_id, kind="cancel", reason=reason))
+                asked = json.loads(payload)
+                signals.append(
+                    RunSignal(
+                        run_id=run_id,
+                        kind="cancel",
+                        reason=asked["reason"],
+                        mode=asked.get("mode", "now"),
+                    )
+                )
             else:
                 blocks = tuple(decode_messages([payload])[0]["content"])
                 signals.append(RunSignal(run_id=run_id, kind="inject", content=blocks))

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..cancel import CancelMode
 from ..errors import (
     ConcurrentInvocationError,
     PendingApprovalError,
@@ -32,6 +33,7 @@ from ..tools._results import error_result
 
 __all__ = [
     "FINAL_STATUSES",
+    "check_mode",
     "conversation_busy",
     "conversation_paused",
     "log_moved_on",
@@ -160,6 +162,13 @@ def _copy(message: Message) -> Message:
 
 
 # -- the refusals, worded once --
+
+
+def check_mode(mode: str) -> CancelMode:
+    """A cancel mode, checked at the edge (a store's ``cancel``)."""
+    if mode not in ("now", "after_turn"):
+        raise UsageError(f'mode must be "now" or "after_turn", got {mode!r}')
+    return mode  # type: ignore[return-value]
 
 
 def conversation_paused(conversation_id: str) -> PendingApprovalError:

@@ -37,6 +37,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from .._prompt import content_blocks
+from ..cancel import CancelMode
 from ..errors import (
     StoreUnavailableError,
 )
@@ -47,6 +48,7 @@ from ._rules import (
     FINAL_STATUSES,
     abandoned,
     cancelled_while_paused,
+    check_mode,
     conversation_busy,
     conversation_paused,
     decode_messages,
@@ -95,7 +97,7 @@ CREATE TABLE IF NOT EXISTS signals (
     run_id TEXT NOT NULL,
     kind TEXT NOT NULL,
     reason TEXT,
-    content TEXT
+    content TEXT -- inject: the message JSON; cancel: the mode
 );
 CREATE INDEX IF NOT EXISTS signals_by_run ON signals (run_id, id);
 CREATE INDEX IF NOT EXISTS runs_ended ON runs (ended_at);
@@ -326,7 +328,10 @@ class SQLiteRunStore:
 
     # -- signals --
 
-    def cancel(self, run_id: str, reason: str | None = None) -> bool:
+    def cancel(
+        self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now"
+    ) -> bool:
+        check_mode(mode)
         with self._write() as db:
             row = db.execute(
                 "SELECT conversation_id FROM runs WHERE run_id = ?", (run_id,)
@@ -343,8 +348,8 @@ class SQLiteRunStore:
             if state.status != "running":
                 return False
             db.execute(
-                "INSERT INTO signals (run_id, kind, reason) VALUES (?, 'cancel', ?)",
-                (run_id, reason),
+                "INSERT INTO signals (run_id, kind, reason, content) VALUES (?, 'cancel', ?, ?)",
+                (run_id, reason, mode),  # a cancel's content column holds its mode
             )
             return True
 
@@ -413,10 +418,13 @@ class SQLiteRunStore:
                 )
         signals = []
         for _, run_id, kind, reason, content in rows:
-            blocks: tuple[ContentBlock, ...] = ()
-            if content is not None:
-                blocks = tuple(decode_messages([content])[0]["content"])
-            signals.append(RunSignal(run_id=run_id, kind=kind, reason=reason, content=blocks))
+            if kind == "cancel":  # its content column holds the mode (NULL: "now")
+                signals.append(
+                    RunSignal(run_id=run_id, kind="cancel", reason=reason, mode=content or "now")
+                )
+                continue
+            blocks = tuple(decode_messages([content])[0]["content"])
+            signals.append(RunSignal(run_id=run_id, kind="inject", content=blocks))
         return signals
 
     def _current(self, db: sqlite3.Connection, conversation_id: str) -> str | None:

@@ -19,6 +19,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..cancel import CancelMode
 from ._protocol import RunSignal, RunStore
 
 __all__ = ["TICK_S", "Watched", "watch"]
@@ -32,7 +33,7 @@ TICK_S = 0.05
 class Watched(Protocol):
     """What the watcher needs of a run (the run driver)."""
 
-    def cancel(self, reason: str | None = None) -> bool: ...
+    def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool: ...
 
     def inject(self, content: object) -> None: ...
 
@@ -102,7 +103,7 @@ class _Watcher:
             return
         try:
             if signal.kind == "cancel":
-                entry.run.cancel(signal.reason)
+                entry.run.cancel(signal.reason, mode=signal.mode)
             else:
                 entry.run.inject(list(signal.content))
         except Exception:  # e.g. inject into a run that ended meanwhile

@@ -337,6 +337,19 @@ class RunStoreContract:
         assert signals[0].content == ({"text": "one"},) and signals[1].reason == "stop"
         assert store.wait_signals([state.run_id], timeout=0) == []
 
+    def test_a_cancel_carries_its_mode_and_a_bad_one_is_refused(self, store: RunStore) -> None:
+        state = make_state()
+        store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        assert store.cancel(state.run_id, "later", mode="after_turn") is True
+        assert store.cancel(state.run_id, "now") is True
+        taken = store.wait_signals([state.run_id], 1.0)
+        assert [(s.kind, s.reason, s.mode) for s in taken] == [
+            ("cancel", "later", "after_turn"),
+            ("cancel", "now", "now"),
+        ]
+        with pytest.raises(UsageError):
+            store.cancel(state.run_id, mode="soon")  # type: ignore[arg-type]
+
     def test_wait_signals_wakes_when_a_signal_arrives(self, store: RunStore) -> None:
         state = make_state()
         store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)

@@ -5,6 +5,7 @@ processes."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -191,8 +192,6 @@ def test_an_idle_agent_cancels_the_conversations_run_in_another_worker() -> None
     call = BackgroundInvoke(owner)
     assert gate.entered.wait(10)
     other = _agent(store)
-    with pytest.raises(UsageError, match="after_turn"):
-        other.cancel(mode="after_turn")  # reaches a run of this process only
     assert other.cancel("pressed stop") is True
     result = call.result()
     assert (result.stop_reason, result.cancel_reason) == ("cancelled", "pressed stop")
@@ -228,3 +227,25 @@ def test_a_worker_reads_only_what_it_does_not_hold_and_sees_every_change() -> No
     assert first.messages == logged and len(logged) == 42
     assert texts(logged[40]) == ["from another worker", "and mine"]
     assert validate_history(logged) == []
+
+
+def test_an_after_turn_cancel_from_another_worker_lets_the_tool_finish() -> None:
+    store = MemoryRunStore()
+    gate = Gate(cooperative=True)
+    owner = _agent(store, {"tool_calls": [gate_call()]}, "never", tools=[gate.tool])
+    call = BackgroundInvoke(owner)
+    assert gate.entered.wait(10)
+    run = owner.active_run
+    assert run is not None
+    assert _agent(store).cancel("after this", mode="after_turn") is True
+    store.inject(run.run_id, "marker")  # signals arrive in order: once it is queued, the
+    # cancel has arrived too
+    arrived = threading.Event()
+    while not run.snapshot().queued_inputs:
+        assert not arrived.wait(0.005) and call.thread.is_alive()
+    gate.opened.set()  # the tool finishes its work: an after-turn cancel does not tell it
+    result = call.result()
+    assert (result.stop_reason, result.cancel_reason) == ("cancelled", "after this")
+    logged = list(store.load("c1").messages)
+    assert "gate result" in str(logged[2])  # its real result, kept
+    assert validate_history(logged) == [] and gate.calls == 1
