@@ -247,6 +247,7 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         message["content"].extend(injected)
         ctx.messages.append(message)
         ctx.pending_tool_ids = ()
+        ctx.decisions = {}  # they answer this round only, never a later call reusing an id
         ctx.tool_time += time.perf_counter() - started
         ctx.phase = "idle"
     ctx.steps.append(

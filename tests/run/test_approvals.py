@@ -278,6 +278,16 @@ def test_resume_can_pause_again() -> None:
     assert_valid(agent)
 
 
+def test_a_decision_answers_its_round_only_never_a_later_call_reusing_the_id() -> None:
+    same_id = {"id": "tooluse_same", "name": "delete_file", "input": {"path": "/a"}}
+    agent = _agent({"tool_calls": [same_id]}, {"tool_calls": [same_id]}, "done")
+    first = agent.invoke("clean up").approvals[0]
+    again = agent.resume({first.id: Approve(data={"ticket": "1"})})
+    assert again.stop_reason == "paused"  # the model's second call is asked about again
+    assert again.approvals[0].tool_use["toolUseId"] == "tooluse_same"
+    assert [d["path"] for d in DELETED] == ["/a"]
+
+
 def test_invalid_tool_options_are_usage_errors() -> None:
     with pytest.raises(UsageError, match="requires_approval"):
         tool(requires_approval="yes")(look.fn)  # type: ignore[call-overload]
