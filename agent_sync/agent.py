@@ -238,6 +238,7 @@ class Agent:
                 )
             self._slot.messages = checked
             self._slot.synced = 0  # no longer the stored log's
+
     @property
     def is_running(self) -> bool:
         """Whether an invocation (or an unfinished stream or steps run) holds the agent."""
@@ -373,6 +374,41 @@ class Agent:
             UsageError: Nothing is paused.
             ConcurrentInvocationError: The agent is running.
         """
+        paused, checked = self._checked_resume(decisions)
+        return _run_to_end(
+            self._new_run(None, timeout, cache, cancel, emit_deltas=False, resume=(paused, checked))
+        )
+
+    def resume_stream(
+        self,
+        decisions: Mapping[str, Decision],
+        *,
+        timeout: float | None = None,
+        cache: CacheMode | None | _Unset = UNSET,
+        cancel: CancelToken | None = None,
+    ) -> AgentStream:
+        """:meth:`resume` as a blocking iterator of :mod:`~agent_sync.events`, as
+        :meth:`stream` is to :meth:`invoke`.
+
+        The decisions are checked and the run is taken at once (the errors of
+        :meth:`resume` are raised here, before any event); the run's events follow, the
+        last one ``Done``. The run keeps its ``run_id``.
+        """
+        paused, checked = self._checked_resume(decisions)
+        return self._open(
+            None,
+            timeout,
+            cache,
+            cancel,
+            emit_deltas=True,
+            face=AgentStream,
+            resume=(paused, checked),
+        )
+
+    def _checked_resume(
+        self, decisions: Mapping[str, Decision]
+    ) -> tuple[RunState, dict[str, Approve | Deny]]:
+        """The paused run (refreshed from the store) and the decisions checked against it."""
         local = self._slot.paused
         if self._store is not None and self._slot.run is None:
             self._refresh()
@@ -384,10 +420,7 @@ class Agent:
         paused = self._slot.paused
         if paused is None:
             raise UsageError("nothing to resume: no run of this agent waits for approval")
-        checked = check_decisions(paused, self._settings.tools, decisions)
-        return _run_to_end(
-            self._new_run(None, timeout, cache, cancel, emit_deltas=False, resume=(paused, checked))
-        )
+        return paused, check_decisions(paused, self._settings.tools, decisions)
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         """Stop the running invocation, from any thread, at any moment.
@@ -485,12 +518,13 @@ class Agent:
         *,
         emit_deltas: bool,
         face: Callable[[RunDriver], _Face],
+        resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
     ) -> _Face:
         """Start a run that the caller drives, and return ``face(run)``, its public view.
 
         The view is made inside the ``try``: a Ctrl-C before it exists releases the agent.
         """
-        run = self._new_run(prompt, timeout, cache, token, emit_deltas=emit_deltas)
+        run = self._new_run(prompt, timeout, cache, token, emit_deltas=emit_deltas, resume=resume)
         try:
             run.start()
             return face(run)

@@ -155,6 +155,7 @@ class RunDriver:
 
     def snapshot(self) -> RunSnapshot:
         ctx = self._ctx
+        result = ctx.result
         return RunSnapshot(
             run_id=self.run_id,
             status=ctx.status,
@@ -164,6 +165,9 @@ class RunDriver:
             queued_inputs=ctx.inbox.queued(),
             usage=ctx.usage,
             elapsed_s=ctx.elapsed(),
+            conversation_id=ctx.settings.conversation_id,
+            stop_reason=None if result is None else result.stop_reason,
+            cancel_reason=None if result is None else result.cancel_reason,
         )
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:

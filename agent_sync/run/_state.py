@@ -61,6 +61,12 @@ class RunSnapshot:
     """Tokens so far."""
     elapsed_s: float
     """Seconds since the run started (its whole length once it is over)."""
+    conversation_id: str | None = None
+    """The conversation the run belongs to, when its agent has one."""
+    stop_reason: str | None = None
+    """Set once the run is over (``"end_turn"``, ``"cancelled"``, ...)."""
+    cancel_reason: str | None = None
+    """Why it was cancelled, if it was."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -288,6 +288,22 @@ def test_a_decision_answers_its_round_only_never_a_later_call_reusing_the_id() -
     assert [d["path"] for d in DELETED] == ["/a"]
 
 
+def test_resume_stream_checks_at_once_then_yields_the_rest_of_the_run() -> None:
+    agent = _agent(_asks(("delete_file", "/a")), "done")
+    paused = agent.invoke("clean up")
+    request = paused.approvals[0]
+    with pytest.raises(DecisionValidationError):
+        agent.resume_stream({"apr_unknown": True})  # before any event
+    assert agent.is_paused and DELETED == []
+    events = list(agent.resume_stream({request.id: Approve(data={"ticket": "1"})}))
+    assert [e.type for e in events][:2] == ["tool_start", "tool_end"]
+    done = events[-1]
+    assert isinstance(done, Done) and done.result.text == "done"
+    assert {e.run_id for e in events} == {paused.run_id}  # the same run goes on
+    assert DELETED == [{"path": "/a", "data": {"ticket": "1"}}]
+    assert_valid(agent)
+
+
 def test_invalid_tool_options_are_usage_errors() -> None:
     with pytest.raises(UsageError, match="requires_approval"):
         tool(requires_approval="yes")(look.fn)  # type: ignore[call-overload]

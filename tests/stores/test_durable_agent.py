@@ -76,6 +76,9 @@ def test_cancel_and_inject_through_the_store_reach_the_owner() -> None:
     assert run is not None
     snap = store.get(run.run_id)
     assert snap is not None and snap.status == "running"
+    assert (snap.conversation_id, snap.stop_reason, snap.cancel_reason) == ("c1", None, None)
+    live = run.snapshot()
+    assert (live.conversation_id, live.stop_reason) == ("c1", None)
     store.inject(run.run_id, "from another worker")
     assert store.cancel(run.run_id, "stopped elsewhere") is True
     result = call.result()
@@ -86,6 +89,8 @@ def test_cancel_and_inject_through_the_store_reach_the_owner() -> None:
     assert {"text": "from another worker"} in logged[2]["content"]
     done = store.get(run.run_id)
     assert done is not None and done.status == "cancelled"
+    assert (done.stop_reason, done.cancel_reason) == ("cancelled", "stopped elsewhere")
+    assert run.snapshot().cancel_reason == "stopped elsewhere"
     assert validate_history(logged) == []
 
 
