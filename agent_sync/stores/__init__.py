@@ -12,7 +12,7 @@ Every store passes one contract suite, :mod:`agent_sync.testing.run_store_contra
 from __future__ import annotations
 
 from ._memory import MemoryRunStore
-from ._protocol import ConversationRecord, RunSignal, RunStore, StoredRun
+from ._protocol import ConversationRecord, RunEvent, RunSignal, RunStore, StoredRun
 from ._redis import RedisRunStore
 from ._sqlite import SQLiteRunStore
 
@@ -20,6 +20,7 @@ __all__ = [
     "ConversationRecord",
     "MemoryRunStore",
     "RedisRunStore",
+    "RunEvent",
     "RunSignal",
     "RunStore",
     "SQLiteRunStore",

@@ -8,16 +8,18 @@ never reach the store, exactly as with the stores that serialise.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .._prompt import content_blocks
 from ..cancel import CancelMode
 from ..messages import ContentBlock
 from ..run._state import RunSnapshot, RunState, RunStatus
-from ._protocol import ConversationRecord, RunSignal, StoredRun
+from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
@@ -27,8 +29,11 @@ from ._rules import (
     conversation_paused,
     decode_messages,
     decode_state,
+    encode_events,
     encode_messages,
     encode_state,
+    events_complete,
+    events_moved_on,
     log_moved_on,
     moved_on,
     not_paused,
@@ -56,6 +61,12 @@ class _Run:
 
 
 @dataclass
+class _EventLog:
+    events: list[str] = field(default_factory=list)  # JSON texts; events[i] is number i + 1
+    expires_at: float | None = None  # set once complete
+
+
+@dataclass
 class _Conversation:
     log: list[str] = field(default_factory=list)  # encode_messages(...)
     current: str | None = None  # run id of the running or paused run
@@ -72,6 +83,8 @@ class MemoryRunStore:
         self._clock = clock or time.time
         self._lock = threading.Lock()
         self._signalled = threading.Condition(self._lock)
+        self._appended = threading.Condition(self._lock)
+        self._event_logs: dict[str, _EventLog] = {}
         self._conversations: dict[str, _Conversation] = {}
         self._runs: dict[str, _Run] = {}
 
@@ -236,8 +249,53 @@ class MemoryRunStore:
                     return taken
                 self._signalled.wait(remaining)
 
+    # -- event logs --
+
+    def append_events(
+        self,
+        run_id: str,
+        events: Sequence[dict[str, Any]],
+        *,
+        after: int,
+        keep_s: float | None = None,
+    ) -> int:
+        texts = encode_events(events, after, keep_s)
+        with self._lock:
+            log = self._live_log(run_id)
+            if log is None:
+                log = self._event_logs[run_id] = _EventLog()
+            if log.expires_at is not None:
+                raise events_complete(run_id)
+            if len(log.events) != after:
+                raise events_moved_on(run_id, len(log.events), after)
+            log.events.extend(texts)
+            if keep_s is not None:
+                log.expires_at = self._now() + keep_s
+            if texts:
+                self._appended.notify_all()
+            return len(log.events)
+
+    def read_events(
+        self, run_id: str, *, after: int = 0, timeout: float = 0.0
+    ) -> list[RunEvent]:
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._lock:
+            while True:
+                log = self._live_log(run_id)
+                if log is not None and len(log.events) > after:
+                    start = max(0, after)
+                    return [
+                        RunEvent(seq=start + offset + 1, data=json.loads(text))
+                        for offset, text in enumerate(log.events[start:])
+                    ]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                self._appended.wait(remaining)
+
     def prune(self, *, older_than: float) -> int:
-        cutoff = self._now() - older_than
+        now = self._now()
+        cutoff = now - older_than
         with self._lock:
             old = [
                 run_id
@@ -246,12 +304,24 @@ class MemoryRunStore:
             ]
             for run_id in old:
                 del self._runs[run_id]
+                self._event_logs.pop(run_id, None)
+            for run_id, log in list(self._event_logs.items()):
+                if log.expires_at is not None and log.expires_at <= now:
+                    del self._event_logs[run_id]
             return len(old)
 
     # -- inside the lock --
 
     def _now(self) -> float:
         return float(self._clock())
+
+    def _live_log(self, run_id: str) -> _EventLog | None:
+        """The run's event log, dropped first if it is complete and past its keep time."""
+        log = self._event_logs.get(run_id)
+        if log is not None and log.expires_at is not None and log.expires_at <= self._now():
+            del self._event_logs[run_id]
+            return None
+        return log
 
     def _stored(self, run_id: str) -> StoredRun:
         run = self._runs[run_id]

@@ -12,6 +12,8 @@ Design:
       {prefix}conv:{id}:current       string: the run id of its running or paused run
       {prefix}finished                sorted set: finished runs by end time (``prune``)
       {prefix}signals                 pub/sub channel: "a signal is queued for run X"
+      {prefix}events:{run_id}         stream: the run's event log, entry ids "<number>-0"
+      {prefix}events-complete:{run_id}  string: set once the run's event log is complete
 
 * Every change is one Lua script: it checks the version (compare-and-set) and writes, so
   two processes racing never both win. Time (leases, end times) is the Redis server's
@@ -21,6 +23,15 @@ Design:
 * Signals are a list per run plus a ``PUBLISH`` on one channel; ``wait_signals`` listens on
   that channel (one pub/sub connection per store object) and takes a run's list atomically,
   so a signal is delivered once, in order, and never lost between a look and a wait.
+* A run's event log is a stream whose entry ids are the events' numbers (``7-0`` is event 7;
+  nothing is ever deleted from it, so its length is its last number). One script appends:
+  it checks the complete mark and the length (compare-and-set), ``XADD`` s the batch and
+  sets the expiry: ``finished_ttl_s`` from the last append while the log is open, and
+  ``keep_s`` for it and its complete mark once complete. ``read_events`` reads with
+  ``XRANGE`` and waits with ``XREAD BLOCK`` (at most ``_BLOCK_S`` per call, well within the
+  client's socket timeout), so an append from any process wakes it at once. A wait with
+  nothing to read may end up to 0.1 s past its timeout (Redis ends a block on its next timer
+  tick); a client whose socket timeout is under about 0.25 s cannot block, and polls.
 * A finished run's keys expire after ``finished_ttl_s`` (``prune`` removes them sooner);
   conversation logs never expire.
 * Every redis-py failure (connection refused, timeout, a server that says no) becomes
@@ -34,6 +45,7 @@ one Redis server (or a primary with replicas), not Redis Cluster.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -51,7 +63,7 @@ from ..errors import (
 )
 from ..messages import ContentBlock
 from ..run._state import RunSnapshot, RunState
-from ._protocol import ConversationRecord, RunSignal, StoredRun
+from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
@@ -61,8 +73,11 @@ from ._rules import (
     conversation_paused,
     decode_messages,
     decode_state,
+    encode_events,
     encode_messages,
     encode_state,
+    events_complete,
+    events_moved_on,
     log_moved_on,
     moved_on,
     not_paused,
@@ -80,6 +95,10 @@ __all__ = ["RedisRunStore"]
 _POLL_S = 0.005  # wait_signals, when another thread of this store holds the pub/sub
 _CHUNK = 500  # messages per RPUSH inside a script (Lua's unpack has a stack limit)
 _CAS_ATTEMPTS = 20  # cancel of a paused run racing other writers
+_BLOCK_S = 1.0  # read_events: the longest XREAD BLOCK (then it blocks again, to its timeout)
+_TICK_S = 0.1  # how late Redis may end a BLOCK: it checks timeouts every 1 / hz (10) seconds
+_EVENT_POLL_S = 0.02  # read_events through a client whose socket timeout is too short to block
+_KEEP_FOR_EVER_S = 1e12  # a keep_s this long (31,000 years) sets no expiry (PEXPIRE overflows)
 
 # Shared Lua: server time, and writing a state (the one place a run's status changes).
 _PRELUDE = """
@@ -90,6 +109,8 @@ end
 local function fmt(x) return string.format('%.6f', x) end
 local function run_key(prefix, run_id) return prefix .. 'run:' .. run_id end
 local function conv_key(prefix, cid, part) return prefix .. 'conv:' .. cid .. ':' .. part end
+local function events_key(prefix, run_id) return prefix .. 'events:' .. run_id end
+local function complete_key(prefix, run_id) return prefix .. 'events-complete:' .. run_id end
 
 -- Store a new state of the run at `key` (version + 1). Final: write the log from
 -- history_start, free the conversation, drop the signals, schedule expiry.
@@ -250,6 +271,34 @@ end
 return taken
 """
 
+# ARGV: prefix, run_id, after, open_ttl_ms (0: none), keep_ms ('': not complete; -1: for
+# ever), events (JSON)... Append the events numbered after + 1, ... if the log ends at `after`
+# and is not complete: {'ok', last}; else {'complete'} or {'moved', last}, nothing changed.
+_APPEND = """
+local prefix, run_id = ARGV[1], ARGV[2]
+local key, complete = events_key(prefix, run_id), complete_key(prefix, run_id)
+if redis.call('EXISTS', complete) == 1 then return {'complete'} end
+local last = redis.call('XLEN', key)
+if last ~= tonumber(ARGV[3]) then return {'moved', last} end
+for i = 6, #ARGV do
+  last = last + 1
+  redis.call('XADD', key, string.format('%d-0', last), 'd', ARGV[i])
+end
+local keep = ARGV[5]
+if keep ~= '' then
+  redis.call('SET', complete, '1')
+  if tonumber(keep) >= 0 then
+    redis.call('PEXPIRE', complete, keep)
+    redis.call('PEXPIRE', key, keep)
+  else
+    redis.call('PERSIST', key)
+  end
+elseif #ARGV >= 6 and tonumber(ARGV[4]) > 0 then
+  redis.call('PEXPIRE', key, ARGV[4])
+end
+return {'ok', last}
+"""
+
 # ARGV: prefix, older_than. Remove runs that ended more than older_than seconds ago.
 _PRUNE = """
 local prefix = ARGV[1]
@@ -259,7 +308,7 @@ local removed = 0
 for _, run_id in ipairs(old) do
   local key = run_key(prefix, run_id)
   removed = removed + redis.call('DEL', key)
-  redis.call('DEL', key .. ':signals')
+  redis.call('DEL', key .. ':signals', events_key(prefix, run_id), complete_key(prefix, run_id))
   redis.call('ZREM', prefix .. 'finished', run_id)
 end
 return removed
@@ -311,6 +360,7 @@ class RedisRunStore:
                 ("renew", _RENEW),
                 ("signal", _SIGNAL),
                 ("take", _TAKE),
+                ("append", _APPEND),
                 ("prune", _PRUNE),
             )
         }
@@ -466,6 +516,52 @@ class RedisRunStore:
         finally:
             self._listener_lock.release()
 
+    # -- event logs --
+
+    def append_events(
+        self,
+        run_id: str,
+        events: Sequence[dict[str, Any]],
+        *,
+        after: int,
+        keep_s: float | None = None,
+    ) -> int:
+        texts = encode_events(events, after, keep_s)
+        keep_ms = "" if keep_s is None else str(_keep_ms(keep_s))
+        reply = self._run(
+            "append", self.prefix, run_id, after, self._ttl * 1000, keep_ms, *texts
+        )
+        outcome = _text(reply[0])
+        if outcome == "ok":
+            return int(reply[1])
+        if outcome == "complete":
+            raise events_complete(run_id)
+        raise events_moved_on(run_id, int(reply[1]), after)
+
+    def read_events(
+        self, run_id: str, *, after: int = 0, timeout: float = 0.0
+    ) -> list[RunEvent]:
+        deadline = time.monotonic() + max(0.0, timeout)
+        key = f"{self.prefix}events:{run_id}"
+        start = max(0, after)
+        client: Any = self._client  # redis-py's stream commands are loosely typed
+        block_s = self._block_s()
+        pause = threading.Event()
+        with self._translated():
+            events = _events(client.xrange(key, min=f"{start + 1}-0", max="+"))
+            while not events:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                if block_s is None:  # a socket timeout too short to block: poll
+                    pause.wait(min(_EVENT_POLL_S, remaining))
+                    events = _events(client.xrange(key, min=f"{start + 1}-0", max="+"))
+                    continue
+                block_ms = max(1, int(min(remaining, block_s) * 1000))
+                reply = client.xread({key: f"{start}-0"}, block=block_ms)
+                events = _events(_read_entries(reply))
+        return events
+
     def prune(self, *, older_than: float) -> int:
         return int(self._run("prune", self.prefix, repr(float(older_than))))
 
@@ -592,6 +688,19 @@ class RedisRunStore:
                 pass
             self._pubsub = None
 
+    def _block_s(self) -> float | None:
+        """The longest ``XREAD BLOCK``: :data:`_BLOCK_S`, or less if the client's socket
+        timeout is short (a reply later than it reads as a dead server); ``None`` if it is
+        too short to block at all. Redis ends a block on its next timer tick, up to
+        :data:`_TICK_S` late, so that is kept in hand."""
+        pool = getattr(self._client, "connection_pool", None)
+        options = getattr(pool, "connection_kwargs", None)
+        socket_timeout = options.get("socket_timeout") if isinstance(options, dict) else None
+        if not isinstance(socket_timeout, (int, float)) or socket_timeout <= 0:
+            return _BLOCK_S
+        block_s = min(_BLOCK_S, socket_timeout / 2 - _TICK_S)
+        return block_s if block_s >= 0.01 else None
+
     def _run(self, name: str, *args: Any) -> Any:
         with self._translated():
             return self._scripts[name](args=list(args))
@@ -608,6 +717,32 @@ class RedisRunStore:
             raise StoreUnavailableError(
                 f"the Redis store is unavailable ({type(exc).__name__}: {exc})"
             ) from exc
+
+
+def _keep_ms(keep_s: float) -> int:
+    """``keep_s`` as ``PEXPIRE`` milliseconds; -1 (no expiry) for a time past any server's."""
+    if keep_s >= _KEEP_FOR_EVER_S:
+        return -1
+    return math.ceil(keep_s * 1000)
+
+
+def _read_entries(reply: Any) -> Any:
+    """The entries of a one-stream ``XREAD`` reply: ``[[key, entries]]`` (RESP2) or
+    ``{key: [entries]}`` (RESP3); nothing if it timed out."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return next(iter(reply.values()))[0]
+    return reply[0][1]
+
+
+def _events(entries: Any) -> list[RunEvent]:
+    """Stream entries (``[(id, {"d": json}), ...]``) as events, whatever the decoding."""
+    events = []
+    for entry_id, fields in entries:
+        data = fields.get("d", fields.get(b"d"))
+        events.append(RunEvent(seq=int(_text(entry_id).partition("-")[0]), data=json.loads(data)))
+    return events
 
 
 def _text(value: Any) -> str:

@@ -34,6 +34,9 @@ from ..tools._results import error_result
 __all__ = [
     "FINAL_STATUSES",
     "check_mode",
+    "encode_events",
+    "events_moved_on",
+    "events_complete",
     "conversation_busy",
     "conversation_paused",
     "log_moved_on",
@@ -112,6 +115,9 @@ def snapshot_of(state: RunState, *, started_at: float, updated_at: float) -> Run
         queued_inputs=state.queued_inputs,
         usage=state.usage,
         elapsed_s=max(0.0, updated_at - started_at),
+        conversation_id=state.conversation_id,
+        stop_reason=state.stop_reason,
+        cancel_reason=state.cancel_reason,
     )
 
 
@@ -219,3 +225,45 @@ def not_paused(run_id: str, status: str) -> RunConflictError:
 def not_running(run_id: str) -> UsageError:
     """``inject`` into a run that is not running."""
     return UsageError(f"run {run_id!r} is not running: nothing can be injected")
+
+
+# -- event logs --
+
+
+def encode_events(
+    events: Sequence[dict[str, Any]], after: int, keep_s: float | None
+) -> list[str]:
+    """Check an ``append_events`` call at the edge; return each event's JSON text.
+
+    Raises:
+        UsageError: An event that is not a JSON object, or a negative ``after``/``keep_s``.
+    """
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise UsageError(f"after must be an event number (an int >= 0), got {after!r}")
+    if keep_s is not None and (
+        isinstance(keep_s, bool) or not isinstance(keep_s, (int, float)) or not keep_s >= 0
+    ):
+        raise UsageError(f"keep_s must be a number of seconds >= 0 or None, got {keep_s!r}")
+    texts = []
+    for event in events:
+        if not isinstance(event, dict) or not all(isinstance(key, str) for key in event):
+            raise UsageError(f"an event is a JSON object (a dict with str keys), got {event!r}")
+        try:
+            texts.append(
+                json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            )
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"an event is not JSON-serialisable: {exc}") from None
+    return texts
+
+
+def events_moved_on(run_id: str, last: int, after: int) -> RunConflictError:
+    """``append_events`` after an event that is no longer the log's last."""
+    return RunConflictError(
+        f"run {run_id!r}: its event log ends at {last}, not {after} (another writer appended)"
+    )
+
+
+def events_complete(run_id: str) -> RunConflictError:
+    """``append_events`` to a log its writer marked complete."""
+    return RunConflictError(f"run {run_id!r}: its event log is complete")

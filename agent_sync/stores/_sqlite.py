@@ -17,6 +17,15 @@ Design:
   them in one transaction, polling every few milliseconds until its timeout. Polling is what
   SQLite offers across processes; a poll is one indexed read, and only a poll that finds
   rows takes the write lock.
+* A run's event log is rows of ``events`` (run, number, JSON text) and one row of
+  ``event_logs`` (its last number, and once complete the time it is dropped). An append is
+  one ``BEGIN IMMEDIATE`` transaction: it checks the last number (compare-and-set) and the
+  complete mark, inserts the rows and moves the last number. ``read_events`` waits on a
+  condition this store object notifies after each of its appends (a reader in the same
+  process wakes at once), and polls every ``_EVENT_POLL_S`` for other processes' appends:
+  each poll is one indexed read, never the write lock. A complete log past its time reads
+  as empty; ``prune`` (or the next append to it) deletes it. A database file written before
+  event logs existed gains their tables when a store opens it.
 * Every ``sqlite3`` failure (locked past the busy timeout, an unwritable file, disk I/O)
   becomes :class:`~agent_sync.errors.StoreUnavailableError`: the transaction is rolled back
   and nothing changed (fail closed).
@@ -26,6 +35,7 @@ The rules shared with every store come from :mod:`._rules`.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
@@ -34,7 +44,7 @@ import weakref
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .._prompt import content_blocks
 from ..cancel import CancelMode
@@ -43,7 +53,7 @@ from ..errors import (
 )
 from ..messages import ContentBlock
 from ..run._state import RunSnapshot, RunState
-from ._protocol import ConversationRecord, RunSignal, StoredRun
+from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
@@ -53,8 +63,11 @@ from ._rules import (
     conversation_paused,
     decode_messages,
     decode_state,
+    encode_events,
     encode_messages,
     encode_state,
+    events_complete,
+    events_moved_on,
     log_moved_on,
     moved_on,
     not_paused,
@@ -101,9 +114,22 @@ CREATE TABLE IF NOT EXISTS signals (
 );
 CREATE INDEX IF NOT EXISTS signals_by_run ON signals (run_id, id);
 CREATE INDEX IF NOT EXISTS runs_ended ON runs (ended_at);
+CREATE TABLE IF NOT EXISTS event_logs (
+    run_id TEXT PRIMARY KEY,
+    last_seq INTEGER NOT NULL,
+    expires_at REAL -- set once the log is complete: epoch seconds it is dropped at
+);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE INDEX IF NOT EXISTS event_logs_expiring ON event_logs (expires_at);
 """
 
 _POLL_S = 0.005  # wait_signals: one indexed read per poll
+_EVENT_POLL_S = 0.01  # read_events, for other processes' appends: one indexed read per poll
 
 _INHERITED: list[object] = []
 """Connections a forked child inherited from its parent, kept alive and never used.
@@ -151,9 +177,15 @@ def _after_fork() -> None:
             pass
 
 
+def _after_fork_in_child() -> None:
+    _after_fork()
+    for store in list(_STORES):  # a condition copied while a parent thread held it
+        store._appended = threading.Condition()
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(
-        before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork
+        before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork_in_child
     )
 
 
@@ -178,6 +210,8 @@ class SQLiteRunStore:
         self._local = threading.local()
         self._pid = os.getpid()
         self._in_sqlite = threading.RLock()  # held inside SQLite; a fork waits for it
+        self._appended = threading.Condition()  # notified after each append of this object
+        self._appends = 0  # how many (under _appended): a reader sees whether it missed one
         _STORES.add(self)
         _create_private(self.path)
         self._guarded(lambda: self._connection().executescript(_SCHEMA))
@@ -376,8 +410,58 @@ class SQLiteRunStore:
                 return taken
             pause.wait(min(_POLL_S, remaining))  # polling is SQLite's only cross-process wake
 
+    # -- event logs --
+
+    def append_events(
+        self,
+        run_id: str,
+        events: Sequence[dict[str, Any]],
+        *,
+        after: int,
+        keep_s: float | None = None,
+    ) -> int:
+        texts = encode_events(events, after, keep_s)
+        now = time.time()
+        with self._write() as db:
+            last = self._event_log_end(db, run_id, now)
+            if last != after:
+                raise events_moved_on(run_id, last, after)
+            if texts:
+                db.executemany(
+                    "INSERT INTO events (run_id, seq, data) VALUES (?, ?, ?)",
+                    [(run_id, after + n, text) for n, text in enumerate(texts, start=1)],
+                )
+            if texts or keep_s is not None:
+                db.execute(
+                    "INSERT INTO event_logs (run_id, last_seq, expires_at) VALUES (?, ?, ?)"
+                    " ON CONFLICT (run_id) DO UPDATE SET last_seq = excluded.last_seq,"
+                    " expires_at = excluded.expires_at",
+                    (run_id, after + len(texts), None if keep_s is None else now + keep_s),
+                )
+        if texts:
+            with self._appended:
+                self._appends += 1
+                self._appended.notify_all()
+        return after + len(texts)
+
+    def read_events(
+        self, run_id: str, *, after: int = 0, timeout: float = 0.0
+    ) -> list[RunEvent]:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            with self._appended:
+                seen = self._appends  # before the read: an append after it is not missed
+            events = self._events_after(run_id, after)
+            remaining = deadline - time.monotonic()
+            if events or remaining <= 0:
+                return events
+            with self._appended:
+                if self._appends == seen:  # polling is SQLite's only cross-process wake
+                    self._appended.wait(min(_EVENT_POLL_S, remaining))
+
     def prune(self, *, older_than: float) -> int:
-        cutoff = time.time() - older_than
+        now = time.time()
+        cutoff = now - older_than
         with self._write() as db:
             old = [
                 row[0]
@@ -389,6 +473,12 @@ class SQLiteRunStore:
             for run_id in old:
                 db.execute("DELETE FROM signals WHERE run_id = ?", (run_id,))
                 db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+                self._drop_event_log(db, run_id)
+            dropped = db.execute(
+                "SELECT run_id FROM event_logs WHERE expires_at <= ?", (now,)
+            ).fetchall()
+            for (run_id,) in dropped:
+                self._drop_event_log(db, run_id)
             return len(old)
 
     # -- inside a transaction --
@@ -426,6 +516,45 @@ class SQLiteRunStore:
             blocks = tuple(decode_messages([content])[0]["content"])
             signals.append(RunSignal(run_id=run_id, kind="inject", content=blocks))
         return signals
+
+    def _events_after(self, run_id: str, after: int) -> list[RunEvent]:
+        """The live log's events above ``after``: one read (WAL: no lock a writer waits
+        for), which a complete log past its time answers with nothing."""
+        rows = self._guarded(
+            lambda: self._connection()
+            .execute(
+                "SELECT e.seq, e.data FROM event_logs AS l JOIN events AS e"
+                " ON e.run_id = l.run_id AND e.seq > ?"
+                " WHERE l.run_id = ? AND l.last_seq > ?"
+                " AND (l.expires_at IS NULL OR l.expires_at > ?) ORDER BY e.seq",
+                (after, run_id, after, time.time()),
+            )
+            .fetchall()
+        )
+        return [RunEvent(seq=seq, data=json.loads(data)) for seq, data in rows]
+
+    def _event_log_end(self, db: sqlite3.Connection, run_id: str, now: float) -> int:
+        """The live log's last number (0: no log; one past its time is dropped first).
+
+        Raises:
+            RunConflictError: The log is complete.
+        """
+        row = db.execute(
+            "SELECT last_seq, expires_at FROM event_logs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is None:
+            return 0
+        last, expires_at = row
+        if expires_at is None:
+            return int(last)
+        if expires_at <= now:
+            self._drop_event_log(db, run_id)
+            return 0
+        raise events_complete(run_id)
+
+    def _drop_event_log(self, db: sqlite3.Connection, run_id: str) -> None:
+        db.execute("DELETE FROM events WHERE run_id = ?", (run_id,))
+        db.execute("DELETE FROM event_logs WHERE run_id = ?", (run_id,))
 
     def _current(self, db: sqlite3.Connection, conversation_id: str) -> str | None:
         row = db.execute(

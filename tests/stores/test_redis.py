@@ -1,8 +1,9 @@
 """RedisRunStore against a real redis-server: the contract (with real processes), both
-reply decodings, prefixes, key expiry, and a server that is down (fail closed)."""
+reply decodings and RESP3, prefixes, key expiry, and a server that is down (fail closed)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from functools import partial
 from typing import Any
@@ -50,6 +51,18 @@ class TestRedisRunStoreDecodedReplies(RunStoreContract):
         return RedisRunStore(client, prefix=f"d{uuid.uuid4().hex[:12]}:")
 
 
+class TestRedisRunStoreResp3(RunStoreContract):
+    """The same contract through a RESP3 client (``protocol=3``: some replies are maps)."""
+
+    @pytest.fixture(autouse=True)
+    def _server(self, redis_server: RedisServer) -> None:
+        self.port = redis_server.port
+
+    def make_store(self) -> RunStore:
+        client = redis.Redis(port=self.port, protocol=3)
+        return RedisRunStore(client, prefix=f"r{uuid.uuid4().hex[:12]}:")
+
+
 def _store(redis_server: RedisServer, **options: Any) -> RedisRunStore:
     return RedisRunStore(
         redis.Redis(port=redis_server.port), prefix=f"x{uuid.uuid4().hex[:12]}:", **options
@@ -95,6 +108,8 @@ def test_a_store_that_is_down_fails_closed_and_keeps_what_was_committed(
             lambda: store.get(state.run_id),
             lambda: store.cancel(state.run_id),
             lambda: store.wait_signals([state.run_id], 0.01),
+            lambda: store.append_events(state.run_id, [{"n": 1}], after=0),
+            lambda: store.read_events(state.run_id, timeout=0.01),
             lambda: store.begin("c1", make_state(), owner="o", lease_s=30, expected_length=1),
         ):
             with pytest.raises(StoreUnavailableError):
@@ -127,3 +142,61 @@ def test_the_repr_shows_no_credentials(redis_server: RedisServer) -> None:
     with pytest.raises(StoreUnavailableError) as caught:
         store.load("c1")  # the server has no such user: AUTH fails
     assert "s3cret" not in str(caught.value)
+
+
+def test_an_event_log_expires_with_its_run_and_once_complete_after_keep_s(
+    redis_server: RedisServer,
+) -> None:
+    store = _store(redis_server, finished_ttl_s=60)
+    client = redis.Redis(port=redis_server.port)
+    key = f"{store.prefix}events:r1"
+    store.append_events("r1", [{"n": 1}], after=0)
+    assert 59_000 < client.pttl(key) <= 60_000  # an open log: finished_ttl_s from its last append
+    client.pexpire(key, 5_000)
+    store.append_events("r1", [{"n": 2}], after=1)
+    assert 59_000 < client.pttl(key) <= 60_000  # renewed by each append
+    store.append_events("r1", [], after=2, keep_s=30)
+    assert 29_000 < client.pttl(key) <= 30_000
+    assert 29_000 < client.pttl(f"{store.prefix}events-complete:r1") <= 30_000
+    forever = _store(redis_server, finished_ttl_s=None)
+    forever.append_events("r1", [{"n": 1}], after=0)
+    assert client.pttl(f"{forever.prefix}events:r1") == -1
+    forever.append_events("r1", [{"n": 2}], after=1, keep_s=float("inf"))
+    assert client.pttl(f"{forever.prefix}events:r1") == -1
+    assert [e.seq for e in forever.read_events("r1")] == [1, 2]
+
+
+def test_prune_deletes_the_keys_of_a_pruned_runs_event_log(redis_server: RedisServer) -> None:
+    store = _store(redis_server)
+    client = redis.Redis(port=redis_server.port)
+    state = make_state()
+    store.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+    store.append_events(state.run_id, [{"n": 1}], after=0, keep_s=60)
+    store.commit(
+        make_state(run_id=state.run_id, status="done", next_step=None), owner="o", version=1
+    )
+    keys = [f"{store.prefix}events:{state.run_id}", f"{store.prefix}events-complete:{state.run_id}"]
+    assert client.exists(*keys) == 2
+    assert store.prune(older_than=0) == 1
+    assert client.exists(*keys) == 0
+
+
+@pytest.mark.parametrize("socket_timeout", [0.2, 0.5, 1.0])
+def test_read_events_waits_within_the_clients_socket_timeout(
+    redis_server: RedisServer, socket_timeout: float
+) -> None:
+    client = redis.Redis(port=redis_server.port, socket_timeout=socket_timeout, retry=NO_RETRY)
+    store = RedisRunStore(client, prefix=f"x{uuid.uuid4().hex[:12]}:")
+    assert store.read_events("r1", timeout=0.6) == []  # no TimeoutError: shorter blocks
+    barrier = threading.Barrier(2)
+
+    def append() -> None:
+        barrier.wait(10)
+        store.append_events("r1", [{"n": 1}], after=0)
+
+    appender = threading.Thread(target=append)
+    appender.start()
+    barrier.wait(10)
+    events = store.read_events("r1", timeout=20)
+    appender.join(25)
+    assert [e.seq for e in events] == [1]

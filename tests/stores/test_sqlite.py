@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sqlite3
 import stat
+from contextlib import closing
 from functools import partial
 from pathlib import Path
 
@@ -89,3 +91,54 @@ def test_a_corrupt_file_is_store_unavailable(tmp_path: Path) -> None:
     (tmp_path / "s.db").write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreUnavailableError):
         SQLiteRunStore(tmp_path / "s.db")
+
+
+def test_a_file_from_before_event_logs_opens_and_gains_them(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    state = make_state()
+    SQLiteRunStore(path).begin("c1", state, owner="o", lease_s=30, expected_length=0)
+    with closing(sqlite3.connect(path)) as db:  # the file as the previous version left it
+        db.executescript("DROP TABLE events; DROP TABLE event_logs;")
+    store = SQLiteRunStore(path)
+    record = store.load("c1")
+    assert record.run is not None and record.run.state == state
+    assert store.append_events(state.run_id, [{"n": 1}], after=0) == 1
+    assert [e.data for e in store.read_events(state.run_id)] == [{"n": 1}]
+
+
+def _rows(path: str, run_id: str) -> tuple[int, int]:
+    with closing(sqlite3.connect(path)) as db:
+        events = db.execute("SELECT COUNT(*) FROM events WHERE run_id = ?", (run_id,))
+        logs = db.execute("SELECT COUNT(*) FROM event_logs WHERE run_id = ?", (run_id,))
+        return events.fetchone()[0], logs.fetchone()[0]
+
+
+def test_prune_deletes_the_rows_of_dropped_event_logs(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    store = SQLiteRunStore(path)
+    state = make_state()
+    store.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+    store.append_events(state.run_id, [{"n": 1}, {"n": 2}], after=0)
+    store.commit(
+        make_state(run_id=state.run_id, status="done", next_step=None), owner="o", version=1
+    )
+    store.append_events("r_over", [{"n": 1}], after=0, keep_s=0)
+    store.append_events("r_kept", [{"n": 1}], after=0, keep_s=60)
+    assert _rows(path, "r_over") == (1, 1)  # read as empty, deleted by prune
+    assert store.prune(older_than=0) == 1
+    assert _rows(path, state.run_id) == (0, 0)
+    assert _rows(path, "r_over") == (0, 0)
+    assert _rows(path, "r_kept") == (1, 1)
+
+
+def test_event_logs_fail_closed_while_another_writer_holds_the_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    store = SQLiteRunStore(path, busy_timeout_s=0.05)
+    store.append_events("r1", [{"n": 1}], after=0)
+    with closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")  # another process's write in progress
+        with pytest.raises(StoreUnavailableError):
+            store.append_events("r1", [{"n": 2}], after=1)
+        assert [e.seq for e in store.read_events("r1")] == [1]  # readers never wait (WAL)
+        other.execute("ROLLBACK")
+    assert store.append_events("r1", [{"n": 2}], after=1) == 2
