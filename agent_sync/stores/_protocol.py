@@ -204,7 +204,11 @@ class RunStore(Protocol):
 
     def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
         """Take the signals queued for these runs, waiting up to ``timeout`` seconds for
-        the first. Each signal is returned once, in the order it was queued."""
+        the first. Each signal is returned once, in the order it was queued.
+
+        ``run_ids`` may change while this waits (the watcher passes a live view of the
+        runs its process owns): it is read again at every check, so a run added during
+        the wait is heard at once, not at the next call."""
         ...
 
     def append_events(

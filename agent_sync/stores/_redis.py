@@ -496,23 +496,19 @@ class RedisRunStore:
 
     def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
         deadline = time.monotonic() + max(0.0, timeout)
-        wanted = list(run_ids)
-        if not wanted:
-            threading.Event().wait(max(0.0, timeout))
-            return []
         if self._pid != os.getpid():  # forked: the parent's pub/sub and lock are not ours
             self._listener_lock, self._pubsub, self._pid = threading.Lock(), None, os.getpid()
         if not self._listener_lock.acquire(blocking=False):
-            return self._poll_signals(wanted, deadline)  # another thread listens
+            return self._poll_signals(run_ids, deadline)  # another thread listens
         try:
             listener = self._listener()
-            wanted_set = set(wanted)
             while True:
-                taken = self._take(wanted)  # after subscribing: no wake-up is missed
+                wanted = list(run_ids)  # read again at each wake: it may have grown
+                taken = self._take(wanted) if wanted else []  # after subscribing: none missed
                 remaining = deadline - time.monotonic()
                 if taken or remaining <= 0:
                     return taken
-                self._wait_for(listener, wanted_set, deadline)
+                self._wait_for(listener, run_ids, deadline)
         finally:
             self._listener_lock.release()
 
@@ -646,10 +642,11 @@ class RedisRunStore:
                 signals.append(RunSignal(run_id=run_id, kind="inject", content=blocks))
         return signals
 
-    def _poll_signals(self, run_ids: list[str], deadline: float) -> list[RunSignal]:
+    def _poll_signals(self, run_ids: Collection[str], deadline: float) -> list[RunSignal]:
         pause = threading.Event()
         while True:
-            taken = self._take(run_ids)
+            wanted = list(run_ids)
+            taken = self._take(wanted) if wanted else []
             remaining = deadline - time.monotonic()
             if taken or remaining <= 0:
                 return taken
@@ -665,7 +662,7 @@ class RedisRunStore:
             self._pubsub = pubsub
         return self._pubsub
 
-    def _wait_for(self, listener: Any, wanted: set[str], deadline: float) -> None:
+    def _wait_for(self, listener: Any, wanted: Collection[str], deadline: float) -> None:
         """Wait until a signal for one of ``wanted`` is published, or the deadline."""
         while True:
             remaining = deadline - time.monotonic()

@@ -401,9 +401,9 @@ class SQLiteRunStore:
 
     def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
         deadline = time.monotonic() + max(0.0, timeout)
-        wanted = list(run_ids)
         pause = threading.Event()
         while True:
+            wanted = list(run_ids)  # read again at each poll: it may have grown
             taken = self._take_signals(wanted) if wanted else []
             remaining = deadline - time.monotonic()
             if taken or remaining <= 0:

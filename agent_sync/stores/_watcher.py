@@ -16,6 +16,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -69,13 +70,15 @@ class _Watcher:
             self._entries.pop(run_id, None)
 
     def _loop(self) -> None:
+        owned = _Owned(self)
         while True:
             with self._lock:
                 if not self._entries:
                     self._thread = None
                     return
-                owned = list(self._entries)
             try:
+                # A live view: a run added during the wait is heard at once (a snapshot
+                # left it unheard for up to a tick: a Stop right after a start took 45 ms).
                 signals = self._store.wait_signals(owned, TICK_S)
             except Exception:  # a store hiccup must not kill the watcher
                 self._failed()
@@ -119,6 +122,25 @@ class _Watcher:
                 self._store.renew(run_id, owner=entry.owner, lease_s=entry.lease_s)
             except Exception:
                 logger.warning("run_id=<%s> | lease renewal failed", run_id, exc_info=True)
+
+
+class _Owned(Collection[str]):
+    """The run ids a watcher's process owns, read under its lock at every use."""
+
+    def __init__(self, watcher: _Watcher) -> None:
+        self._watcher = watcher
+
+    def __contains__(self, run_id: object) -> bool:
+        with self._watcher._lock:
+            return run_id in self._watcher._entries
+
+    def __iter__(self) -> Iterator[str]:
+        with self._watcher._lock:
+            return iter(list(self._watcher._entries))
+
+    def __len__(self) -> int:
+        with self._watcher._lock:
+            return len(self._watcher._entries)
 
 
 _watchers: weakref.WeakKeyDictionary[object, _Watcher] = weakref.WeakKeyDictionary()

@@ -25,7 +25,7 @@ import multiprocessing
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -376,6 +376,24 @@ class RunStoreContract:
         store.cancel(state.run_id, "now")
         waiting.join(25)
         assert not waiting.is_alive() and [s.kind for s in got] == ["cancel"]
+
+    def test_wait_signals_hears_a_run_added_to_its_ids_while_it_waits(
+        self, store: RunStore
+    ) -> None:
+        first, second = make_state(), make_state()
+        store.begin("c1", first, owner=OWNER, lease_s=30, expected_length=0)
+        store.begin("c2", second, owner=OWNER, lease_s=30, expected_length=0)
+        owned = _GrowingIds([first.run_id])
+        got: list[Any] = []
+        started = time.monotonic()
+        waiting = threading.Thread(target=lambda: got.extend(store.wait_signals(owned, 20)))
+        waiting.start()
+        assert owned.read.wait(10)  # the store is waiting on the ids it read
+        owned.add(second.run_id)  # a run this process starts meanwhile
+        store.cancel(second.run_id, "stop the new one")
+        waiting.join(25)
+        assert [(s.run_id, s.reason) for s in got] == [(second.run_id, "stop the new one")]
+        assert time.monotonic() - started < 10  # heard when sent, not at the timeout
 
     def test_inject_needs_a_running_run(self, store: RunStore) -> None:
         paused, _ = self._paused(store)
@@ -731,3 +749,31 @@ def _assert_every_turn_once(store: RunStore, writers: list[str]) -> None:
     expected = sorted(f"{writer}/{turn}" for writer in writers for turn in range(TURNS))
     assert sorted(markers[0::2]) == expected  # every turn once: none lost, none twice
     assert markers[0::2] == markers[1::2]  # each answer follows its own prompt
+
+
+class _GrowingIds(Collection[str]):
+    """Run ids that grow while a store waits on them (as a watcher's do); ``read`` is set
+    once the store has read them."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self._ids = list(ids)
+        self._lock = threading.Lock()
+        self.read = threading.Event()
+
+    def add(self, run_id: str) -> None:
+        with self._lock:
+            self._ids.append(run_id)
+
+    def __contains__(self, run_id: object) -> bool:
+        with self._lock:
+            return run_id in self._ids
+
+    def __iter__(self) -> Iterator[str]:
+        with self._lock:
+            ids = list(self._ids)
+        self.read.set()
+        return iter(ids)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._ids)
