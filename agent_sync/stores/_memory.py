@@ -203,9 +203,7 @@ class MemoryRunStore:
 
     # -- signals --
 
-    def cancel(
-        self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now"
-    ) -> bool:
+    def cancel(self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         mode = check_mode(mode)
         now = self._now()
         with self._lock:
@@ -219,9 +217,7 @@ class MemoryRunStore:
                 return True
             if state.status != "running":
                 return False
-            run.signals.append(
-                RunSignal(run_id=run_id, kind="cancel", reason=reason, mode=mode)
-            )
+            run.signals.append(RunSignal(run_id=run_id, kind="cancel", reason=reason, mode=mode))
             self._signalled.notify_all()
             return True
 
@@ -275,9 +271,7 @@ class MemoryRunStore:
                 self._appended.notify_all()
             return len(log.events)
 
-    def read_events(
-        self, run_id: str, *, after: int = 0, timeout: float = 0.0
-    ) -> list[RunEvent]:
+    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
         deadline = time.monotonic() + max(0.0, timeout)
         with self._lock:
             while True:

@@ -182,9 +182,7 @@ class RunStore(Protocol):
         """The run's snapshot from its last commit (``None``: unknown run)."""
         ...
 
-    def cancel(
-        self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now"
-    ) -> bool:
+    def cancel(self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         """Cancel a running (signal its owner, who applies ``mode`` as ``run.cancel`` does)
         or paused (at once, whatever the mode) run.
 
@@ -241,9 +239,7 @@ class RunStore(Protocol):
         """
         ...
 
-    def read_events(
-        self, run_id: str, *, after: int = 0, timeout: float = 0.0
-    ) -> list[RunEvent]:
+    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
         """The run's events numbered above ``after``, in order, every one.
 
         When there are none, wait up to ``timeout`` seconds for an append (from any

@@ -465,9 +465,7 @@ class RedisRunStore:
 
     # -- signals --
 
-    def cancel(
-        self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now"
-    ) -> bool:
+    def cancel(self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         payload = json.dumps({"reason": reason, "mode": check_mode(mode)})
         for _ in range(_CAS_ATTEMPTS):
             reply = self._run("signal", self.prefix, run_id, "cancel", payload)
@@ -524,9 +522,7 @@ class RedisRunStore:
     ) -> int:
         texts = encode_events(events, after, keep_s)
         keep_ms = "" if keep_s is None else str(_keep_ms(keep_s))
-        reply = self._run(
-            "append", self.prefix, run_id, after, self._ttl * 1000, keep_ms, *texts
-        )
+        reply = self._run("append", self.prefix, run_id, after, self._ttl * 1000, keep_ms, *texts)
         outcome = _text(reply[0])
         if outcome == "ok":
             return int(reply[1])
@@ -534,9 +530,7 @@ class RedisRunStore:
             raise events_complete(run_id)
         raise events_moved_on(run_id, int(reply[1]), after)
 
-    def read_events(
-        self, run_id: str, *, after: int = 0, timeout: float = 0.0
-    ) -> list[RunEvent]:
+    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
         deadline = time.monotonic() + max(0.0, timeout)
         key = f"{self.prefix}events:{run_id}"
         start = max(0, after)

@@ -179,9 +179,7 @@ def check_mode(mode: str) -> CancelMode:
 
 def conversation_paused(conversation_id: str) -> PendingApprovalError:
     """``begin`` on a conversation whose run waits for approval."""
-    return PendingApprovalError(
-        f"conversation {conversation_id!r} has a run waiting for approval"
-    )
+    return PendingApprovalError(f"conversation {conversation_id!r} has a run waiting for approval")
 
 
 def conversation_busy(conversation_id: str) -> ConcurrentInvocationError:
@@ -230,9 +228,7 @@ def not_running(run_id: str) -> UsageError:
 # -- event logs --
 
 
-def encode_events(
-    events: Sequence[dict[str, Any]], after: int, keep_s: float | None
-) -> list[str]:
+def encode_events(events: Sequence[dict[str, Any]], after: int, keep_s: float | None) -> list[str]:
     """Check an ``append_events`` call at the edge; return each event's JSON text.
 
     Raises:

@@ -362,9 +362,7 @@ class SQLiteRunStore:
 
     # -- signals --
 
-    def cancel(
-        self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now"
-    ) -> bool:
+    def cancel(self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         check_mode(mode)
         with self._write() as db:
             row = db.execute(
@@ -444,9 +442,7 @@ class SQLiteRunStore:
                 self._appended.notify_all()
         return after + len(texts)
 
-    def read_events(
-        self, run_id: str, *, after: int = 0, timeout: float = 0.0
-    ) -> list[RunEvent]:
+    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             with self._appended:
@@ -486,12 +482,14 @@ class SQLiteRunStore:
     def _take_signals(self, run_ids: list[str]) -> list[RunSignal]:
         marks = ",".join("?" * len(run_ids))
         queued = self._guarded(  # a read first (WAL: takes no lock a writer waits for)
-            lambda: self._connection()
-            .execute(
-                f"SELECT 1 FROM signals WHERE run_id IN ({marks}) LIMIT 1",  # noqa: S608
-                run_ids,
+            lambda: (
+                self._connection()
+                .execute(
+                    f"SELECT 1 FROM signals WHERE run_id IN ({marks}) LIMIT 1",  # noqa: S608
+                    run_ids,
+                )
+                .fetchone()
             )
-            .fetchone()
         )
         if queued is None:
             return []  # the usual poll: nothing queued, no write lock taken
@@ -521,15 +519,17 @@ class SQLiteRunStore:
         """The live log's events above ``after``: one read (WAL: no lock a writer waits
         for), which a complete log past its time answers with nothing."""
         rows = self._guarded(
-            lambda: self._connection()
-            .execute(
-                "SELECT e.seq, e.data FROM event_logs AS l JOIN events AS e"
-                " ON e.run_id = l.run_id AND e.seq > ?"
-                " WHERE l.run_id = ? AND l.last_seq > ?"
-                " AND (l.expires_at IS NULL OR l.expires_at > ?) ORDER BY e.seq",
-                (after, run_id, after, time.time()),
+            lambda: (
+                self._connection()
+                .execute(
+                    "SELECT e.seq, e.data FROM event_logs AS l JOIN events AS e"
+                    " ON e.run_id = l.run_id AND e.seq > ?"
+                    " WHERE l.run_id = ? AND l.last_seq > ?"
+                    " AND (l.expires_at IS NULL OR l.expires_at > ?) ORDER BY e.seq",
+                    (after, run_id, after, time.time()),
+                )
+                .fetchall()
             )
-            .fetchall()
         )
         return [RunEvent(seq=seq, data=json.loads(data)) for seq, data in rows]
 
@@ -691,4 +691,3 @@ class SQLiteRunStore:
                 return action()
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
-
