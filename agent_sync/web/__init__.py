@@ -1,8 +1,15 @@
-"""Web integration: stream an agent's events to the browser as Server-Sent Events.
+"""Web integration: agents served to browsers as Server-Sent Events, from WSGI views.
+
+- :func:`agent_sync.web.flask.chat_blueprint` and :func:`agent_sync.web.django.chat_urls`:
+  the chat routes (DESIGN.md section 7) over a run store, served by any worker: streams
+  whose frames are stored before they are sent (a reconnect to any worker with
+  ``Last-Event-ID`` gets exactly what it missed), stop, approvals and inject by run id,
+  and the AI SDK's ``useChat`` as a client.
 
 Framework-neutral parts live here; the framework glue is in :mod:`agent_sync.web.flask`
 and :mod:`agent_sync.web.django`, imported only when you use them (Flask and Django are
-optional extras: importing this package imports neither).
+optional extras: importing this package imports neither). For one agent's stream in one
+process:
 
 - :func:`sse_events`: run an agent in a worker thread and yield SSE frames, with
   keep-alives; closing the iterator (the WSGI server does on disconnect) cancels the run.

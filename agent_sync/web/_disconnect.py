@@ -22,7 +22,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any, Literal
 
-__all__ = ["DisconnectWatch", "socket_from_environ"]
+__all__ = ["DisconnectWatch", "SocketProbe", "no_delay", "socket_from_environ"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,50 @@ def socket_from_environ(environ: Mapping[str, Any]) -> socket.socket | None:
     return None
 
 
+def no_delay(client: socket.socket) -> None:
+    """Send each write at once (``TCP_NODELAY``): a stream's small frames must not wait
+    for the client to acknowledge the one before (up to 40 ms of delayed ACK)."""
+    try:
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:  # not TCP (a Unix socket behind a proxy), or already closed
+        logger.debug("TCP_NODELAY not set on the client socket")
+
+
+class SocketProbe:
+    """Tells, without blocking, whether the client left (EOF or reset), by a peek.
+
+    Bytes from the client mean it is alive: the probe then stops looking (unread bytes
+    would read as "something happened" forever) and says so through :attr:`watching`.
+    """
+
+    def __init__(self, client: socket.socket) -> None:
+        self.client: socket.socket | None = client
+
+    @property
+    def watching(self) -> bool:
+        """Whether the socket is still looked at."""
+        return self.client is not None
+
+    def gone(self) -> bool:
+        """Whether the client closed or reset its connection (never blocks)."""
+        client = self.client
+        if client is None:
+            return False
+        try:
+            data = client.recv(1, _PEEK_FLAGS)
+        except BlockingIOError:
+            return False
+        except OSError:  # reset by peer
+            return True
+        if data:
+            # The client sent bytes after its request: alive; stop watching so that
+            # unread bytes do not wake us forever. Keep-alive writes still detect a drop.
+            self.client = None
+            logger.debug("client sent data during the stream; watching writes only")
+            return False
+        return True
+
+
 class DisconnectWatch:
     """Waits for a poke from the worker, the client leaving, or a timeout.
 
@@ -55,7 +99,7 @@ class DisconnectWatch:
     """
 
     def __init__(self, client: socket.socket) -> None:
-        self._client: socket.socket | None = client
+        self._probe = SocketProbe(client)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -78,8 +122,12 @@ class DisconnectWatch:
         for key, _ in ready:
             if key.fileobj is self._wake_r:
                 self._drain()
-            elif self._client_gone():
-                return "gone"
+            else:
+                client = self._probe.client
+                if self._probe.gone():
+                    return "gone"
+                if client is not None and not self._probe.watching:
+                    self._selector.unregister(client)
         return "ready"
 
     def close(self) -> None:
@@ -94,22 +142,3 @@ class DisconnectWatch:
                 pass
         except OSError:  # BlockingIOError: drained
             pass
-
-    def _client_gone(self) -> bool:
-        client = self._client
-        if client is None:
-            return False
-        try:
-            data = client.recv(1, _PEEK_FLAGS)
-        except BlockingIOError:
-            return False
-        except OSError:  # reset by peer
-            return True
-        if data:
-            # The client sent bytes after its request: alive; stop watching so that
-            # unread bytes do not wake us forever. Keep-alive writes still detect a drop.
-            self._selector.unregister(client)
-            self._client = None
-            logger.debug("client sent data during the stream; watching writes only")
-            return False
-        return True

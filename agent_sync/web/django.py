@@ -1,4 +1,4 @@
-"""Django glue: an agent's events as a ``StreamingHttpResponse`` of ``text/event-stream``.
+"""Django glue: the chat routes as URL patterns, and one agent's events as an SSE response.
 
 Needs the ``django`` extra (``pip install agent_sync[django]``). Serve under WSGI with
 threads (``runserver``, gunicorn ``--worker-class gthread``, uwsgi ``--threads``). Keep
@@ -8,17 +8,33 @@ threads (``runserver``, gunicorn ``--worker-class gthread``, uwsgi ``--threads``
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django.http import (  # type: ignore[import-untyped,unused-ignore]
     HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
     JsonResponse,
     StreamingHttpResponse,
 )
+from django.urls import path  # type: ignore[import-untyped,unused-ignore]
+from django.views.decorators.csrf import (  # type: ignore[import-untyped,unused-ignore]
+    csrf_exempt,
+)
+from django.views.decorators.http import (  # type: ignore[import-untyped,unused-ignore]
+    require_GET,
+    require_POST,
+)
 
 from ..errors import ConcurrentInvocationError
+from ..stores import RunStore
 from ._disconnect import socket_from_environ
+from ._http import WebRequest, WebResponse, content_type_of, read_limited
+from ._routes import Authorize, ChatRoutes, MakeAgent, OnDisconnect
 from ._sse import SSE_HEADERS, StreamingAgent, sse_events
 
-__all__ = ["busy_response", "sse_response"]
+__all__ = ["busy_response", "chat_urls", "sse_response"]
 
 EVENT_STREAM = "text/event-stream; charset=utf-8"
 
@@ -73,3 +89,101 @@ def busy_response() -> JsonResponse:
         {"error": "busy", "message": "this conversation is still answering; cancel it or wait"},
         status=409,
     )
+
+
+def chat_urls(
+    make_agent: MakeAgent,
+    *,
+    store: RunStore,
+    on_disconnect: OnDisconnect = "continue",
+    timeout: float | None = None,
+    keepalive: float | None = 15.0,
+    replay_ttl: float = 3600.0,
+    authorize: Authorize | None = None,
+) -> list[Any]:
+    """The chat routes as URL patterns: ``path("api/", include(chat_urls(...)))``.
+
+    The same routes, arguments and answers as :func:`agent_sync.web.flask.chat_blueprint`
+    (``authorize`` receives the ``HttpRequest``). The views are exempt from Django's CSRF
+    check: their POST bodies must be ``application/json``, which a cross-site form cannot
+    send, and ``authorize`` is where a session is checked. Serve under WSGI with threads;
+    keep body-buffering middleware (``GZipMiddleware``) off these URLs.
+
+    Raises:
+        agent_sync.errors.UsageError: An invalid argument.
+    """
+    routes = ChatRoutes(
+        make_agent,
+        store=store,
+        on_disconnect=on_disconnect,
+        timeout=timeout,
+        keepalive=keepalive,
+        replay_ttl=replay_ttl,
+        authorize=authorize,
+    )
+
+    def post(route: Callable[..., WebResponse]) -> Callable[..., HttpResponseBase]:
+        def view(request: HttpRequest, **kwargs: str) -> HttpResponseBase:
+            return _to_django(route(_from_django(request), *kwargs.values()))
+
+        exempt: Callable[..., HttpResponseBase] = csrf_exempt(require_POST(view))
+        return exempt
+
+    def get(route: Callable[..., WebResponse]) -> Callable[..., HttpResponseBase]:
+        def view(request: HttpRequest, **kwargs: str) -> HttpResponseBase:
+            return _to_django(route(_from_django(request), *kwargs.values()))
+
+        checked: Callable[..., HttpResponseBase] = require_GET(view)
+        return checked
+
+    return [
+        path("chat", post(routes.chat), name="agent_sync_chat"),
+        path("runs/<str:run_id>/events", get(routes.run_events), name="agent_sync_run_events"),
+        path("runs/<str:run_id>/stop", post(routes.run_stop), name="agent_sync_run_stop"),
+        path(
+            "runs/<str:run_id>/decisions",
+            post(routes.run_decisions),
+            name="agent_sync_run_decisions",
+        ),
+        path("runs/<str:run_id>/inject", post(routes.run_inject), name="agent_sync_run_inject"),
+        path("cancel", post(routes.cancel), name="agent_sync_cancel"),
+        path("history", get(routes.history), name="agent_sync_history"),
+        path(
+            "chat/<str:conversation_id>/stream",
+            get(routes.ui_resume),
+            name="agent_sync_ui_resume",
+        ),
+        path("chat/<str:conversation_id>/stop", post(routes.ui_stop), name="agent_sync_ui_stop"),
+    ]
+
+
+def _from_django(request: HttpRequest) -> WebRequest:
+    body, oversized = b"", False
+    if request.method == "POST":
+        declared = request.META.get("CONTENT_LENGTH")
+        length = int(declared) if declared and str(declared).isdigit() else None
+        body, oversized = read_limited(request, length)
+    last_event_id = request.META.get("HTTP_LAST_EVENT_ID")
+    return WebRequest(
+        native=request,
+        body=body,
+        oversized=oversized,
+        content_type=content_type_of(request.META.get("CONTENT_TYPE")),
+        headers={} if last_event_id is None else {"last-event-id": last_event_id},
+        query={key: request.GET[key] for key in request.GET},
+        environ=request.META,
+    )
+
+
+def _to_django(response: WebResponse) -> HttpResponseBase:
+    if isinstance(response.body, bytes):
+        answer: HttpResponseBase = HttpResponse(
+            response.body, status=response.status, content_type=response.content_type
+        )
+    else:
+        answer = StreamingHttpResponse(
+            response.body, status=response.status, content_type=response.content_type
+        )
+    for name, value in response.headers.items():
+        answer[name] = value
+    return answer

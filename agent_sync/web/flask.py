@@ -1,4 +1,4 @@
-"""Flask glue: an agent's events as a streaming ``text/event-stream`` response.
+"""Flask glue: the chat routes as a Blueprint, and one agent's events as an SSE response.
 
 Needs the ``flask`` extra (``pip install agent_sync[flask]``). Serve with threads (the
 development server, gunicorn ``--worker-class gthread``, uwsgi ``--threads``): each open
@@ -7,13 +7,18 @@ stream holds one server thread plus one agent worker thread. See ``docs/web.md``
 
 from __future__ import annotations
 
+from typing import Any
+
 import flask
 
 from ..errors import ConcurrentInvocationError
+from ..stores import RunStore
 from ._disconnect import socket_from_environ
+from ._http import WebRequest, WebResponse, content_type_of, read_limited
+from ._routes import Authorize, ChatRoutes, MakeAgent, OnDisconnect
 from ._sse import SSE_HEADERS, StreamingAgent, sse_events
 
-__all__ = ["busy_response", "sse_response"]
+__all__ = ["busy_response", "chat_blueprint", "sse_response"]
 
 EVENT_STREAM = "text/event-stream"
 
@@ -65,3 +70,120 @@ def busy_response() -> flask.Response:
     )
     response.status_code = 409
     return response
+
+
+def chat_blueprint(
+    make_agent: MakeAgent,
+    *,
+    store: RunStore,
+    on_disconnect: OnDisconnect = "continue",
+    timeout: float | None = None,
+    keepalive: float | None = 15.0,
+    replay_ttl: float = 3600.0,
+    authorize: Authorize | None = None,
+    name: str = "agent_sync_chat",
+) -> flask.Blueprint:
+    """The chat routes (``POST /chat``, ``GET /runs/<id>/events``, stop, decisions, inject,
+    ``POST /cancel``, ``GET /history``, and the AI SDK's ``GET /chat/<id>/stream`` and
+    ``POST /chat/<id>/stop``) as a Blueprint, served by any worker.
+
+    ``app.register_blueprint(chat_blueprint(make_agent, store=store), url_prefix="/api")``.
+    Every stream is published to the store's event log and followed from it, so a
+    client can reconnect to any worker with ``Last-Event-ID``. A ``POST /chat`` whose body
+    has a ``messages`` list (the AI SDK's ``useChat``) is answered in the UI message stream
+    protocol. See ``docs/web.md``.
+
+    Args:
+        make_agent: ``conversation_id -> Agent`` on ``store`` (called per request; cheap:
+            an agent reads only the log it does not hold).
+        store: Where conversations, runs and their event logs live
+            (``SQLiteRunStore`` for workers on one host, ``RedisRunStore`` for several).
+        on_disconnect: ``"continue"``: a stream whose client leaves goes on (a reconnect
+            catches up); ``"cancel"``: it is cancelled with reason ``"client
+            disconnected"``. A paused run is never cancelled by a disconnect.
+        timeout: Seconds before a run is cancelled with reason ``"timeout"``.
+        keepalive: Seconds of silence before a keep-alive comment; ``None`` disables them.
+        replay_ttl: Seconds a finished run's events are kept for reconnects.
+        authorize: ``(flask.request, conversation_id) -> bool``, asked on every route (a
+            run's conversation is looked up); ``False`` answers 403 and touches nothing.
+            ``None`` lets every request touch every conversation: single-user apps only.
+        name: The Blueprint's name (register two with different names).
+
+    Raises:
+        agent_sync.errors.UsageError: An invalid argument.
+    """
+    routes = ChatRoutes(
+        make_agent,
+        store=store,
+        on_disconnect=on_disconnect,
+        timeout=timeout,
+        keepalive=keepalive,
+        replay_ttl=replay_ttl,
+        authorize=authorize,
+    )
+    blueprint = flask.Blueprint(name, __name__)
+
+    @blueprint.post("/chat")
+    def chat() -> flask.Response:
+        return _to_flask(routes.chat(_from_flask()))
+
+    @blueprint.get("/runs/<run_id>/events")
+    def run_events(run_id: str) -> flask.Response:
+        return _to_flask(routes.run_events(_from_flask(), run_id))
+
+    @blueprint.post("/runs/<run_id>/stop")
+    def run_stop(run_id: str) -> flask.Response:
+        return _to_flask(routes.run_stop(_from_flask(), run_id))
+
+    @blueprint.post("/runs/<run_id>/decisions")
+    def run_decisions(run_id: str) -> flask.Response:
+        return _to_flask(routes.run_decisions(_from_flask(), run_id))
+
+    @blueprint.post("/runs/<run_id>/inject")
+    def run_inject(run_id: str) -> flask.Response:
+        return _to_flask(routes.run_inject(_from_flask(), run_id))
+
+    @blueprint.post("/cancel")
+    def cancel() -> flask.Response:
+        return _to_flask(routes.cancel(_from_flask()))
+
+    @blueprint.get("/history")
+    def history() -> flask.Response:
+        return _to_flask(routes.history(_from_flask()))
+
+    @blueprint.get("/chat/<conversation_id>/stream")
+    def ui_resume(conversation_id: str) -> flask.Response:
+        return _to_flask(routes.ui_resume(_from_flask(), conversation_id))
+
+    @blueprint.post("/chat/<conversation_id>/stop")
+    def ui_stop(conversation_id: str) -> flask.Response:
+        return _to_flask(routes.ui_stop(_from_flask(), conversation_id))
+
+    return blueprint
+
+
+def _from_flask() -> WebRequest:
+    request = flask.request
+    body, oversized = b"", False
+    if request.method == "POST":
+        body, oversized = read_limited(request.stream, request.content_length)
+    last_event_id = request.headers.get("Last-Event-ID")
+    return WebRequest(
+        native=request._get_current_object(),  # type: ignore[attr-defined]
+        body=body,
+        oversized=oversized,
+        content_type=content_type_of(request.headers.get("Content-Type")),
+        headers={} if last_event_id is None else {"last-event-id": last_event_id},
+        query={key: request.args[key] for key in request.args},
+        environ=request.environ,
+    )
+
+
+def _to_flask(response: WebResponse) -> flask.Response:
+    answer: Any = flask.Response(
+        response.body,
+        status=response.status,
+        content_type=response.content_type,
+        headers=response.headers,
+    )
+    return answer  # type: ignore[no-any-return]

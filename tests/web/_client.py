@@ -13,7 +13,7 @@ import struct
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from wsgiref import simple_server
 
@@ -28,6 +28,9 @@ class Frame:
 
     event: str
     data: Any
+    id: str | None = None
+    raw: bytes = field(default=b"", compare=False)
+    """The frame's bytes as sent, without the blank line that ends it."""
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -85,19 +88,17 @@ class SSEConnection:
         self,
         port: int,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, Any] | None,
         *,
         headers: Mapping[str, str] | None = None,
         timeout: float = 10.0,
+        method: str = "POST",
     ) -> None:
-        payload = json.dumps(body).encode()
-        lines = [
-            f"POST {path} HTTP/1.1",
-            f"Host: 127.0.0.1:{port}",
-            "Content-Type: application/json",
-            f"Content-Length: {len(payload)}",
-            "Accept: text/event-stream",
-        ]
+        payload = b"" if body is None else json.dumps(body).encode()
+        lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}"]
+        if body is not None:
+            lines += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
+        lines.append("Accept: text/event-stream")
         lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
@@ -132,7 +133,7 @@ class SSEConnection:
                     return
                 self._buffer += chunk
             raw, self._buffer = self._buffer.split(b"\n\n", 1)
-            yield _parse(raw.decode())
+            yield _parse(raw)
 
     def next_frame(self, *, skip_comments: bool = True) -> Frame | None:
         """The next frame (by default the next that is not a comment), or ``None`` at end."""
@@ -173,18 +174,20 @@ class SSEConnection:
         return data
 
 
-def _parse(raw: str) -> Frame:
-    event, data_lines, comment = "message", [], None
-    for line in raw.split("\n"):
-        if line.startswith(":"):
+def _parse(raw_bytes: bytes) -> Frame:
+    event, data_lines, comment, frame_id = "message", [], None, None
+    for line in raw_bytes.decode().split("\n"):
+        if line.startswith("id:"):
+            frame_id = line[3:].strip()
+        elif line.startswith(":"):
             comment = line[1:].strip()
         elif line.startswith("event:"):
             event = line[6:].strip()
         elif line.startswith("data:"):
             data_lines.append(line[5:].strip())
     if not data_lines:
-        return Frame("comment", comment)
-    return Frame(event, json.loads("\n".join(data_lines)))
+        return Frame("comment", comment, raw=raw_bytes)
+    return Frame(event, json.loads("\n".join(data_lines)), frame_id, raw_bytes)
 
 
 def request_json(

@@ -24,7 +24,7 @@ CANCELLED = {"text": "Cancelled by user"}
 def frames(stream: Iterator[bytes]) -> Iterator[Frame]:
     for raw in stream:
         assert raw.endswith(b"\n\n") and raw.count(b"\n\n") == 1
-        yield _parse(raw[:-2].decode())
+        yield _parse(raw[:-2])
 
 
 def test_frames_from_open_to_done() -> None:
@@ -46,7 +46,7 @@ def test_frames_from_open_to_done() -> None:
 def test_data_is_one_json_line_whatever_the_text() -> None:
     frame = encode_frame("text", {"text": "a\n\ndata: injected\r\nevent: done\n"})
     assert frame.count(b"\n") == 3  # "event:" line, "data:" line, blank line
-    assert _parse(frame[:-2].decode()).data == {"text": "a\n\ndata: injected\r\nevent: done\n"}
+    assert _parse(frame[:-2]).data == {"text": "a\n\ndata: injected\r\nevent: done\n"}
     assert encode_frame("text", {"text": "ünï"}) == 'event: text\ndata: {"text":"ünï"}\n\n'.encode()
 
 

@@ -1,0 +1,189 @@
+"""Following a run: a response body that reads the run's event log, from any worker.
+
+:class:`Follower` is the WSGI body of every streamed answer: it sends the encoder's opening,
+then every record after ``after`` (what a reconnect missed: read back from the store, so
+the same bytes), then each new record as it is appended, by this process or any other
+(``store.read_events`` waits for appends), with a keep-alive after ``keepalive`` seconds of
+silence. It ends after the log's terminal record, or, for an encoder that
+``stops_at_pause``, once the run is paused.
+
+A log whose writer died, or a paused run cancelled by a plain ``store.cancel``, never gets
+its terminal record: when the store says the run is over and nothing was appended for a
+whole check interval, the follower appends :func:`._records.closing_record` itself (a
+compare-and-set, so it never lands after a record it has not seen), and sends it.
+
+Disconnects: a WSGI server learns the client left when a write fails, and then calls
+``close()``. When the server shows the client socket, the follower also peeks at it
+between waits of at most :data:`PROBE_INTERVAL_S`. ``on_gone`` (the route's
+``on_disconnect="cancel"``) is called when the client leaves before the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Final
+
+from ..errors import RunConflictError
+from ..stores import RunStore
+from ..stores._rules import FINAL_STATUSES
+from ._disconnect import SocketProbe
+from ._encoders import StreamEncoder
+from ._records import closing_record, is_terminal
+
+if TYPE_CHECKING:
+    import socket
+
+__all__ = ["PROBE_INTERVAL_S", "Follower", "close_log"]
+
+logger = logging.getLogger(__name__)
+
+PROBE_INTERVAL_S: Final = 0.2
+"""Longest wait between two peeks at a watched client socket."""
+
+_CHECK_INTERVAL_S: Final = 15.0
+"""Without keep-alives, how often a silent follower asks the store whether the run is over."""
+
+
+def close_log(store: RunStore, run_id: str, after: int, replay_ttl: float) -> bool:
+    """Append the closing record of a run that is over to its log, if the log is not
+    complete yet and ends at ``after``. Returns whether it was appended."""
+    snapshot = store.get(run_id)
+    if snapshot is None or snapshot.status not in FINAL_STATUSES:
+        return False
+    try:
+        store.append_events(run_id, [closing_record(snapshot)], after=after, keep_s=replay_ttl)
+    except RunConflictError:  # the writer (or another follower) got there first
+        return False
+    return True
+
+
+class Follower:
+    """The byte iterator of a response that follows one run's event log.
+
+    Iterate it from one thread (the server's); ``close()`` is idempotent.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        run_id: str,
+        *,
+        after: int,
+        encoder: StreamEncoder,
+        keepalive: float | None,
+        replay_ttl: float,
+        client_socket: socket.socket | None = None,
+        on_gone: Callable[[], object] | None = None,
+    ) -> None:
+        self._store = store
+        self._run_id = run_id
+        self._after = after
+        self._encoder = encoder
+        self._keepalive = keepalive
+        self._replay_ttl = replay_ttl
+        self._probe = None if client_socket is None else SocketProbe(client_socket)
+        self._on_gone = on_gone
+        self._ended = False
+        self._closed = False
+        self._frames = self._generate()
+
+    @property
+    def last_seq(self) -> int:
+        """The number of the last record sent."""
+        return self._after
+
+    def __iter__(self) -> Follower:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._frames)
+
+    def close(self) -> None:
+        """End the response; a client that left before the end triggers ``on_gone``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._frames.close()
+        if not self._ended:
+            self._client_left()
+
+    def _client_left(self) -> None:
+        self._ended = True  # once
+        if self._on_gone is not None:
+            try:
+                self._on_gone()
+            except Exception:
+                logger.exception("run_id=<%s> | on_gone failed", self._run_id)
+
+    def _generate(self) -> Generator[bytes, None, None]:
+        encoder = self._encoder
+        yield encoder.opening()
+        if self._after > 0 and self._run_over() and self._log_ended():
+            self._ended = True
+            yield encoder.closing()  # started at the end: nothing to send, nothing to come
+            return
+        interval = self._keepalive if self._keepalive is not None else _CHECK_INTERVAL_S
+        quiet_since = time.monotonic()
+        over_seen = False
+        while True:
+            waited = time.monotonic() - quiet_since
+            remaining = max(0.0, interval - waited)
+            wait = remaining if self._probe is None else min(remaining, PROBE_INTERVAL_S)
+            events = self._store.read_events(self._run_id, after=self._after, timeout=wait)
+            if events:
+                # One write per batch: fewer syscalls, and no small write held back behind
+                # another's delayed ACK.
+                chunks: list[bytes] = []
+                paused_here = False
+                for event in events:
+                    self._after = event.seq
+                    chunks.append(encoder.encode(event.seq, event.data))
+                    if is_terminal(event.data):
+                        self._ended = True
+                        yield b"".join(chunks) + encoder.closing()
+                        return
+                    paused_here = event.data.get("type") == "approval_required"
+                if paused_here and encoder.stops_at_pause and self._paused():
+                    self._ended = True
+                    yield b"".join(chunks) + encoder.paused()
+                    return
+                if any(chunks):
+                    yield b"".join(chunks)
+                quiet_since = time.monotonic()
+                over_seen = False
+                continue
+            if self._probe is not None and self._probe.gone():
+                logger.debug("run_id=<%s> | client went away while silent", self._run_id)
+                self._client_left()
+                return
+            if time.monotonic() - quiet_since < interval:
+                continue
+            quiet_since = time.monotonic()
+            if self._keepalive is not None:
+                yield encoder.keepalive()
+            if self._run_over():
+                if self._log_ended():
+                    self._ended = True
+                    yield encoder.closing()  # nothing after ``after``, and nothing to come
+                    return
+                if over_seen:
+                    close_log(self._store, self._run_id, self._after, self._replay_ttl)
+                over_seen = True
+
+    def _log_ended(self) -> bool:
+        """Whether the log ends at ``after`` with its terminal record, or is gone."""
+        tail = self._store.read_events(self._run_id, after=max(0, self._after - 1))
+        if not tail:
+            return True  # dropped (pruned, or past replay_ttl)
+        last = tail[-1]
+        return last.seq == self._after and is_terminal(last.data)
+
+    def _paused(self) -> bool:
+        snapshot = self._store.get(self._run_id)
+        return snapshot is not None and snapshot.status == "paused"
+
+    def _run_over(self) -> bool:
+        snapshot = self._store.get(self._run_id)
+        return snapshot is None or snapshot.status in FINAL_STATUSES

@@ -1,0 +1,222 @@
+"""Publishing a run: its events become records in the store's event log, in a thread.
+
+The chat routes never send an agent event straight to a client. A :class:`Publisher` runs
+the agent's event iterator (``agent.stream()`` or ``agent.resume_stream()``) in a named
+thread (``agent-sync-run-N``), and a second one (``agent-sync-run-N-log``) appends the
+records to the run's log (``store.append_events``, a compare-and-set on the last number),
+as many per append as queued up while the last one was written; responses follow the log
+(:mod:`._follow`). So a client on any worker, now or after a reconnect, reads the same
+records, and a response that goes away leaves the run going (unless the route cancels it).
+
+The log's end, once: ``done`` after the iteration has ended (the agent, and with it the
+conversation, is released), or ``error`` if the run failed; the last append marks the log
+complete and keeps it ``replay_ttl`` seconds. A run that pauses appends its
+``approval_required`` records and no end: whoever resumes it publishes the rest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Collection, Sequence
+from typing import Any, Final
+
+from ..errors import ModelError, RunConflictError, StoreUnavailableError
+from ..events import Done, MessageComplete
+from ..stores import RunStore
+from ._records import cancelled_tool_ends, done_record, error_record, records_of
+from ._sse import DISCONNECT_REASON, RunStream
+
+__all__ = ["Publisher"]
+
+logger = logging.getLogger(__name__)
+
+_thread_ids = itertools.count(1)
+_JOIN_TIMEOUT_S: Final = 10.0
+
+
+class Publisher:
+    """Runs one agent stream in a thread, appending its records to the run's event log.
+
+    Args:
+        store: The store of the run's event log.
+        stream: The run's events (started: the agent is taken).
+        run_id: The run.
+        first: Records appended before this returns (a new run's ``run`` record), so the
+            log exists before any response follows it.
+        after: The number of the log's last record (0 for a new run).
+        cycle: Model calls the run made before (a resumed run's).
+        denied: ``toolUseId`` of the calls a reviewer denied.
+        replay_ttl: Seconds the complete log is kept.
+
+    Raises:
+        RunConflictError, StoreUnavailableError: ``first`` could not be appended; the
+            stream was closed (the run cancelled, the agent released).
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        stream: RunStream,
+        *,
+        run_id: str,
+        first: Sequence[dict[str, Any]] = (),
+        after: int = 0,
+        cycle: int = 0,
+        denied: Collection[str] = (),
+        replay_ttl: float,
+    ) -> None:
+        self._store = store
+        self._stream = stream
+        self._run_id = run_id
+        self._cycle = cycle
+        self._denied = frozenset(denied)
+        self._replay_ttl = replay_ttl
+        try:
+            self._after = store.append_events(run_id, list(first), after=after) if first else after
+        except BaseException:
+            stream.close()
+            raise
+        self._first_seq = self._after  # before the writer moves _after on
+        self._open_calls: dict[str, str] = {}  # toolUseId -> name: started, not ended
+        self._released = threading.Event()
+        self._store_failed = threading.Event()
+        self._outbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        number = next(_thread_ids)
+        self._writer = threading.Thread(
+            target=self._write, name=f"agent-sync-run-{number}-log", daemon=True
+        )
+        self._thread = threading.Thread(
+            target=self._pump, name=f"agent-sync-run-{number}", daemon=True
+        )
+        self._writer.start()
+        self._thread.start()
+
+    @property
+    def run_id(self) -> str:
+        """The run."""
+        return self._run_id
+
+    @property
+    def first_seq(self) -> int:
+        """The number of the last record appended before the thread started (a
+        continuation's stream starts after it)."""
+        return self._first_seq
+
+    @property
+    def thread(self) -> threading.Thread:
+        """The thread that runs the agent (for tests and diagnostics)."""
+        return self._thread
+
+    def cancel(self, reason: str = DISCONNECT_REASON) -> bool:
+        """Cancel this run (never the conversation's next one), from any thread."""
+        if self._released.is_set():
+            return False
+        return self._stream.cancel(reason)
+
+    def join(self, timeout: float = _JOIN_TIMEOUT_S) -> bool:
+        """Wait until the run is over (or paused) and its records are appended."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _pump(self) -> None:
+        """Iterate the run (this thread only); hand each event's records to the writer."""
+        stream = self._stream
+        done: Done | None = None
+        failure: BaseException | None = None
+        try:
+            for event in stream:
+                if self._store_failed.is_set():
+                    break  # closing the stream cancels the run
+                if isinstance(event, Done):
+                    done = event  # appended once the agent is released (below)
+                    continue
+                if isinstance(event, MessageComplete) and event.message["role"] == "assistant":
+                    self._cycle += 1
+                records = records_of(event, cycle=self._cycle, denied=self._denied)
+                if records:
+                    self._track_calls(records)
+                    self._outbox.put(records)
+        except Exception as exc:  # the run's own failure (a model error), raised by next()
+            if not isinstance(exc, ModelError):
+                logger.exception("run_id=<%s> | the agent failed", self._run_id)
+            failure = exc
+        finally:
+            try:
+                stream.close()  # releases the agent (cancels a run left early)
+            except Exception:
+                logger.exception("run_id=<%s> | closing the agent stream failed", self._run_id)
+            finally:
+                self._released.set()
+                if self._open_calls:  # cut short: no ToolEnd came; the history answers them
+                    self._outbox.put(cancelled_tool_ends(self._open_calls))
+                if done is not None and done.result.stop_reason != "paused":
+                    self._outbox.put(_Last(done_record(done)))
+                elif done is None and failure is not None:
+                    self._outbox.put(_Last(error_record(failure)))
+                self._outbox.put(_END)
+        self._writer.join(_JOIN_TIMEOUT_S)
+
+    def _track_calls(self, records: list[dict[str, Any]]) -> None:
+        for record in records:
+            if record["type"] == "tool_start":
+                self._open_calls[record["id"]] = record["name"]
+            elif record["type"] == "tool_end":
+                self._open_calls.pop(record["id"], None)
+
+    def _write(self) -> None:
+        """Append what the run made, in order, as many records per append as have queued
+        up meanwhile: a slow store takes bigger batches, not more round trips."""
+        outbox = self._outbox
+        while True:
+            batch: list[dict[str, Any]] = []
+            keep_s: float | None = None
+            item = outbox.get()
+            ended = False
+            while True:
+                if item is _END:
+                    ended = True
+                    break
+                if isinstance(item, _Last):
+                    batch.append(item.record)
+                    keep_s = self._replay_ttl
+                else:
+                    batch.extend(item)  # type: ignore[arg-type]
+                try:
+                    item = outbox.get_nowait()
+                except queue.Empty:
+                    break
+            if batch and not self._store_failed.is_set() and not self._append(batch, keep_s):
+                self._store_failed.set()
+                self._stream.cancel("the event log could not be written")
+            if ended:
+                return
+
+    def _append(self, records: list[dict[str, Any]], keep_s: float | None) -> bool:
+        try:
+            self._after = self._store.append_events(
+                self._run_id, records, after=self._after, keep_s=keep_s
+            )
+        except (StoreUnavailableError, RunConflictError) as exc:
+            # Nobody can be told what happens next: stop the run rather than go on unseen.
+            logger.warning(
+                "run_id=<%s> | could not append to the event log, stopping the run: %s",
+                self._run_id,
+                exc,
+            )
+            return False
+        return True
+
+
+class _Last:
+    """The log's terminal record (appended with ``keep_s``)."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+
+
+_END: Final = object()

@@ -1,0 +1,282 @@
+"""Records: what a web run stores in its event log, one per native SSE frame.
+
+A run served by the chat routes appends, for each event worth telling a client, one
+**record** (a JSON object with a ``type``) to its store's event log (``store.append_events``)
+before anyone is sent it. The record holds enough to encode both protocols: the native
+frame (:func:`native_frame`: ``id: <run_id>:<seq>``, ``event: <type>``, the record's other
+fields as ``data``, minus those only the AI SDK encoder reads) and the AI SDK UI message
+stream parts (:mod:`agent_sync.web._ui_stream`). Encoding is a pure function of the record
+and its number, so a replay on any worker is the same bytes.
+
+Records, in the order a run makes them:
+
+==================  =====================================================================
+``run``             ``{"run_id", "conversation_id"}``: the first, once per run
+``text``            ``{"text"}``: a piece of the answer
+``reasoning``       ``{"text"}``: a piece of visible reasoning
+``retry``           ``{"attempt", "delay", "error"}``: a throttled call is retried
+``step``            ``{"cycle", "tool_calls": [{"id", "name", "input"}]}``: a model call
+                    ended; the tool calls it asked for (empty for a final answer)
+``approval_required``  ``{"run_id", "approval_id", "tool_use": {"toolUseId", "name",
+                    "input"}, "schema", "expires_at"}``: one per pending request, appended
+                    together once the pause is committed
+``tool_start``      ``{"id", "name", "input"}``
+``tool_end``        ``{"id", "name", "status", "duration_s"}`` (``status``: ``success``,
+                    ``error``, or ``denied`` for a call a reviewer denied) and ``output``
+                    (AI SDK only: a lone text block as a string, a lone JSON block as its
+                    value, else the blocks without binary data)
+``input_injected``  ``{"content": [blocks]}``: injected input went out (no binary data)
+``done``            ``{"run_id", "stop_reason", "cancel_reason", "usage", "text"}``: last
+``error``           ``{"error", "message", "retryable", "status"?}``: last, the run failed
+==================  =====================================================================
+
+A pause is not an end: after ``approval_required`` the log waits for the resumed run's
+records. ``done`` or ``error`` is the log's last record, appended once the conversation is
+released (a client that reacts to it by sending its next message is not refused).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Final
+
+from ..errors import ModelError, ModelHTTPError
+from ..events import (
+    AgentEvent,
+    ApprovalRequired,
+    Done,
+    InputInjected,
+    MessageComplete,
+    ModelRetry,
+    ReasoningDelta,
+    TextDelta,
+    ToolEnd,
+    ToolStart,
+)
+from ..messages import CANCELLED_TEXT
+from ..run._state import RunSnapshot
+
+__all__ = [
+    "TERMINAL_TYPES",
+    "cancelled_tool_ends",
+    "closing_record",
+    "done_record",
+    "error_record",
+    "event_id",
+    "is_terminal",
+    "native_frame",
+    "parse_event_id",
+    "records_of",
+    "run_record",
+]
+
+TERMINAL_TYPES: Final = frozenset({"done", "error"})
+"""A log whose last record has one of these types is complete."""
+
+_AI_SDK_ONLY: Final = frozenset({"output"})
+"""Record fields the native frames leave out: tool output is not sent to ``EventSource``
+clients (it may hold data not meant for the browser); the AI SDK protocol carries it."""
+
+
+def run_record(run_id: str, conversation_id: str) -> dict[str, Any]:
+    """The first record of a run."""
+    return {"type": "run", "run_id": run_id, "conversation_id": conversation_id}
+
+
+def records_of(
+    event: AgentEvent, *, cycle: int, denied: Collection[str] = ()
+) -> list[dict[str, Any]]:
+    """The records an agent event makes (none for ``Done``: see :func:`done_record`).
+
+    Args:
+        event: An event of ``agent.stream()`` or ``agent.resume_stream()``.
+        cycle: The number of model calls so far (for ``step``).
+        denied: ``toolUseId`` of the calls a reviewer denied (their ``tool_end`` says so).
+    """
+    if isinstance(event, (TextDelta, ReasoningDelta)):
+        return [{"type": event.type, "text": event.text}]
+    if isinstance(event, MessageComplete):
+        if event.message["role"] != "assistant":
+            return []
+        calls = [
+            {"id": use["toolUseId"], "name": use["name"], "input": use["input"]}
+            for block in event.message["content"]
+            if (use := block.get("toolUse")) is not None
+        ]
+        return [{"type": "step", "cycle": cycle, "tool_calls": calls}]
+    if isinstance(event, ToolStart):
+        use = event.tool_use
+        return [
+            {
+                "type": "tool_start",
+                "id": use["toolUseId"],
+                "name": use["name"],
+                "input": use["input"],
+            }
+        ]
+    if isinstance(event, ToolEnd):
+        use = event.tool_use
+        status: str = event.result.get("status", "success")
+        if use["toolUseId"] in denied:
+            status = "denied"
+        return [
+            {
+                "type": "tool_end",
+                "id": use["toolUseId"],
+                "name": use["name"],
+                "status": status,
+                "duration_s": round(event.duration_s, 3),
+                "output": _output(event.result.get("content", [])),
+            }
+        ]
+    if isinstance(event, ModelRetry):
+        return [
+            {"type": "retry", "attempt": event.attempt, "delay": event.delay, "error": event.error}
+        ]
+    if isinstance(event, InputInjected):
+        return [{"type": "input_injected", "content": public_blocks(event.content)}]
+    if isinstance(event, ApprovalRequired):
+        return [
+            {
+                "type": "approval_required",
+                "run_id": event.run_id,
+                "approval_id": request.id,
+                "tool_use": {
+                    "toolUseId": request.tool_use["toolUseId"],
+                    "name": request.tool_use["name"],
+                    "input": request.tool_use["input"],
+                },
+                "schema": request.schema,
+                "expires_at": request.expires_at,
+            }
+            for request in event.approvals
+        ]
+    return []
+
+
+def cancelled_tool_ends(calls: Mapping[str, str]) -> list[dict[str, Any]]:
+    """``tool_end`` records for calls that started but got no ``ToolEnd`` (the run was cut
+    short: the history answers each with "Cancelled by user")."""
+    return [
+        {
+            "type": "tool_end",
+            "id": call_id,
+            "name": name,
+            "status": "error",
+            "duration_s": 0.0,
+            "output": CANCELLED_TEXT,
+        }
+        for call_id, name in calls.items()
+    ]
+
+
+def done_record(event: Done) -> dict[str, Any]:
+    """The last record of a run that ended (not paused)."""
+    return {"type": "done", **event.to_dict()}
+
+
+def error_record(exc: BaseException) -> dict[str, Any]:
+    """The last record of a run that failed, safe to show: a model error's own message
+    (built from the provider's error body, never from request headers), anything else
+    generic (its text could hold anything; it goes to the server log only)."""
+    if isinstance(exc, ModelError):
+        record: dict[str, Any] = {
+            "type": "error",
+            "error": type(exc).__name__,
+            "message": exc.message,
+            "retryable": exc.retryable,
+        }
+        if isinstance(exc, ModelHTTPError) and exc.status is not None:
+            record["status"] = exc.status
+        return record
+    return {
+        "type": "error",
+        "error": "InternalError",
+        "message": "the agent failed",
+        "retryable": False,
+    }
+
+
+def closing_record(snapshot: RunSnapshot) -> dict[str, Any]:
+    """The last record of a run that ended without its writer telling (it was cancelled
+    while paused, or its worker died): what the store knows of the end."""
+    if snapshot.status == "failed":
+        return {
+            "type": "error",
+            "error": "WorkerStopped",
+            "message": "the worker running this answer stopped",
+            "retryable": True,
+        }
+    return {
+        "type": "done",
+        "run_id": snapshot.run_id,
+        "stop_reason": snapshot.stop_reason
+        or ("cancelled" if snapshot.status == "cancelled" else "end_turn"),
+        "cancel_reason": snapshot.cancel_reason,
+        "usage": dict(snapshot.usage),
+        "text": "",
+    }
+
+
+def is_terminal(record: Mapping[str, Any]) -> bool:
+    """Whether this record ends its log."""
+    return record.get("type") in TERMINAL_TYPES
+
+
+def event_id(run_id: str, seq: int) -> str:
+    """A frame's SSE id: ``<run_id>:<seq>``."""
+    return f"{run_id}:{seq}"
+
+
+def parse_event_id(value: str) -> tuple[str, int] | None:
+    """``(run_id, seq)`` of an SSE id, or ``None`` if it is not one of ours."""
+    run_id, sep, number = value.strip().rpartition(":")
+    if not sep or not run_id or not number.isdigit() or len(number) > 12:
+        return None
+    return run_id, int(number)
+
+
+def native_frame(run_id: str, seq: int, record: Mapping[str, Any]) -> bytes:
+    """The native SSE frame of a stored record: ``id``, ``event`` and one JSON ``data`` line.
+
+    ``json.dumps`` escapes every control character, so the payload is one line and cannot
+    inject SSE fields; a record read back from the store encodes to the same bytes.
+    """
+    data = {
+        key: value for key, value in record.items() if key != "type" and key not in _AI_SDK_ONLY
+    }
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    return f"id: {event_id(run_id, seq)}\nevent: {record['type']}\ndata: {payload}\n\n".encode()
+
+
+def public_blocks(blocks: Sequence[Any]) -> list[dict[str, Any]]:
+    """Content blocks as a client may see them: text and JSON as they are, media and
+    documents by their format and name only (no binary data)."""
+    shown: list[dict[str, Any]] = []
+    for block in blocks:
+        if not isinstance(block, Mapping):
+            continue
+        if "text" in block:
+            shown.append({"text": block["text"]})
+        elif "json" in block:
+            shown.append({"json": block["json"]})
+        else:
+            for kind in ("image", "document", "video"):
+                media = block.get(kind)
+                if isinstance(media, Mapping):
+                    shown.append({kind: {k: media[k] for k in ("format", "name") if k in media}})
+                    break
+    return shown
+
+
+def _output(content: Sequence[Any]) -> Any:
+    """A tool result's content for the AI SDK's ``output``: a lone text block as a string,
+    a lone JSON block as its value, else the blocks without binary data."""
+    if len(content) == 1 and isinstance(content[0], Mapping):
+        only = content[0]
+        if "text" in only:
+            return only["text"]
+        if "json" in only:
+            return only["json"]
+    return public_blocks(content)

@@ -1,0 +1,481 @@
+"""The chat routes (DESIGN.md section 7), written once for every framework.
+
+:class:`ChatRoutes` answers :class:`._http.WebRequest` with :class:`._http.WebResponse`;
+:func:`agent_sync.web.flask.chat_blueprint` and :func:`agent_sync.web.django.chat_urls`
+only translate. Every route:
+
+- checks what comes in first (:class:`._http.BadRequest`: 400, nothing touched);
+- asks ``authorize(request, conversation_id)`` (a run's conversation is looked up in the
+  store; ``False``: 403, nothing touched; an unknown run: 404);
+- acts through the store, so it works on any worker: a run started here is published to
+  the run's event log (:mod:`._publish`) and every stream follows that log (:mod:`._follow`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from .._decisions import Approve, Decision, Deny
+from .._prompt import content_blocks
+from ..errors import (
+    ConcurrentInvocationError,
+    DecisionValidationError,
+    PendingApprovalError,
+    RunConflictError,
+    StoreUnavailableError,
+    UsageError,
+)
+from ..run._state import RunSnapshot, _encode
+from ..stores import RunStore
+from ._disconnect import no_delay, socket_from_environ
+from ._encoders import NativeEncoder, StreamEncoder
+from ._follow import Follower, close_log
+from ._http import (
+    BadRequest,
+    WebRequest,
+    WebResponse,
+    check_id,
+    error_response,
+    json_response,
+    optional_str,
+    parse_json_body,
+    required_str,
+)
+from ._publish import Publisher
+from ._records import is_terminal, parse_event_id, run_record
+from ._sse import DISCONNECT_REASON, SSE_HEADERS
+from ._ui_request import UIChatRequest, is_ui_chat, parse_ui_chat
+from ._ui_stream import UI_STREAM_HEADERS, UIStreamEncoder
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+
+__all__ = ["Authorize", "ChatRoutes", "MakeAgent", "OnDisconnect"]
+
+logger = logging.getLogger(__name__)
+
+MakeAgent = Callable[[str], "Agent"]
+"""Builds the agent of a conversation id (on the routes' store)."""
+Authorize = Callable[[Any, str], bool]
+"""``(request, conversation_id) -> bool``: may this request touch this conversation?"""
+OnDisconnect = Literal["continue", "cancel"]
+
+EVENT_STREAM: Final = "text/event-stream"
+_UI_HEADERS: Final = {k: v for k, v in UI_STREAM_HEADERS.items() if k != "Content-Type"}
+_SINCE_THE_END: Final = 1 << 62  # ``load(since=...)`` past any log: read no message
+
+
+class _Refusal(Exception):
+    """A route's answer that is not a success (raised anywhere below a route)."""
+
+    def __init__(self, status: int, error: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.response = error_response(status, error, message, **extra)
+
+
+class ChatRoutes:
+    """The section-7 routes over one store. See :func:`agent_sync.web.flask.chat_blueprint`
+    for the arguments."""
+
+    def __init__(
+        self,
+        make_agent: MakeAgent,
+        *,
+        store: RunStore,
+        on_disconnect: OnDisconnect = "continue",
+        timeout: float | None = None,
+        keepalive: float | None = 15.0,
+        replay_ttl: float = 3600.0,
+        authorize: Authorize | None = None,
+    ) -> None:
+        if not isinstance(store, RunStore):
+            raise UsageError(f"store must be a RunStore, got {type(store).__name__}")
+        if on_disconnect not in ("continue", "cancel"):
+            raise UsageError(f'on_disconnect must be "continue" or "cancel", got {on_disconnect!r}')
+        if keepalive is not None and not keepalive > 0:
+            raise UsageError("keepalive must be a positive number of seconds, or None")
+        if not replay_ttl >= 0:
+            raise UsageError("replay_ttl must be a number of seconds >= 0")
+        if timeout is not None and not timeout > 0:
+            raise UsageError("timeout must be a positive number of seconds, or None")
+        self._make_agent = make_agent
+        self._store = store
+        self._on_disconnect = on_disconnect
+        self._timeout = timeout
+        self._keepalive = keepalive
+        self._replay_ttl = float(replay_ttl)
+        self._authorize = authorize
+
+    # -- the routes --
+
+    def chat(self, request: WebRequest) -> WebResponse:
+        """``POST /chat``: start a run on a conversation and stream it (native SSE)."""
+        return self._answer(self._chat, request)
+
+    def run_events(self, request: WebRequest, run_id: str) -> WebResponse:
+        """``GET /runs/<run_id>/events``: the frames after ``Last-Event-ID``, then live."""
+        return self._answer(self._run_events, request, run_id)
+
+    def run_stop(self, request: WebRequest, run_id: str) -> WebResponse:
+        """``POST /runs/<run_id>/stop``: cancel the run wherever it runs."""
+        return self._answer(self._run_stop, request, run_id)
+
+    def run_decisions(self, request: WebRequest, run_id: str) -> WebResponse:
+        """``POST /runs/<run_id>/decisions``: answer a paused run's approvals; it goes on
+        here, published to the run's log (its streams, on any worker, carry on)."""
+        return self._answer(self._run_decisions, request, run_id)
+
+    def run_inject(self, request: WebRequest, run_id: str) -> WebResponse:
+        """``POST /runs/<run_id>/inject``: queue input for the run's next user message."""
+        return self._answer(self._run_inject, request, run_id)
+
+    def cancel(self, request: WebRequest) -> WebResponse:
+        """``POST /cancel``: the Stop button by conversation."""
+        return self._answer(self._cancel, request)
+
+    def history(self, request: WebRequest) -> WebResponse:
+        """``GET /history?conversation_id=``: the conversation's messages."""
+        return self._answer(self._history, request)
+
+    def ui_resume(self, request: WebRequest, conversation_id: str) -> WebResponse:
+        """``GET /chat/<conversation_id>/stream``: the AI SDK's ``resume``: the current
+        run's UI stream from ``start``, then live; 204 if none runs."""
+        return self._answer(self._ui_resume, request, conversation_id)
+
+    def ui_stop(self, request: WebRequest, conversation_id: str) -> WebResponse:
+        """``POST /chat/<conversation_id>/stop``: stop the conversation's run (the AI SDK's
+        ``stop()`` only aborts its fetch)."""
+        return self._answer(self._ui_stop, request, conversation_id)
+
+    # -- native --
+
+    def _chat(self, request: WebRequest) -> WebResponse:
+        data = parse_json_body(request)
+        if is_ui_chat(data):
+            return self._ui_chat(request, parse_ui_chat(data))
+        conversation_id = required_str(data, "conversation_id", is_id=True)
+        message = data.get("message")
+        if not isinstance(message, (str, list)) or not message:
+            raise BadRequest("'message' must be a non-empty string or a list of content blocks")
+        self._check_allowed(request, conversation_id)
+        publisher = self._start(conversation_id, message)
+        return self._follow(
+            request, publisher.run_id, 0, NativeEncoder(publisher.run_id), publisher
+        )
+
+    def _start(self, conversation_id: str, message: Any) -> Publisher:
+        """Start a run on the conversation and publish it (409 busy or paused)."""
+        agent = self._agent(conversation_id)
+        try:
+            stream = agent.stream(message, timeout=self._timeout)
+        except ConcurrentInvocationError:
+            raise _Refusal(
+                409, "busy", "this conversation is still answering; stop it or wait"
+            ) from None
+        except PendingApprovalError:
+            current = self._store.load(conversation_id, since=_SINCE_THE_END).run
+            raise _Refusal(
+                409,
+                "paused",
+                "this conversation waits for a decision",
+                run_id=None if current is None else current.state.run_id,
+            ) from None
+        except UsageError as exc:
+            raise BadRequest(str(exc)) from None
+        run_id = stream.run_id
+        return Publisher(
+            self._store,
+            stream,
+            run_id=run_id,
+            first=[run_record(run_id, conversation_id)],
+            replay_ttl=self._replay_ttl,
+        )
+
+    def _follow(
+        self,
+        request: WebRequest,
+        run_id: str,
+        after: int,
+        encoder: StreamEncoder,
+        publisher: Publisher | None,
+        headers: Mapping[str, str] = SSE_HEADERS,
+    ) -> WebResponse:
+        """Stream a run's log from ``after``; a client that leaves cancels it with
+        ``on_disconnect="cancel"`` (this worker's run directly, another's through the
+        store; never a paused run)."""
+        on_gone: Callable[[], object] | None = None
+        if self._on_disconnect == "cancel":
+            if publisher is not None:
+                on_gone = publisher.cancel
+            else:
+                on_gone = lambda: self._cancel_if_running(run_id)  # noqa: E731
+        return self._stream(request, run_id, after, encoder, on_gone, headers)
+
+    def _run_events(self, request: WebRequest, run_id: str) -> WebResponse:
+        check_id(run_id, "run_id")
+        after = self._last_event_id(request, run_id)
+        snapshot = self._run(request, run_id)
+        if self._nothing_left(run_id, after, snapshot):
+            return WebResponse(204)
+        return self._follow(request, run_id, after, NativeEncoder(run_id), None)
+
+    def _run_stop(self, request: WebRequest, run_id: str) -> WebResponse:
+        check_id(run_id, "run_id")
+        reason = optional_str(parse_json_body(request, required=False), "reason")
+        snapshot = self._run(request, run_id)
+        return json_response(200, {"cancelled": self._stop(snapshot, reason)})
+
+    def _run_decisions(self, request: WebRequest, run_id: str) -> WebResponse:
+        check_id(run_id, "run_id")
+        decisions = _decisions(parse_json_body(request))
+        snapshot = self._run(request, run_id)
+        if snapshot.status != "paused":
+            raise _Refusal(409, "not_paused", f"the run is {snapshot.status}, not paused")
+        self._resume(snapshot, decisions)
+        return json_response(202, {"run_id": run_id, "status": "running"})
+
+    def _resume(self, snapshot: RunSnapshot, decisions: dict[str, Decision]) -> Publisher:
+        """Go on with a paused run here, published after its log's last record (422 for
+        decisions the stored approvals refuse, 409 if another decision won)."""
+        run_id = snapshot.run_id
+        conversation_id = snapshot.conversation_id or ""
+        agent = self._agent(conversation_id)
+        pending = {approval.id: approval for approval in agent.pending_approvals}
+        try:
+            stream = agent.resume_stream(decisions, timeout=self._timeout)
+        except DecisionValidationError as exc:
+            raise _Refusal(422, "invalid_decision", str(exc)) from None
+        except (RunConflictError, ConcurrentInvocationError, UsageError):
+            raise _Refusal(409, "conflict", "the run was resumed or cancelled meanwhile") from None
+        if stream.run_id != run_id:  # the conversation's paused run is another one
+            stream.close()
+            raise _Refusal(409, "conflict", "the run was resumed or cancelled meanwhile")
+        denied = {
+            pending[approval_id].tool_use["toolUseId"]
+            for approval_id, decision in decisions.items()
+            if approval_id in pending and (decision is False or isinstance(decision, Deny))
+        }
+        logged = self._store.read_events(run_id)
+        return Publisher(
+            self._store,
+            stream,
+            run_id=run_id,
+            first=[] if logged else [run_record(run_id, conversation_id)],
+            after=logged[-1].seq if logged else 0,
+            cycle=snapshot.cycle,
+            denied=denied,
+            replay_ttl=self._replay_ttl,
+        )
+
+    def _run_inject(self, request: WebRequest, run_id: str) -> WebResponse:
+        check_id(run_id, "run_id")
+        content = parse_json_body(request).get("content")
+        try:
+            blocks = content_blocks(content, what="injected input")
+        except UsageError as exc:
+            raise BadRequest(str(exc)) from None
+        self._run(request, run_id)
+        try:
+            self._store.inject(run_id, blocks)
+        except UsageError:
+            raise _Refusal(409, "not_running", "the run is not running") from None
+        return json_response(202, {"run_id": run_id, "queued": True})
+
+    def _cancel(self, request: WebRequest) -> WebResponse:
+        data = parse_json_body(request)
+        conversation_id = required_str(data, "conversation_id", is_id=True)
+        reason = optional_str(data, "reason")
+        self._check_allowed(request, conversation_id)
+        return json_response(200, {"cancelled": self._stop_conversation(conversation_id, reason)})
+
+    def _history(self, request: WebRequest) -> WebResponse:
+        conversation_id = check_id(request.query.get("conversation_id", ""), "conversation_id")
+        if not conversation_id:
+            raise BadRequest("'conversation_id' must be a non-empty string")
+        self._check_allowed(request, conversation_id)
+        record = self._store.load(conversation_id)
+        return json_response(200, {"messages": _encode(list(record.messages))})
+
+    # -- the AI SDK (UI message stream protocol v1) --
+
+    def _ui_chat(self, request: WebRequest, asked: UIChatRequest) -> WebResponse:
+        conversation_id = asked.conversation_id
+        if asked.trigger == "regenerate-message":
+            # The store's history is the truth; answering the same text again would add a
+            # second turn, not replace the answer.
+            raise BadRequest("regenerating a message is not supported: send it again")
+        self._check_allowed(request, conversation_id)
+        if asked.approvals is None:
+            publisher = self._start(conversation_id, asked.text)
+            run_id = publisher.run_id
+            return self._follow(request, run_id, 0, UIStreamEncoder(run_id), publisher, _UI_HEADERS)
+        current = self._store.load(conversation_id, since=_SINCE_THE_END).run
+        if current is None or current.state.status != "paused":
+            raise _Refusal(409, "not_paused", "no run of this conversation waits for a decision")
+        snapshot = self._store.get(current.state.run_id)
+        if snapshot is None or snapshot.status != "paused":
+            raise _Refusal(409, "not_paused", "no run of this conversation waits for a decision")
+        decisions: dict[str, Decision] = {
+            approval_id: True if answer.approved else Deny(reason=answer.reason or "")
+            for approval_id, answer in asked.approvals.items()
+        }
+        publisher = self._resume(snapshot, decisions)  # checked against the stored requests
+        run_id = publisher.run_id
+        return self._follow(
+            request, run_id, publisher.first_seq, UIStreamEncoder(run_id), publisher, _UI_HEADERS
+        )
+
+    def _ui_resume(self, request: WebRequest, conversation_id: str) -> WebResponse:
+        check_id(conversation_id, "conversation_id")
+        self._check_allowed(request, conversation_id)
+        current = self._store.load(conversation_id, since=_SINCE_THE_END).run
+        if current is None:
+            return WebResponse(204)
+        run_id = current.state.run_id
+        return self._follow(request, run_id, 0, UIStreamEncoder(run_id), None, _UI_HEADERS)
+
+    def _ui_stop(self, request: WebRequest, conversation_id: str) -> WebResponse:
+        check_id(conversation_id, "conversation_id")
+        reason = optional_str(parse_json_body(request, required=False), "reason")
+        self._check_allowed(request, conversation_id)
+        return json_response(
+            200, {"success": True, "cancelled": self._stop_conversation(conversation_id, reason)}
+        )
+
+    # -- shared --
+
+    def _answer(self, route: Callable[..., WebResponse], *args: Any) -> WebResponse:
+        try:
+            return route(*args)
+        except BadRequest as exc:
+            return error_response(400, "bad_request", exc.message)
+        except _Refusal as refusal:
+            return refusal.response
+        except StoreUnavailableError:
+            logger.warning("the run store is unavailable", exc_info=True)
+            return error_response(503, "store_unavailable", "the run store is unavailable")
+
+    def _check_allowed(self, request: WebRequest, conversation_id: str) -> None:
+        if self._authorize is not None and not self._authorize(request.native, conversation_id):
+            raise _Refusal(403, "forbidden", "not allowed")
+
+    def _run(self, request: WebRequest, run_id: str) -> RunSnapshot:
+        """The run's snapshot, once this request may touch its conversation."""
+        snapshot = self._store.get(run_id)
+        if snapshot is None:
+            raise _Refusal(404, "not_found", "no such run")
+        self._check_allowed(request, snapshot.conversation_id or "")
+        return snapshot
+
+    def _agent(self, conversation_id: str) -> Agent:
+        agent = self._make_agent(conversation_id)
+        if getattr(agent, "_store", None) is not self._store:
+            raise UsageError(
+                "make_agent must build agents on the routes' store "
+                "(Agent(..., store=store, conversation_id=conversation_id))"
+            )
+        return agent
+
+    def _stream(
+        self,
+        request: WebRequest,
+        run_id: str,
+        after: int,
+        encoder: StreamEncoder,
+        on_gone: Callable[[], object] | None,
+        headers: Mapping[str, str] = SSE_HEADERS,
+    ) -> WebResponse:
+        client = socket_from_environ(request.environ)
+        if client is not None:
+            no_delay(client)
+        body = Follower(
+            self._store,
+            run_id,
+            after=after,
+            encoder=encoder,
+            keepalive=self._keepalive,
+            replay_ttl=self._replay_ttl,
+            client_socket=client,
+            on_gone=on_gone,
+        )
+        return WebResponse(200, body, EVENT_STREAM, dict(headers))
+
+    def _last_event_id(self, request: WebRequest, run_id: str) -> int:
+        raw = request.headers.get("last-event-id") or request.query.get("last_event_id")
+        if not raw:
+            return 0
+        parsed = parse_event_id(raw)
+        if parsed is None or parsed[0] != run_id:
+            raise BadRequest("Last-Event-ID must be an id of this run's stream (<run_id>:<n>)")
+        return parsed[1]
+
+    def _nothing_left(self, run_id: str, after: int, snapshot: RunSnapshot) -> bool:
+        """Whether a reconnect after ``after`` has nothing to get: the run is over and
+        ``after`` is its log's terminal record (or its log is gone)."""
+        if snapshot.status in ("running", "paused"):
+            return False
+        tail = self._store.read_events(run_id, after=max(0, after - 1))
+        if not tail:
+            return True  # dropped after replay_ttl (or never written)
+        return tail[-1].seq == after and is_terminal(tail[-1].data)
+
+    def _stop(self, snapshot: RunSnapshot, reason: str | None) -> bool:
+        """Cancel a run; one that was paused has no writer left, so its log is closed here."""
+        run_id = snapshot.run_id
+        cancelled = self._store.cancel(run_id, reason)
+        if cancelled and snapshot.status == "paused":
+            logged = self._store.read_events(run_id)
+            close_log(self._store, run_id, logged[-1].seq if logged else 0, self._replay_ttl)
+        return cancelled
+
+    def _stop_conversation(self, conversation_id: str, reason: str | None) -> bool:
+        current = self._store.load(conversation_id, since=_SINCE_THE_END).run
+        if current is None:
+            return False
+        snapshot = self._store.get(current.state.run_id)
+        return snapshot is not None and self._stop(snapshot, reason)
+
+    def _cancel_if_running(self, run_id: str) -> None:
+        """A disconnect with ``on_disconnect="cancel"``: never a paused run."""
+        snapshot = self._store.get(run_id)
+        if snapshot is not None and snapshot.status == "running":
+            self._store.cancel(run_id, DISCONNECT_REASON)
+
+
+def _decisions(data: Mapping[str, Any]) -> dict[str, Decision]:
+    """``{"decisions": {approval_id: true | false | {"approved", "input"?, "reason"?,
+    "data"?}}}`` as decisions (checked against the run by ``resume``).
+
+    Raises:
+        BadRequest: Not that shape.
+    """
+    raw = data.get("decisions")
+    if not isinstance(raw, dict):
+        raise BadRequest("'decisions' must be an object: approval id -> decision")
+    decisions: dict[str, Decision] = {}
+    for approval_id, value in raw.items():
+        check_id(approval_id, "approval id")
+        if isinstance(value, bool):
+            decisions[approval_id] = value
+            continue
+        if not isinstance(value, dict) or not isinstance(value.get("approved"), bool):
+            raise BadRequest(
+                f"decision {approval_id!r} must be true, false or "
+                '{"approved": bool, "input"?, "reason"?, "data"?}'
+            )
+        unknown = set(value) - {"approved", "input", "reason", "data"}
+        if unknown:
+            raise BadRequest(f"decision {approval_id!r} has unknown fields {sorted(unknown)}")
+        extra = value.get("data")
+        if extra is not None and not isinstance(extra, dict):
+            raise BadRequest(f"decision {approval_id!r}: 'data' must be an object")
+        if value["approved"]:
+            given = value.get("input")
+            if given is not None and not isinstance(given, dict):
+                raise BadRequest(f"decision {approval_id!r}: 'input' must be an object")
+            decisions[approval_id] = Approve(input=given, data=extra)
+        else:
+            decisions[approval_id] = Deny(reason=optional_str(value, "reason") or "", data=extra)
+    return decisions

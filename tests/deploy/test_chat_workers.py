@@ -1,0 +1,308 @@
+"""The chat routes under real ``gunicorn --workers 3`` on SQLite and on Redis.
+
+Sync workers: a worker streaming an answer serves nothing else until the stream ends, so a
+stop, a decision or an inject sent meanwhile is answered by *another* process by
+construction (every answer carries its worker's pid in ``X-Worker-Pid`` to show it).
+Reconnects land on whichever worker is free. Nothing sleeps: the test waits on frames,
+HTTP answers and the probe socket of tests/deploy/test_deployments.py.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_sync import Agent, tool
+from agent_sync.messages import validate_history
+from agent_sync.stores import RunStore
+from agent_sync.testing import ScriptedModel
+from tests.deploy.test_deployments import PROBE_SOCKET, TOLD, Probe, wait_for_stop
+from tests.fixtures.gunicorn import quiet_options
+from tests.web._client import Frame, SSEConnection
+
+ROOT = Path(__file__).resolve().parents[2]
+GUNICORN = Path(sys.executable).with_name("gunicorn")
+STORE_URL = "AGENT_SYNC_TEST_STORE"
+LONG_TEXT = "".join(f"word{n} " for n in range(150))
+_SINCE_THE_END = 1 << 62
+
+
+# -- what gunicorn serves --
+
+
+@tool(requires_approval=True)
+def delete_file(path: str) -> str:
+    """Delete a file.
+
+    Args:
+        path: The file.
+    """
+    return f"deleted {path} in {os.getpid()}"
+
+
+def make_agent(store: RunStore, cid: str) -> Agent:
+    """``slow-*``: a tool that waits until cancelled; ``approve-*``: a gated call, then an
+    answer (a resumed run's agent gets only the answer); ``long-*``: a long streamed text."""
+    if cid.startswith("slow-"):
+        turns: list[Any] = [{"tool_calls": [{"name": "wait_for_stop", "input": {"marker": cid}}]}]
+    elif cid.startswith("approve-"):
+        current = store.load(cid, since=_SINCE_THE_END).run
+        resumed = current is not None and current.state.status == "paused"
+        ask = {"text": "deleting", "tool_calls": [{"name": "delete_file", "input": {"path": "/x"}}]}
+        turns = ["deleted it"] if resumed else [ask, "deleted it"]
+    elif cid.startswith("long-"):
+        turns = [{"text": LONG_TEXT, "chunk_size": 7, "chunk_delay": 0.002}]
+    else:
+        turns = ["hello"]
+    return Agent(
+        ScriptedModel(turns + ["finished"]),
+        tools=[wait_for_stop, delete_file],
+        store=store,
+        conversation_id=cid,
+    )
+
+
+def create_app() -> Any:
+    """The app gunicorn serves: the blueprint on the store named by the environment."""
+    import flask
+
+    from agent_sync.web.flask import chat_blueprint
+
+    sys.path.insert(0, str(ROOT / "examples" / "deployments"))
+    import conversations
+
+    store = conversations.store_from_url(
+        os.environ[STORE_URL], prefix=os.environ.get("AGENT_SYNC_KEY_PREFIX", "agent_sync:")
+    )
+    app = flask.Flask(__name__)
+    blueprint = chat_blueprint(lambda cid: make_agent(store, cid), store=store, keepalive=1.0)
+    app.register_blueprint(blueprint, url_prefix="/api")
+
+    @app.after_request
+    def tell_pid(response: flask.Response) -> flask.Response:
+        response.headers["X-Worker-Pid"] = str(os.getpid())
+        return response
+
+    return app
+
+
+# -- the test's side --
+
+
+@dataclass
+class Workers:
+    port: int
+    probe: Probe
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any, int]:
+        """``(status, JSON body, worker pid)``."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            payload = None if body is None else json.dumps(body)
+            headers = {"Content-Type": "application/json"} if body is not None else {}
+            conn.request(method, f"/api{path}", body=payload, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+            parsed = json.loads(data) if data else None
+            return response.status, parsed, int(response.getheader("X-Worker-Pid", "0"))
+        finally:
+            conn.close()
+
+    def chat(self, cid: str, message: str = "go") -> SSEConnection:
+        conn = SSEConnection(
+            self.port, "/api/chat", {"conversation_id": cid, "message": message}, timeout=30
+        )
+        assert conn.status == 200, conn.read_body()
+        return conn
+
+    def events(self, run_id: str, last: str | None = None) -> SSEConnection:
+        headers = {} if last is None else {"Last-Event-ID": last}
+        return SSEConnection(
+            self.port, f"/api/runs/{run_id}/events", None, headers=headers, method="GET", timeout=30
+        )
+
+
+@pytest.fixture(scope="module", params=["flask-sqlite", "django-sqlite", "flask-redis"])
+def workers(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Workers]:
+    """gunicorn, three sync workers, serving the routes (Flask's :func:`create_app` or
+    Django's :mod:`tests.deploy.chat_django`) on one store."""
+    pytest.importorskip("gunicorn", reason="pip install gunicorn")
+    framework, kind = str(request.param).split("-")
+    pytest.importorskip(framework, reason=f"pip install -e '.[{framework}]'")
+    folder = tmp_path_factory.mktemp(kind)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        PROBE_SOCKET: str(folder / "probe.sock"),
+        STORE_URL: f"sqlite:///{folder / 'agent_sync.db'}",
+    }
+    app = "tests.deploy.test_chat_workers:create_app()"
+    if framework == "django":
+        env["DJANGO_SETTINGS_MODULE"] = "tests.deploy.chat_django"
+        app = "django.core.wsgi:get_wsgi_application()"
+    if kind == "redis":
+        pytest.importorskip("redis", reason="pip install -e '.[redis]'")
+        server = request.getfixturevalue("redis_server")
+        env[STORE_URL] = f"redis://127.0.0.1:{server.port}/0"
+        env["AGENT_SYNC_KEY_PREFIX"] = f"chat-{uuid.uuid4().hex[:8]}:"
+    probe = Probe(folder / "probe.sock")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # clients queue here until a worker accepts: no readiness race
+    log = folder / "gunicorn.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [
+                str(GUNICORN),
+                "--workers", "3",
+                "--bind", f"fd://{listener.fileno()}",
+                "--log-level", "warning",
+                *quiet_options(),
+                app,
+            ],
+            env=env,
+            cwd=str(ROOT),
+            pass_fds=(listener.fileno(),),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )  # fmt: skip
+    try:
+        yield Workers(listener.getsockname()[1], probe)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        listener.close()
+        probe.close()
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def _until(conn: SSEConnection, event: str) -> list[Frame]:
+    seen = []
+    for frame in conn.frames():
+        if frame.event != "comment":
+            seen.append(frame)
+            if frame.event == event:
+                return seen
+    raise AssertionError(f"the stream ended before {event!r}: {[f.event for f in seen]}")
+
+
+def _seq(frame: Frame) -> int:
+    assert frame.id is not None
+    return int(frame.id.rsplit(":", 1)[1])
+
+
+def test_stop_posted_to_another_worker_ends_the_stream(workers: Workers) -> None:
+    cid = f"slow-{uuid.uuid4().hex[:8]}"
+    conn = workers.chat(cid)
+    run_id = _until(conn, "run")[0].data["run_id"]
+    runner = workers.probe.started(cid)
+    status, body, pid = workers.request("POST", f"/runs/{run_id}/stop", {"reason": "stop!"})
+    assert (status, body) == (200, {"cancelled": True}) and pid != runner
+    done = _until(conn, "done")[-1]
+    assert (done.data["stop_reason"], done.data["cancel_reason"]) == ("cancelled", "stop!")
+    conn.drop()
+    status, history, _ = workers.request("GET", f"/history?conversation_id={cid}")
+    results = [
+        part["text"]
+        for message in history["messages"]
+        for block in message["content"]
+        if "toolResult" in block
+        for part in block["toolResult"]["content"]
+    ]
+    assert results == [TOLD] and validate_history(history["messages"]) == []
+
+
+def test_a_decision_posted_to_another_worker_continues_the_same_stream(workers: Workers) -> None:
+    cid = f"approve-{uuid.uuid4().hex[:8]}"
+    conn = workers.chat(cid)
+    frames = _until(conn, "approval_required")
+    request = frames[-1].data
+    decision = {"decisions": {request["approval_id"]: True}}
+    status, body, _ = workers.request("POST", f"/runs/{request['run_id']}/decisions", decision)
+    assert (status, body["status"]) == (202, "running")
+    rest = _until(conn, "done")
+    assert [_seq(f) for f in frames + rest] == list(range(1, len(frames) + len(rest) + 1))
+    assert rest[-1].data["text"] == "deleted it"
+    again = workers.request("POST", f"/runs/{request['run_id']}/decisions", decision)
+    assert again[0] == 409
+    conn.drop()
+    status, history, _ = workers.request("GET", f"/history?conversation_id={cid}")
+    assert sum("deleted /x" in json.dumps(m) for m in history["messages"]) == 1  # ran once
+
+
+def test_inject_and_cancel_by_conversation_from_another_worker(workers: Workers) -> None:
+    cid = f"slow-{uuid.uuid4().hex[:8]}"
+    conn = workers.chat(cid)
+    run_id = _until(conn, "run")[0].data["run_id"]
+    runner = workers.probe.started(cid)
+    status, body, pid = workers.request("POST", f"/runs/{run_id}/inject", {"content": "hurry"})
+    assert (status, body["queued"]) == (202, True) and pid != runner
+    busy = SSEConnection(
+        workers.port, "/api/chat", {"conversation_id": cid, "message": "again"}, timeout=30
+    )
+    assert busy.status == 409 and busy.json()["error"] == "busy"
+    busy.drop()
+    status, body, pid = workers.request("POST", "/cancel", {"conversation_id": cid})
+    assert body == {"cancelled": True} and pid != runner
+    frames = _until(conn, "done")
+    assert [f.data for f in frames if f.event == "input_injected"] == [
+        {"content": [{"text": "hurry"}]}
+    ]
+    conn.drop()
+
+
+def test_reconnects_at_random_moments_lose_and_duplicate_nothing(workers: Workers) -> None:
+    chooser = random.Random(os.environ.get("PYTEST_XDIST_WORKER", "") + "seed")
+    reconnects = 0
+    while reconnects < 100:
+        cid = f"long-{uuid.uuid4().hex[:8]}"
+        conn = workers.chat(cid)
+        got: list[Frame] = []
+        while True:
+            frames = conn.frames()
+            stop_after = chooser.randint(1, 12)
+            ended = False
+            for frame in frames:
+                if frame.event == "comment":
+                    continue
+                got.append(frame)
+                if frame.event == "done":
+                    ended = True
+                    break
+                if len(got) % stop_after == 0:
+                    break
+            conn.drop()
+            if ended:
+                break
+            reconnects += 1
+            conn = workers.events(got[0].data["run_id"], last=got[-1].id)
+            if conn.status == 204:
+                break
+            assert conn.status == 200
+        conn.drop()
+        run_id = got[0].data["run_id"]
+        assert [_seq(f) for f in got] == list(range(1, len(got) + 1))  # no hole, no duplicate
+        whole = workers.events(run_id)
+        replay = _until(whole, "done")
+        whole.drop()
+        assert [f.raw for f in replay] == [f.raw for f in got]  # byte for byte
+        assert "".join(f.data["text"] for f in got if f.event == "text") == LONG_TEXT
