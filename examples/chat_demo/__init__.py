@@ -27,7 +27,15 @@ from agent_sync.messages import StreamEvent
 from agent_sync.models import Model, ModelRequest
 from agent_sync.testing import ScriptedModel
 
-__all__ = ["SYSTEM_PROMPT", "TOOLS", "OfflineDemoModel", "chat_page", "model_from_env", "roll_dice"]
+__all__ = [
+    "SYSTEM_PROMPT",
+    "TOOLS",
+    "OfflineDemoModel",
+    "chat_page",
+    "delete_file",
+    "model_from_env",
+    "roll_dice",
+]
 
 _DEFAULT_MODEL_IDS = {
     "anthropic": "claude-sonnet-4-5",
@@ -36,6 +44,16 @@ _DEFAULT_MODEL_IDS = {
 }
 
 SYSTEM_PROMPT = "You are a friendly assistant. Use the roll_dice tool when asked to roll dice."
+
+
+@tool(requires_approval=True)
+def delete_file(path: str) -> str:
+    """Delete a file (a stand-in: nothing is deleted). A person must approve each call.
+
+    Args:
+        path: The file.
+    """
+    return f"{path} deleted (not really: this is a demo)"
 
 
 @tool
@@ -122,8 +140,18 @@ class OfflineDemoModel:
             if "toolResult" in block:
                 content = block["toolResult"].get("content", [])
                 value = " ".join(str(c.get("text", c.get("json", ""))) for c in content)
+                if block["toolResult"].get("status") == "error":
+                    return {"text": f"I did not: {value}", "chunk_size": 4, "chunk_delay": 0.03}
+                if "deleted" in value:
+                    return {"text": f"Done: {value}.", "chunk_size": 4, "chunk_delay": 0.03}
                 return {"text": f"The die shows {value}.", "chunk_size": 4, "chunk_delay": 0.03}
         said = " ".join(block.get("text", "") for block in last).strip()
+        offered = {spec["name"] for spec in request.tool_specs}
+        if "delete" in said.lower() and "delete_file" in offered:
+            return {
+                "text": "Deleting needs your approval.",
+                "tool_calls": [{"name": "delete_file", "input": {"path": "old.log"}}],
+            }
         if "dice" in said.lower() or "roll" in said.lower():
             return {
                 "text": "Rolling a die for you.",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -76,3 +78,42 @@ def no_sse_threads_left() -> Iterator[None]:
     yield
     leaked = [t.name for t in threading.enumerate() if t.name.startswith("agent-sync-sse")]
     assert leaked == []
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Headless Chromium through Debian's chromedriver (skipped when missing locally)."""
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip(
+            "chromium/chromedriver not installed (apt-get install chromium chromium-driver)"
+        )
+    webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium")
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="agent-sync-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(arg)
+    # Selenium must not look for (or download) a driver: use Debian's.
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)

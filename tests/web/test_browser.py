@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,46 +16,11 @@ from agent_sync.messages import validate_history
 from agent_sync.testing import ScriptedModel
 
 from ._client import serve
+from .conftest import CHROMEDRIVER, CHROMIUM
 
 pytestmark = pytest.mark.usefixtures("no_sse_threads_left")
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 TURN = {"text": "Streaming words " * 30, "chunk_size": 4, "chunk_delay": 0.02, "stall_after": 10}
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip(
-            "chromium/chromedriver not installed (apt-get install chromium chromium-driver)"
-        )
-    webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium")
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="agent-sync-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-    ):
-        options.add_argument(arg)
-    # Selenium must not look for (or download) a driver: use Debian's.
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def test_type_watch_stream_press_stop(browser: Any, flask_example: Any) -> None:

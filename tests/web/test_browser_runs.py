@@ -1,0 +1,135 @@
+"""The chat-runs demo (examples/chat_runs) in headless Chromium, served by
+``gunicorn --workers 3`` on one SQLite file: a reload mid-answer picks the answer up where
+it was (no piece lost or shown twice), Approve and Deny buttons answer a gated call, and
+the tool runs once. Any request may land on any worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_sync.messages import validate_history
+from tests.fixtures.gunicorn import quiet_options
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "examples" / "chat_runs"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The demo under gunicorn (3 gthread workers, one SQLite file); its base URL."""
+    pytest.importorskip("gunicorn", reason="pip install gunicorn")
+    pytest.importorskip("flask", reason="pip install -e '.[flask]'")
+    folder = tmp_path_factory.mktemp("chat_runs")
+    env = {key: value for key, value in os.environ.items() if key != "AGENT_SYNC_PROVIDER"}
+    env.update(
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        AGENT_SYNC_DB=str(folder / "chat_runs.db"),
+    )
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # requests queue here until a worker accepts: no readiness race
+    log = folder / "gunicorn.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("gunicorn")),
+                "--worker-class", "gthread", "--workers", "3", "--threads", "8",
+                "--bind", f"fd://{listener.fileno()}", "--chdir", str(APP),
+                "--log-level", "warning", *quiet_options(), "app:create_app()",
+            ],
+            env=env, pass_fds=(listener.fileno(),),
+            stdout=subprocess.DEVNULL, stderr=stderr,
+        )  # fmt: skip
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        listener.close()
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+class Page:
+    def __init__(self, browser: Any, base: str) -> None:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        self.browser, self.base, self.by = browser, base, By
+        self.wait = WebDriverWait(browser, 20, poll_frequency=0.05)
+        browser.get(f"{base}/")
+        browser.execute_script("sessionStorage.clear()")  # a new conversation
+        browser.refresh()
+        self.wait.until(lambda _: self.state() == "idle")
+
+    def state(self) -> str:
+        return str(self.browser.find_element(self.by.ID, "status").get_attribute("data-state"))
+
+    def send(self, text: str) -> None:
+        self.browser.find_element(self.by.ID, "prompt").send_keys(text)
+        self.browser.find_element(self.by.ID, "send").click()
+
+    def answer(self) -> str:
+        shown = self.browser.find_elements(self.by.CSS_SELECTOR, ".turn .assistant")
+        return "".join(element.text for element in shown)
+
+    def history(self) -> list[Any]:
+        cid = self.browser.execute_script("return sessionStorage.getItem('cid')")
+        with urllib.request.urlopen(f"{self.base}/api/history?conversation_id={cid}") as reply:
+            messages: list[Any] = json.loads(reply.read())["messages"]
+        return messages
+
+
+def _texts(message: Any) -> str:
+    return "".join(block.get("text", "") for block in message["content"])
+
+
+def test_a_reload_mid_answer_goes_on_where_it_was(browser: Any, demo: str) -> None:
+    page = Page(browser, demo)
+    page.send("hello there")
+    page.wait.until(lambda _: len(page.answer()) > 40)  # mid-answer
+    before = page.answer()
+    browser.refresh()
+    page.wait.until(lambda _: page.state() == "done")
+    history = page.history()
+    assert validate_history(history) == [] and _texts(history[0]) == "hello there"
+    final = _texts(history[-1])
+    assert final.startswith(before) and len(final) > len(before)
+    assert page.answer() == final  # every piece once: nothing lost, nothing doubled
+
+
+@pytest.mark.parametrize(("button", "outcome"), [("Approve", "Done: "), ("Deny", "I did not")])
+def test_approve_and_deny_buttons_answer_a_gated_call(
+    browser: Any, demo: str, button: str, outcome: str
+) -> None:
+    page = Page(browser, demo)
+    page.send("delete the old logs")
+    page.wait.until(lambda _: page.state() == "waiting")
+    box = browser.find_element(page.by.CSS_SELECTOR, ".approval")
+    assert "delete_file" in box.text and "old.log" in box.text
+    box.find_element(page.by.XPATH, f".//button[text()='{button}']").click()
+    page.wait.until(lambda _: page.state() == "done")
+    assert outcome in page.answer()
+    results = [
+        block["toolResult"]
+        for m in page.history()
+        for block in m["content"]
+        if "toolResult" in block
+    ]
+    assert len(results) == 1  # answered once, run (or refused) once
+    assert ("deleted" in json.dumps(results)) == (button == "Approve")
