@@ -3,7 +3,7 @@ by ``BENCH_STORE`` (a bench/_stores.py spec), and a plain ``sse_response`` route
 nothing is written per frame) as the baseline.
 
 Conversations by prefix: ``slow-*`` waits in a tool until cancelled; ``long-*`` streams a
-long answer slowly; ``fast-*`` streams 200 text frames as fast as it can.
+long answer slowly; ``fast-*`` streams 1,000 text frames as fast as it can.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from agent_sync import Agent, ToolContext, tool
 from agent_sync.testing import ScriptedModel
 
-FAST = {"text": "x" * 200, "chunk_size": 1}
+FAST = {"text": "x" * 1000, "chunk_size": 1}
 
 
 @tool

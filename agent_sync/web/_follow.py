@@ -26,10 +26,11 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Final
 
 from ..errors import RunConflictError
-from ..stores import RunStore
+from ..stores import RunEvent, RunStore
 from ..stores._rules import FINAL_STATUSES
 from ._disconnect import SocketProbe
 from ._encoders import StreamEncoder
+from ._local_log import local_log
 from ._records import closing_record, is_terminal
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class Follower:
             waited = time.monotonic() - quiet_since
             remaining = max(0.0, interval - waited)
             wait = remaining if self._probe is None else min(remaining, PROBE_INTERVAL_S)
-            events = self._store.read_events(self._run_id, after=self._after, timeout=wait)
+            events = self._read(wait)
             if events:
                 # One write per batch: fewer syscalls, and no small write held back behind
                 # another's delayed ACK.
@@ -171,6 +172,16 @@ class Follower:
                 if over_seen:
                     close_log(self._store, self._run_id, self._after, self._replay_ttl)
                 over_seen = True
+
+    def _read(self, timeout: float) -> list[RunEvent]:
+        """The records after ``after``: from this process's publisher while it has them
+        (no read back), else from the store (waiting for appends from any process)."""
+        local = local_log(self._run_id)
+        if local is not None:
+            events = local.read(self._after, timeout)
+            if events is not None:
+                return events
+        return self._store.read_events(self._run_id, after=self._after, timeout=timeout)
 
     def _log_ended(self) -> bool:
         """Whether the log ends at ``after`` with its terminal record, or is gone."""

@@ -26,6 +26,7 @@ from typing import Any, Final
 from ..errors import ModelError, RunConflictError, StoreUnavailableError
 from ..events import Done, MessageComplete
 from ..stores import RunStore
+from ._local_log import open_local_log
 from ._records import cancelled_tool_ends, done_record, error_record, records_of
 from ._sse import DISCONNECT_REASON, RunStream
 
@@ -74,11 +75,15 @@ class Publisher:
         self._cycle = cycle
         self._denied = frozenset(denied)
         self._replay_ttl = replay_ttl
+        self._local = open_local_log(run_id, after)
         try:
             self._after = store.append_events(run_id, list(first), after=after) if first else after
         except BaseException:
+            self._local.end()
             stream.close()
             raise
+        if first:
+            self._local.add(after + 1, list(first))
         self._first_seq = self._after  # before the writer moves _after on
         self._open_calls: dict[str, str] = {}  # toolUseId -> name: started, not ended
         self._released = threading.Event()
@@ -192,9 +197,11 @@ class Publisher:
                 self._store_failed.set()
                 self._stream.cancel("the event log could not be written")
             if ended:
+                self._local.end()
                 return
 
     def _append(self, records: list[dict[str, Any]], keep_s: float | None) -> bool:
+        first = self._after + 1
         try:
             self._after = self._store.append_events(
                 self._run_id, records, after=self._after, keep_s=keep_s
@@ -207,6 +214,7 @@ class Publisher:
                 exc,
             )
             return False
+        self._local.add(first, records)  # stored: this process's streams may send them
         return True
 
 
