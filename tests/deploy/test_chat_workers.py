@@ -306,3 +306,37 @@ def test_reconnects_at_random_moments_lose_and_duplicate_nothing(workers: Worker
         whole.drop()
         assert [f.raw for f in replay] == [f.raw for f in got]  # byte for byte
         assert "".join(f.data["text"] for f in got if f.event == "text") == LONG_TEXT
+
+
+def test_every_worker_refuses_bad_requests_and_sees_the_same_history(workers: Workers) -> None:
+    cid = f"chat-{uuid.uuid4().hex[:8]}"
+    conn = workers.chat(cid, "hello")
+    run_id = _until(conn, "done")[0].data["run_id"]
+    conn.drop()
+    for method, path, body in [
+        ("POST", "/chat", {"conversation_id": 5, "message": "x"}),
+        ("POST", "/chat", {"id": cid, "messages": []}),
+        ("POST", "/cancel", {"conversation_id": ["x"]}),
+        ("POST", f"/runs/{run_id}/decisions", {"decisions": [True]}),
+        ("POST", f"/runs/{run_id}/inject", {"content": 3}),
+        ("POST", f"/runs/{run_id}/stop", {"reason": 3}),
+    ]:
+        status, answer, _ = workers.request(method, path, body)
+        assert (status, answer["error"]) == (400, "bad_request"), path
+    assert workers.request("POST", "/runs/run_unknown/stop", {})[0] == 404
+    seen: dict[int, Any] = {}
+    holder = f"slow-{uuid.uuid4().hex[:8]}"
+    held = workers.chat(holder)  # one worker busy: the next reads come from the others
+    _until(held, "run")
+    busy = workers.probe.started(holder)
+    for _ in range(6):
+        status, history, pid = workers.request("GET", f"/history?conversation_id={cid}")
+        assert status == 200 and pid != busy
+        seen[pid] = history["messages"]
+    workers.request("POST", "/cancel", {"conversation_id": holder})
+    _until(held, "done")
+    held.drop()
+    status, history, pid = workers.request("GET", f"/history?conversation_id={cid}")
+    seen[pid] = history["messages"]
+    assert all(messages == history["messages"] for messages in seen.values())
+    assert [m["role"] for m in history["messages"]] == ["user", "assistant"]
