@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Final
 
-from ..errors import RunConflictError
+from ..errors import RunConflictError, StoreUnavailableError
 from ..stores import RunEvent, RunStore
 from ..stores._rules import FINAL_STATUSES
 from ._disconnect import SocketProbe
@@ -119,6 +119,18 @@ class Follower:
                 logger.exception("run_id=<%s> | on_gone failed", self._run_id)
 
     def _generate(self) -> Generator[bytes, None, None]:
+        try:
+            yield from self._frames_until_the_end()
+        except StoreUnavailableError:
+            # The stream ends without its last frame: the client reconnects (an EventSource
+            # does by itself) and gets the rest once the store is back. Ended here, not by
+            # the client: on_gone does not apply.
+            self._ended = True
+            logger.warning(
+                "run_id=<%s> | the store is unavailable; ending the stream", self._run_id
+            )
+
+    def _frames_until_the_end(self) -> Generator[bytes, None, None]:
         encoder = self._encoder
         yield encoder.opening()
         if self._after > 0 and self._run_over() and self._log_ended():
