@@ -123,17 +123,11 @@ def chat_urls(
     )
 
     def post(route: Callable[..., WebResponse]) -> Callable[..., HttpResponseBase]:
-        def view(request: HttpRequest, **kwargs: str) -> HttpResponseBase:
-            return _to_django(route(_from_django(request), *kwargs.values()))
-
-        exempt: Callable[..., HttpResponseBase] = csrf_exempt(require_POST(view))
+        exempt: Callable[..., HttpResponseBase] = csrf_exempt(require_POST(_view(route)))
         return exempt
 
     def get(route: Callable[..., WebResponse]) -> Callable[..., HttpResponseBase]:
-        def view(request: HttpRequest, **kwargs: str) -> HttpResponseBase:
-            return _to_django(route(_from_django(request), *kwargs.values()))
-
-        checked: Callable[..., HttpResponseBase] = require_GET(view)
+        checked: Callable[..., HttpResponseBase] = require_GET(_view(route))
         return checked
 
     return [
@@ -155,6 +149,15 @@ def chat_urls(
         ),
         path("chat/<str:conversation_id>/stop", post(routes.ui_stop), name="agent_sync_ui_stop"),
     ]
+
+
+def _view(route: Callable[..., WebResponse]) -> Callable[..., HttpResponseBase]:
+    """A Django view calling ``route`` with the request and the URL's values, in order."""
+
+    def view(request: HttpRequest, **kwargs: str) -> HttpResponseBase:
+        return _to_django(route(_from_django(request), *kwargs.values()))
+
+    return view
 
 
 def _from_django(request: HttpRequest) -> WebRequest:

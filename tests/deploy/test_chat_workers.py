@@ -13,9 +13,6 @@ import http.client
 import json
 import os
 import random
-import signal
-import socket
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -30,11 +27,10 @@ from agent_sync.messages import validate_history
 from agent_sync.stores import RunStore
 from agent_sync.testing import ScriptedModel
 from tests.deploy.test_deployments import PROBE_SOCKET, TOLD, Probe, wait_for_stop
-from tests.fixtures.gunicorn import quiet_options
-from tests.web._client import Frame, SSEConnection
+from tests.fixtures.gunicorn import gunicorn
+from tests.web._client import Frame, SSEConnection, frames_until
 
 ROOT = Path(__file__).resolve().parents[2]
-GUNICORN = Path(sys.executable).with_name("gunicorn")
 STORE_URL = "AGENT_SYNC_TEST_STORE"
 LONG_TEXT = "".join(f"word{n} " for n in range(150))
 _SINCE_THE_END = 1 << 62
@@ -161,48 +157,11 @@ def workers(
         env[STORE_URL] = f"redis://127.0.0.1:{server.port}/0"
         env["AGENT_SYNC_KEY_PREFIX"] = f"chat-{uuid.uuid4().hex[:8]}:"
     probe = Probe(folder / "probe.sock")
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)  # clients queue here until a worker accepts: no readiness race
-    log = folder / "gunicorn.log"
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(
-            [
-                str(GUNICORN),
-                "--workers", "3",
-                "--bind", f"fd://{listener.fileno()}",
-                "--log-level", "warning",
-                *quiet_options(),
-                app,
-            ],
-            env=env,
-            cwd=str(ROOT),
-            pass_fds=(listener.fileno(),),
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )  # fmt: skip
     try:
-        yield Workers(listener.getsockname()[1], probe)
+        with gunicorn(app, env=env, log=folder / "gunicorn.log", cwd=ROOT) as port:
+            yield Workers(port, probe)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        listener.close()
         probe.close()
-    assert "Traceback" not in log.read_text(), log.read_text()
-
-
-def _until(conn: SSEConnection, event: str) -> list[Frame]:
-    seen = []
-    for frame in conn.frames():
-        if frame.event != "comment":
-            seen.append(frame)
-            if frame.event == event:
-                return seen
-    raise AssertionError(f"the stream ended before {event!r}: {[f.event for f in seen]}")
 
 
 def _seq(frame: Frame) -> int:
@@ -213,11 +172,11 @@ def _seq(frame: Frame) -> int:
 def test_stop_posted_to_another_worker_ends_the_stream(workers: Workers) -> None:
     cid = f"slow-{uuid.uuid4().hex[:8]}"
     conn = workers.chat(cid)
-    run_id = _until(conn, "run")[0].data["run_id"]
+    run_id = frames_until(conn, "run")[0].data["run_id"]
     runner = workers.probe.started(cid)
     status, body, pid = workers.request("POST", f"/runs/{run_id}/stop", {"reason": "stop!"})
     assert (status, body) == (200, {"cancelled": True}) and pid != runner
-    done = _until(conn, "done")[-1]
+    done = frames_until(conn, "done")[-1]
     assert (done.data["stop_reason"], done.data["cancel_reason"]) == ("cancelled", "stop!")
     conn.drop()
     status, history, _ = workers.request("GET", f"/history?conversation_id={cid}")
@@ -234,12 +193,12 @@ def test_stop_posted_to_another_worker_ends_the_stream(workers: Workers) -> None
 def test_a_decision_posted_to_another_worker_continues_the_same_stream(workers: Workers) -> None:
     cid = f"approve-{uuid.uuid4().hex[:8]}"
     conn = workers.chat(cid)
-    frames = _until(conn, "approval_required")
+    frames = frames_until(conn, "approval_required")
     request = frames[-1].data
     decision = {"decisions": {request["approval_id"]: True}}
     status, body, _ = workers.request("POST", f"/runs/{request['run_id']}/decisions", decision)
     assert (status, body["status"]) == (202, "running")
-    rest = _until(conn, "done")
+    rest = frames_until(conn, "done")
     assert [_seq(f) for f in frames + rest] == list(range(1, len(frames) + len(rest) + 1))
     assert rest[-1].data["text"] == "deleted it"
     again = workers.request("POST", f"/runs/{request['run_id']}/decisions", decision)
@@ -252,7 +211,7 @@ def test_a_decision_posted_to_another_worker_continues_the_same_stream(workers: 
 def test_inject_and_cancel_by_conversation_from_another_worker(workers: Workers) -> None:
     cid = f"slow-{uuid.uuid4().hex[:8]}"
     conn = workers.chat(cid)
-    run_id = _until(conn, "run")[0].data["run_id"]
+    run_id = frames_until(conn, "run")[0].data["run_id"]
     runner = workers.probe.started(cid)
     status, body, pid = workers.request("POST", f"/runs/{run_id}/inject", {"content": "hurry"})
     assert (status, body["queued"]) == (202, True) and pid != runner
@@ -263,7 +222,7 @@ def test_inject_and_cancel_by_conversation_from_another_worker(workers: Workers)
     busy.drop()
     status, body, pid = workers.request("POST", "/cancel", {"conversation_id": cid})
     assert body == {"cancelled": True} and pid != runner
-    frames = _until(conn, "done")
+    frames = frames_until(conn, "done")
     assert [f.data for f in frames if f.event == "input_injected"] == [
         {"content": [{"text": "hurry"}]}
     ]
@@ -302,7 +261,7 @@ def test_reconnects_at_random_moments_lose_and_duplicate_nothing(workers: Worker
         run_id = got[0].data["run_id"]
         assert [_seq(f) for f in got] == list(range(1, len(got) + 1))  # no hole, no duplicate
         whole = workers.events(run_id)
-        replay = _until(whole, "done")
+        replay = frames_until(whole, "done")
         whole.drop()
         assert [f.raw for f in replay] == [f.raw for f in got]  # byte for byte
         assert "".join(f.data["text"] for f in got if f.event == "text") == LONG_TEXT
@@ -311,7 +270,7 @@ def test_reconnects_at_random_moments_lose_and_duplicate_nothing(workers: Worker
 def test_every_worker_refuses_bad_requests_and_sees_the_same_history(workers: Workers) -> None:
     cid = f"chat-{uuid.uuid4().hex[:8]}"
     conn = workers.chat(cid, "hello")
-    run_id = _until(conn, "done")[0].data["run_id"]
+    run_id = frames_until(conn, "done")[0].data["run_id"]
     conn.drop()
     for method, path, body in [
         ("POST", "/chat", {"conversation_id": 5, "message": "x"}),
@@ -327,14 +286,14 @@ def test_every_worker_refuses_bad_requests_and_sees_the_same_history(workers: Wo
     seen: dict[int, Any] = {}
     holder = f"slow-{uuid.uuid4().hex[:8]}"
     held = workers.chat(holder)  # one worker busy: the next reads come from the others
-    _until(held, "run")
+    frames_until(held, "run")
     busy = workers.probe.started(holder)
     for _ in range(6):
         status, history, pid = workers.request("GET", f"/history?conversation_id={cid}")
         assert status == 200 and pid != busy
         seen[pid] = history["messages"]
     workers.request("POST", "/cancel", {"conversation_id": holder})
-    _until(held, "done")
+    frames_until(held, "done")
     held.drop()
     status, history, pid = workers.request("GET", f"/history?conversation_id={cid}")
     seen[pid] = history["messages"]

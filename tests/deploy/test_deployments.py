@@ -18,9 +18,7 @@ import http.client
 import json
 import os
 import re
-import signal
 import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -36,14 +34,13 @@ from agent_sync import Agent, ToolContext, tool
 from agent_sync.messages import CANCELLED_TEXT, validate_history
 from agent_sync.stores import MemoryRunStore, RunStore, SQLiteRunStore
 from agent_sync.testing import ScriptedModel
-from tests.fixtures.gunicorn import quiet_options
+from tests.fixtures.gunicorn import gunicorn
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "examples" / "deployments"
 if str(DEPLOY) not in sys.path:
     sys.path.insert(0, str(DEPLOY))  # the examples import each other as top-level modules
 
-GUNICORN = Path(sys.executable).with_name("gunicorn")
 PROBE_SOCKET = "AGENT_SYNC_TEST_PROBE_SOCKET"
 TOLD = "told to stop"
 EXAMPLE_FILES = [
@@ -199,38 +196,12 @@ def deployment(
         env["DJANGO_SETTINGS_MODULE"] = "probe_settings"
         app = "django_site.wsgi:application"
     probe = Probe(folder / "probe.sock")
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)  # clients queue here until a worker accepts: no readiness race
-    log = folder / "gunicorn.log"  # a file, not a pipe: a chatty worker can never block
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(
-            [
-                str(GUNICORN),
-                "--workers", "3",
-                "--bind", f"fd://{listener.fileno()}",
-                "--chdir", str(DEPLOY),
-                "--log-level", "warning",
-                *quiet_options(),
-                app,
-            ],
-            env=env,
-            pass_fds=(listener.fileno(),),
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )  # fmt: skip
+    options = ("--workers", "3", "--chdir", str(DEPLOY))
     try:
-        yield Deployment(str(request.param), listener.getsockname()[1], probe)
+        with gunicorn(app, env=env, log=folder / "gunicorn.log", options=options) as port:
+            yield Deployment(str(request.param), port, probe)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        listener.close()
         probe.close()
-    assert "Traceback" not in log.read_text(), log.read_text()
 
 
 def _texts(messages: list[Any]) -> list[str]:

@@ -19,7 +19,7 @@ from wsgiref import simple_server
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-__all__ = ["Frame", "SSEConnection", "request_json", "serve", "serve_wsgiref"]
+__all__ = ["Frame", "SSEConnection", "frames_until", "request_json", "serve", "serve_wsgiref"]
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,17 @@ class SSEConnection:
         data = self._file.read(size)
         self._file.readline()  # the CRLF after the chunk
         return data
+
+
+def frames_until(conn: SSEConnection, event: str) -> list[Frame]:
+    """The frames (comments aside) up to and including the first ``event`` frame."""
+    seen = []
+    for frame in conn.frames():
+        if frame.event != "comment":
+            seen.append(frame)
+            if frame.event == event:
+                return seen
+    raise AssertionError(f"the stream ended before {event!r}: {[f.event for f in seen]}")
 
 
 def _parse(raw_bytes: bytes) -> Frame:

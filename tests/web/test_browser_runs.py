@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +16,7 @@ from typing import Any
 import pytest
 
 from agent_sync.messages import validate_history
-from tests.fixtures.gunicorn import quiet_options
+from tests.fixtures.gunicorn import gunicorn
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "chat_runs"
@@ -37,32 +33,14 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         AGENT_SYNC_DB=str(folder / "chat_runs.db"),
     )
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)  # requests queue here until a worker accepts: no readiness race
-    log = folder / "gunicorn.log"
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("gunicorn")),
-                "--worker-class", "gthread", "--workers", "3", "--threads", "8",
-                "--bind", f"fd://{listener.fileno()}", "--chdir", str(APP),
-                "--log-level", "warning", *quiet_options(), "app:create_app()",
-            ],
-            env=env, pass_fds=(listener.fileno(),),
-            stdout=subprocess.DEVNULL, stderr=stderr,
-        )  # fmt: skip
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        listener.close()
-    assert "Traceback" not in log.read_text(), log.read_text()
+    with gunicorn(
+        "app:create_app()",
+        env=env,
+        log=folder / "gunicorn.log",
+        options=("--worker-class", "gthread", "--workers", "3", "--threads", "8"),
+        cwd=APP,
+    ) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 class Page:

@@ -22,7 +22,7 @@ from agent_sync.testing import ScriptedModel
 from agent_sync.web.flask import chat_blueprint
 from tests.run._gates import Gate, gate_call
 
-from ._client import Frame, SSEConnection, request_json, serve
+from ._client import Frame, SSEConnection, frames_until, request_json, serve
 
 DELETED: list[str] = []
 
@@ -110,17 +110,6 @@ def chat_app(*turns: Any, **options: Any) -> Iterator[ChatApp]:
                 conn.drop()
 
 
-def _until(conn: SSEConnection, event: str) -> list[Frame]:
-    """Frames up to and including the first ``event`` frame."""
-    seen = []
-    for frame in conn.frames():
-        if frame.event != "comment":
-            seen.append(frame)
-            if frame.event == event:
-                return seen
-    raise AssertionError(f"the stream ended before {event!r}: {[f.event for f in seen]}")
-
-
 def _numbers(frames: list[Frame], run_id: str) -> list[int]:
     numbers = []
     for frame in frames:
@@ -133,7 +122,7 @@ def test_a_message_streams_numbered_frames_and_ends_with_done() -> None:
     with chat_app("Hello there") as app:
         conn = app.chat()
         assert conn.status == 200 and conn.headers["content-type"].startswith("text/event-stream")
-        frames = _until(conn, "done")
+        frames = frames_until(conn, "done")
         run_id = frames[0].data["run_id"]
         assert frames[0].event == "run" and frames[0].data["conversation_id"] == "c1"
         assert _numbers(frames, run_id) == list(range(1, len(frames) + 1))
@@ -148,19 +137,19 @@ def test_a_message_streams_numbered_frames_and_ends_with_done() -> None:
 def test_a_reconnect_gets_the_missed_frames_byte_for_byte_then_the_live_ones() -> None:
     with chat_app({"text": "looking", "tool_calls": [gate_call()]}, "found it") as app:
         first = app.chat()
-        seen = _until(first, "tool_start")
+        seen = frames_until(first, "tool_start")
         run_id = seen[0].data["run_id"]
         first.drop()  # a reload: the run goes on (on_disconnect="continue")
         again = app.events(run_id, last=seen[1].id)
         replayed = [again.next_frame() for _ in seen[2:]]
         assert [f.raw for f in replayed if f] == [f.raw for f in seen[2:]]
         app.gate.opened.set()
-        rest = _until(again, "done")
+        rest = frames_until(again, "done")
         numbers = _numbers(seen[:2] + replayed + rest, run_id)  # type: ignore[operator]
         assert numbers == list(range(1, len(numbers) + 1))
         assert rest[-1].data["stop_reason"] == "end_turn" and rest[-1].data["text"] == "found it"
         whole = app.events(run_id)  # from the start: the same bytes again
-        assert [f.raw for f in _until(whole, "done")] == [
+        assert [f.raw for f in frames_until(whole, "done")] == [
             f.raw
             for f in seen[:2] + replayed + rest  # type: ignore[operator]
         ]
@@ -168,7 +157,7 @@ def test_a_reconnect_gets_the_missed_frames_byte_for_byte_then_the_live_ones() -
 
 def test_a_reconnect_after_the_last_frame_gets_204_and_a_foreign_id_400() -> None:
     with chat_app("short") as app:
-        frames = _until(app.chat(), "done")
+        frames = frames_until(app.chat(), "done")
         run_id = frames[0].data["run_id"]
         assert app.events(run_id, last=frames[-1].id).status == 204
         assert app.events(run_id, last=f"run_other:{len(frames)}").status == 400
@@ -180,11 +169,11 @@ def test_a_reconnect_after_the_last_frame_gets_204_and_a_foreign_id_400() -> Non
 def test_a_second_message_while_running_gets_409_and_changes_nothing() -> None:
     with chat_app({"tool_calls": [gate_call()]}, "done") as app:
         conn = app.chat()
-        _until(conn, "tool_start")
+        frames_until(conn, "tool_start")
         busy = app.chat("again")
         assert busy.status == 409 and busy.json()["error"] == "busy"
         app.gate.opened.set()
-        _until(conn, "done")
+        frames_until(conn, "done")
         messages = list(app.store.load("c1").messages)
         assert "again" not in str(messages) and validate_history(messages) == []
 
@@ -192,12 +181,12 @@ def test_a_second_message_while_running_gets_409_and_changes_nothing() -> None:
 def test_stop_by_run_id_ends_the_stream_with_a_cancelled_done() -> None:
     with chat_app({"tool_calls": [gate_call()]}, "never") as app:
         conn = app.chat()
-        run_id = _until(conn, "tool_start")[0].data["run_id"]
+        run_id = frames_until(conn, "tool_start")[0].data["run_id"]
         assert app.post(f"/runs/{run_id}/stop", {"reason": "pressed stop"}) == (
             200,
             {"cancelled": True},
         )
-        rest = _until(conn, "done")
+        rest = frames_until(conn, "done")
         done = rest[-1]
         assert (done.data["stop_reason"], done.data["cancel_reason"]) == (
             "cancelled",
@@ -213,9 +202,9 @@ def test_a_tool_abandoned_by_a_stop_still_gets_its_tool_end_frame() -> None:
     options = {"cooperative": False, "agent_options": {"tool_grace_period": 0.05}}
     with chat_app({"tool_calls": [gate_call()]}, "never", **options) as app:
         conn = app.chat()
-        run_id = _until(conn, "tool_start")[0].data["run_id"]
+        run_id = frames_until(conn, "tool_start")[0].data["run_id"]
         assert app.post(f"/runs/{run_id}/stop")[1] == {"cancelled": True}
-        rest = _until(conn, "done")  # the tool ignores the cancel: it is abandoned
+        rest = frames_until(conn, "done")  # the tool ignores the cancel: it is abandoned
         assert [(f.event, f.data.get("status")) for f in rest][-2:] == [
             ("tool_end", "error"),
             ("done", None),
@@ -225,9 +214,9 @@ def test_a_tool_abandoned_by_a_stop_still_gets_its_tool_end_frame() -> None:
 def test_the_stop_button_by_conversation() -> None:
     with chat_app({"tool_calls": [gate_call()]}, "never") as app:
         conn = app.chat()
-        _until(conn, "tool_start")
+        frames_until(conn, "tool_start")
         assert app.post("/cancel", {"conversation_id": "c1"}) == (200, {"cancelled": True})
-        assert _until(conn, "done")[-1].data["stop_reason"] == "cancelled"
+        assert frames_until(conn, "done")[-1].data["stop_reason"] == "cancelled"
         assert app.post("/cancel", {"conversation_id": "c1"}) == (200, {"cancelled": False})
 
 
@@ -235,7 +224,7 @@ def test_an_approval_keeps_the_stream_open_and_a_decision_continues_it() -> None
     asks = {"text": "deleting", "tool_calls": [{"name": "delete_file", "input": {"path": "/x"}}]}
     with chat_app(asks, "deleted it") as app:
         conn = app.chat()
-        frames = _until(conn, "approval_required")
+        frames = frames_until(conn, "approval_required")
         request = frames[-1].data
         run_id = request["run_id"]
         assert request["tool_use"]["name"] == "delete_file" and DELETED == []
@@ -248,7 +237,7 @@ def test_an_approval_keeps_the_stream_open_and_a_decision_continues_it() -> None
             202,
             {"run_id": run_id, "status": "running"},
         )
-        rest = _until(conn, "done")
+        rest = frames_until(conn, "done")
         assert [f.event for f in rest][:2] == ["tool_start", "tool_end"]
         assert rest[-1].data["text"] == "deleted it"
         assert _numbers(frames + rest, run_id) == list(range(1, len(frames) + len(rest) + 1))
@@ -260,7 +249,7 @@ def test_a_denied_call_says_so_and_racing_decisions_run_the_tool_once() -> None:
     asks = {"tool_calls": [{"name": "delete_file", "input": {"path": "/x"}}]}
     with chat_app(asks, "ok, I will not") as app:
         conn = app.chat()
-        request = _until(conn, "approval_required")[-1].data
+        request = frames_until(conn, "approval_required")[-1].data
         path = f"/runs/{request['run_id']}/decisions"
         deny = {"decisions": {request["approval_id"]: {"approved": False, "reason": "no"}}}
         barrier = threading.Barrier(2)
@@ -276,7 +265,7 @@ def test_a_denied_call_says_so_and_racing_decisions_run_the_tool_once() -> None:
         for racer in racers:
             racer.join(10)
         assert sorted(answers) == [202, 409]
-        end = [f for f in _until(conn, "done") if f.event == "tool_end"]
+        end = [f for f in frames_until(conn, "done") if f.event == "tool_end"]
         assert end[0].data["status"] == "denied" and DELETED == []
 
 
@@ -284,12 +273,12 @@ def test_stopping_a_paused_run_ends_its_stream() -> None:
     asks = {"tool_calls": [{"name": "delete_file", "input": {"path": "/x"}}]}
     with chat_app(asks) as app:
         conn = app.chat()
-        run_id = _until(conn, "approval_required")[-1].data["run_id"]
+        run_id = frames_until(conn, "approval_required")[-1].data["run_id"]
         assert app.post(f"/runs/{run_id}/stop", {"reason": "never mind"}) == (
             200,
             {"cancelled": True},
         )
-        done = _until(conn, "done")[-1]
+        done = frames_until(conn, "done")[-1]
         assert (done.data["stop_reason"], done.data["cancel_reason"]) == (
             "cancelled",
             "never mind",
@@ -300,15 +289,15 @@ def test_stopping_a_paused_run_ends_its_stream() -> None:
 def test_inject_goes_into_the_next_user_message() -> None:
     with chat_app({"tool_calls": [gate_call()]}, "noted") as app:
         conn = app.chat()
-        run_id = _until(conn, "tool_start")[0].data["run_id"]
+        run_id = frames_until(conn, "tool_start")[0].data["run_id"]
         assert app.post(f"/runs/{run_id}/inject", {"content": "and hurry"}) == (
             202,
             {"run_id": run_id, "queued": True},
         )
         app.gate.opened.set()
-        injected = _until(conn, "input_injected")[-1]
+        injected = frames_until(conn, "input_injected")[-1]
         assert injected.data == {"content": [{"text": "and hurry"}]}
-        _until(conn, "done")
+        frames_until(conn, "done")
         assert "and hurry" in str(app.store.load("c1").messages[2])
         status, body = app.post(f"/runs/{run_id}/inject", {"content": "late"})
         assert status == 409 and body["error"] == "not_running"
@@ -317,25 +306,25 @@ def test_inject_goes_into_the_next_user_message() -> None:
 def test_with_on_disconnect_cancel_a_dropped_stream_cancels_its_run() -> None:
     with chat_app({"tool_calls": [gate_call()]}, "never", on_disconnect="cancel") as app:
         conn = app.chat()
-        run_id = _until(conn, "tool_start")[0].data["run_id"]
+        run_id = frames_until(conn, "tool_start")[0].data["run_id"]
         conn.drop()
-        replay = _until(app.events(run_id), "done")
+        replay = frames_until(app.events(run_id), "done")
         assert replay[-1].data["cancel_reason"] == "client disconnected"
 
 
 def test_without_it_a_dropped_stream_leaves_the_run_going() -> None:
     with chat_app({"tool_calls": [gate_call()]}, "finished anyway") as app:
         conn = app.chat()
-        run_id = _until(conn, "tool_start")[0].data["run_id"]
+        run_id = frames_until(conn, "tool_start")[0].data["run_id"]
         conn.drop()
         app.gate.opened.set()
-        assert _until(app.events(run_id), "done")[-1].data["text"] == "finished anyway"
+        assert frames_until(app.events(run_id), "done")[-1].data["text"] == "finished anyway"
 
 
 def test_every_route_asks_authorize_and_a_foreign_conversation_gets_403() -> None:
     with chat_app({"tool_calls": [gate_call()]}, "done") as app:
         conn = app.chat()
-        run_id = _until(conn, "tool_start")[0].data["run_id"]
+        run_id = frames_until(conn, "tool_start")[0].data["run_id"]
         app.allowed.discard("c1")  # from now on, c1 belongs to someone else
         assert app.chat(cid="c1").status == 403
         assert app.events(run_id).status == 403
@@ -350,7 +339,7 @@ def test_every_route_asks_authorize_and_a_foreign_conversation_gets_403() -> Non
         assert app.store.get(run_id).status == "running"  # type: ignore[union-attr]
         assert app.store.read_events(run_id)[-1].data["type"] == "tool_start"  # untouched
         app.gate.opened.set()
-        _until(conn, "done")
+        frames_until(conn, "done")
 
 
 @pytest.mark.parametrize(
@@ -375,7 +364,7 @@ def test_a_malformed_body_gets_400_and_touches_nothing(path: str, body: bytes) -
     asks = {"tool_calls": [{"name": "delete_file", "input": {"path": "/x"}}]}
     with chat_app(asks) as app:
         conn = app.chat(cid="c2")
-        run_id = _until(conn, "approval_required")[-1].data["run_id"]
+        run_id = frames_until(conn, "approval_required")[-1].data["run_id"]
         before = app.store.read_events(run_id)
         status, answer = _raw_post(app.port, "/api" + path.replace("RUN", run_id), body)
         assert status == 400 and answer["error"] == "bad_request", answer
