@@ -33,6 +33,7 @@ from .run._driver import RunDriver, RunSlot
 from .run._durable import StoreLink, load_log
 from .run._history import add_user_blocks, close_turn
 from .stores._protocol import RunStore
+from .tools._registry import collect_tools
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
 
@@ -158,12 +159,7 @@ class Agent:
         if max_tool_workers < 1 or tool_grace_period < 0:
             raise UsageError("max_tool_workers must be >= 1 and tool_grace_period >= 0")
         _check_cache(cache)
-        registry: dict[str, Tool[Any]] = {}
-        for item in tools:
-            wrapped = item if isinstance(item, Tool) else Tool(item)
-            if wrapped.name in registry:
-                raise UsageError(f"two tools are named {wrapped.name!r}")
-            registry[wrapped.name] = wrapped
+        registry = collect_tools(tools)
         if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
             raise UsageError("hooks must be a list of hook objects")
         if approval_timeout is not None and not approval_timeout > 0:

@@ -3,8 +3,9 @@
 :func:`check_decisions` is the one place that decides whether ``resume(decisions)`` may go
 on: every pending request answered (expired ones are answered ``Deny("approval expired")``
 whatever was sent), nothing unknown, each answer a ``bool``, ``Approve`` or ``Deny``, a
-replaced input valid for the tool, and decision data valid for the tool's
-``decision_schema`` (checked with the same validator as tool input). Anything wrong raises
+replaced input valid for the tool, and decision data valid for the request's
+``decision_schema`` (checked with ``jsonschema``, every keyword, by the same validator as
+tool input: :mod:`agent_sync._jsonschema`). Anything wrong raises
 :class:`~agent_sync.errors.DecisionValidationError` listing every problem, and nothing runs.
 """
 
@@ -14,9 +15,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from .. import _jsonschema
 from .._decisions import Approve, Deny
-from ..errors import DecisionValidationError
-from ..tools._schema import validate
+from ..errors import DecisionValidationError, UsageError
 from ..tools.decorator import Tool
 from ._state import RunState
 
@@ -95,5 +96,17 @@ def _problems(
     if data is not None and not isinstance(data, dict):
         problems.append(f"{where}: decision data must be a dict")
     elif schema is not None and (isinstance(decision, Approve) or data is not None):
-        problems.extend(f"{where}: {p}" for p in validate(data or {}, schema, "data"))
+        problems.extend(f"{where}: {p}" for p in _data_problems(tool, schema, data or {}))
     return problems
+
+
+def _data_problems(tool: Tool[Any] | None, schema: Any, data: dict[str, Any]) -> list[str]:
+    """``data`` checked against the schema stored with the request (the tool's own compiled
+    one when it is the same); a stored schema that cannot be used is a problem, not a crash."""
+    try:
+        if tool is not None:
+            return tool.validate_decision_data(data, schema)
+        validator = _jsonschema.compile_schema(schema, "the request's decision schema")
+        return _jsonschema.problems(validator, data, "data")
+    except UsageError as exc:
+        return [str(exc)]

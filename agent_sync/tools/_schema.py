@@ -1,10 +1,9 @@
-"""JSON schemas from Python signatures, Google-style docstrings, and input validation.
+"""JSON schemas from Python signatures and Google-style docstrings.
 
 Supported annotations: ``str``, ``int``, ``float``, ``bool``, ``list[X]``/``tuple[X, ...]``,
 ``dict``/``dict[str, X]``, ``Optional[X]``/``X | None``, ``Literal[...]``, ``Any``, and
-plain ``list``/``dict``. Parameters with defaults are optional. Validation covers the same
-subset, so an input the model sends is checked against exactly what the schema promised,
-and every problem is described in words the model can act on.
+plain ``list``/``dict``. Parameters with defaults are optional. The model's input is checked
+against the schema by the one validator, :mod:`agent_sync._jsonschema`.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from ..errors import UsageError
 
-__all__ = ["parse_docstring", "schema_for", "validate"]
+__all__ = ["input_schema", "parse_docstring", "schema_for"]
 
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -123,68 +122,3 @@ def input_schema(
 
 def _json_safe(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
-
-
-def validate(value: Any, schema: dict[str, Any], path: str = "input") -> list[str]:
-    """Problems with ``value`` against the schema subset :func:`schema_for` produces."""
-    if "anyOf" in schema:
-        options = [validate(value, option, path) for option in schema["anyOf"]]
-        if any(not problems for problems in options):
-            return []
-        return [f"{path}: {_describe(value)} matches none of the allowed types"]
-    if "enum" in schema and value not in schema["enum"]:
-        allowed = ", ".join(repr(v) for v in schema["enum"])
-        return [f"{path}: {value!r} is not one of {allowed}"]
-    kind = schema.get("type")
-    if kind is None:
-        return []
-    if not _matches(value, kind):
-        return [f"{path}: expected {kind}, got {_describe(value)}"]
-    problems: list[str] = []
-    if kind == "array" and "items" in schema:
-        for index, item in enumerate(value):
-            problems += validate(item, schema["items"], f"{path}[{index}]")
-    elif kind == "object":
-        properties = schema.get("properties")
-        for name in schema.get("required", ()):
-            if name not in value:
-                problems.append(f"{path}: missing required parameter {name!r}")
-        for name, item in value.items():
-            if properties is not None and name in properties:
-                problems += validate(item, properties[name], f"{path}.{name}")
-            elif properties is not None:
-                expected = ", ".join(properties) or "none"
-                problems.append(f"{path}: unknown parameter {name!r} (expected: {expected})")
-            elif isinstance(schema.get("additionalProperties"), dict):
-                problems += validate(item, schema["additionalProperties"], f"{path}.{name}")
-    return problems
-
-
-def _matches(value: Any, kind: str) -> bool:
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "array":
-        return isinstance(value, list)
-    if kind == "object":
-        return isinstance(value, dict)
-    if kind == "null":
-        return value is None
-    return True
-
-
-def _describe(value: Any) -> str:
-    names = {
-        str: "string",
-        int: "integer",
-        float: "number",
-        bool: "boolean",
-        list: "array",
-        dict: "object",
-    }
-    return "null" if value is None else names.get(type(value), type(value).__name__)

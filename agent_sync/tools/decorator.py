@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import typing
 from collections.abc import Callable
 from typing import Any, Generic, TypeAlias, TypeVar, Union, overload
 
-from ..errors import UsageError
+from .._jsonschema import Schema, compile_schema, problems
+from ..errors import ToolError, UsageError
 from ..messages import ToolSpec, ToolUse
-from ._schema import input_schema, parse_docstring, validate
+from ._schema import input_schema, parse_docstring
 from .context import ToolContext
 
 __all__ = ["Tool", "tool"]
@@ -38,6 +40,10 @@ class Tool(Generic[R]):
         requires_approval: Whether (or for which inputs) a call waits for a human decision.
         decision_schema: JSON schema of the extra fields a decision carries
             (``Approve(data=...)``), checked like tool input; ``None`` for none.
+
+    Every schema is checked with ``jsonschema`` (Draft 2020-12, every keyword), and a
+    schema that is itself invalid is a :class:`~agent_sync.errors.UsageError` here, when
+    the tool is built.
     """
 
     def __init__(
@@ -49,6 +55,11 @@ class Tool(Generic[R]):
         requires_approval: ApprovalGate = False,
         decision_schema: dict[str, Any] | None = None,
     ) -> None:
+        if _is_async(fn):
+            raise UsageError(
+                f"tool {getattr(fn, '__name__', fn)!r} is an async function: async tools are "
+                "not supported yet; write a plain def (call asyncio.run inside it if needed)"
+            )
         self.fn = fn
         self.name = name or fn.__name__
         if (
@@ -68,13 +79,18 @@ class Tool(Generic[R]):
         self.description = description or summary or self.name
         skip = {self.context_param} if self.context_param else set()
         self.input_schema = input_schema(fn, hints, skip, param_docs)
+        self._input_validator = compile_schema(self.input_schema, f"tool {self.name}: input")
+        self._accepts = _parameter_names(fn, skip)
         if not (isinstance(requires_approval, bool) or callable(requires_approval)):
             raise UsageError(
                 f"tool {self.name}: requires_approval must be a bool or a callable "
                 "(tool_use, context) -> bool"
             )
-        if decision_schema is not None and not isinstance(decision_schema, dict):
-            raise UsageError(f"tool {self.name}: decision_schema must be a JSON schema (a dict)")
+        self._decision_validator: Schema | None = None
+        if decision_schema is not None:
+            where = f"tool {self.name}: decision_schema"
+            self._decision_validator = compile_schema(decision_schema, where)
+            decision_schema = json.loads(json.dumps(decision_schema))  # ours, plain JSON
         self.requires_approval: ApprovalGate = requires_approval
         self.decision_schema = decision_schema
         functools.update_wrapper(self, fn)
@@ -89,8 +105,29 @@ class Tool(Generic[R]):
         }
 
     def validate_input(self, tool_input: Any) -> list[str]:
-        """Problems with ``tool_input`` against the schema, in words the model can act on."""
-        return validate(tool_input, self.input_schema)
+        """Problems with ``tool_input`` against the schema, in words the model can act on.
+
+        Each names its field (``input.city: expected string, got integer``); a parameter
+        the function does not take is one too.
+        """
+        found = problems(self._input_validator, tool_input, "input")
+        if isinstance(tool_input, dict) and self._accepts is not None:
+            expected = ", ".join(sorted(self._accepts)) or "none"
+            found += [
+                f"input: unknown parameter {name!r} (expected: {expected})"
+                for name in tool_input
+                if name not in self._accepts
+            ]
+        return found
+
+    def validate_decision_data(self, data: Any, schema: dict[str, Any] | None = None) -> list[str]:
+        """Problems with a decision's ``data`` against ``schema`` (default: the tool's
+        ``decision_schema``), each naming its field (``data.ticket: ...``)."""
+        if schema is None or schema == self.decision_schema:
+            validator = self._decision_validator
+        else:  # a request stored by another version of the tool: its own schema rules
+            validator = compile_schema(schema, f"tool {self.name}: stored decision schema")
+        return [] if validator is None else problems(validator, data, "data")
 
     def needs_approval(self, tool_use: ToolUse, context: ToolContext) -> bool:
         """Whether this call waits for a decision (the gate callable, if any, decides)."""
@@ -104,7 +141,15 @@ class Tool(Generic[R]):
         kwargs = dict(tool_input)
         if self.context_param:
             kwargs[self.context_param] = context
-        return self.fn(**kwargs)
+        value = self.fn(**kwargs)
+        if inspect.isawaitable(value):  # never a coroutine's repr as the tool's answer
+            if inspect.iscoroutine(value):
+                value.close()  # never awaited, on purpose: no RuntimeWarning
+            raise ToolError(
+                f"tool {self.name} returned {type(value).__name__} object instead of a "
+                "result: async tools are not supported yet"
+            )
+        return value
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         return self.fn(*args, **kwargs)
@@ -160,7 +205,8 @@ def tool(
     ``decision_schema=`` describes extra decision fields (see ``docs/approvals.md``).
 
     Raises:
-        UsageError: An unsupported annotation, ``*args``, or an invalid name.
+        UsageError: An unsupported annotation, ``*args``, an invalid name, an ``async def``
+            function, or a ``decision_schema`` that is not a valid JSON schema.
     """
     options: dict[str, Any] = {
         "name": name,
@@ -173,3 +219,25 @@ def tool(
             raise UsageError("@tool decorates a function")
         return Tool(fn, **options)
     return lambda f: Tool(f, **options)
+
+
+def _is_async(fn: object) -> bool:
+    """An ``async def`` (or async generator) function, a partial of one, or an object whose
+    ``__call__`` is one."""
+    call = getattr(fn, "__call__", None)  # noqa: B004 - the bound __call__, not callable()
+    return any(
+        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)
+        for f in (fn, call)
+        if f is not None
+    )
+
+
+def _parameter_names(fn: Callable[..., Any], skip: set[str]) -> frozenset[str] | None:
+    """The keyword names ``fn`` takes (``None``: any, it has ``**kwargs``)."""
+    names: set[str] = set()
+    for name, param in inspect.signature(fn).parameters.items():
+        if param.kind is param.VAR_KEYWORD:
+            return None
+        if name not in skip:
+            names.add(name)
+    return frozenset(names)

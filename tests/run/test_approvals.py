@@ -343,3 +343,103 @@ def test_two_threads_resuming_at_once_run_the_tool_once() -> None:
         outcomes = _race_two_resumes()
         assert outcomes.count("resumed") == 1, outcomes
         assert len(DELETED) == 1
+
+
+# Every keyword of a decision_schema is enforced through the real resume path (issue 22,
+# item 10): the old hand-written validator checked type/enum/required only, so each of
+# these decisions resumed the run and the gated tool ran.
+SIGN_OFF_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "ticket": {"type": "string", "pattern": "^T-[0-9]+$"},
+        "seats": {"type": "integer", "minimum": 1, "maximum": 9},
+        "when": {"type": "string", "format": "date"},
+        "mail": {"type": "string", "format": "email"},
+        "level": {"$ref": "#/$defs/level"},
+        "who": {"oneOf": [{"type": "string", "minLength": 2}, {"type": "integer"}]},
+    },
+    "required": ["ticket"],
+    "additionalProperties": False,
+    "$defs": {"level": {"enum": ["low", "high"]}},
+}
+
+
+@tool(requires_approval=True, decision_schema=SIGN_OFF_SCHEMA)
+def sign_off(path: str, context: ToolContext) -> str:
+    """Sign a path off.
+
+    Args:
+        path: The path.
+    """
+    decision = context.decision
+    DELETED.append({"path": path, "data": decision.data if decision else None})
+    return f"signed {path}"
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "problem"),
+    [
+        ({"ticket": "T-x"}, "data.ticket", "does not match"),
+        ({"ticket": "T-1", "seats": 0}, "data.seats", "less than the minimum of 1"),
+        ({"ticket": "T-1", "when": "tomorrow"}, "data.when", "is not a 'date'"),
+        ({"ticket": "T-1", "mail": "nobody"}, "data.mail", "is not a 'email'"),
+        ({"ticket": "T-1", "level": "max"}, "data.level", "is not one of 'low', 'high'"),
+        ({"ticket": "T-1", "who": "x"}, "data.who", "is too short"),
+        ({"ticket": "T-1", "note": "hi"}, "data", "'note' was unexpected"),
+        ({}, "data", "missing required parameter 'ticket'"),
+    ],
+)
+def test_every_keyword_of_a_decision_schema_is_enforced_on_resume(
+    data: dict[str, Any], field: str, problem: str
+) -> None:
+    agent = Agent(ScriptedModel([_asks(("sign_off", "/r")), "done"]), tools=[sign_off])
+    paused = agent.invoke("sign it")
+    (request,) = paused.approvals
+    before = json.dumps(agent.messages)
+    with pytest.raises(DecisionValidationError) as raised:
+        agent.resume({request.id: Approve(data=data)})
+    assert any(p.startswith(f"request {request.id}: {field}") for p in raised.value.problems)
+    assert any(problem in p for p in raised.value.problems), raised.value.problems
+    assert agent.is_paused and json.dumps(agent.messages) == before and DELETED == []
+    good = {"ticket": "T-7", "seats": 2, "when": "2026-11-26", "level": "low", "who": 3}
+    assert agent.resume({request.id: Approve(data=good)}).text == "done"
+    assert DELETED == [{"path": "/r", "data": good}]
+
+
+def test_deny_data_is_checked_against_the_schema_too() -> None:
+    agent = Agent(ScriptedModel([_asks(("sign_off", "/r")), "ok"]), tools=[sign_off])
+    request = agent.invoke("sign it").approvals[0]
+    with pytest.raises(DecisionValidationError, match=r"data\.ticket"):
+        agent.resume({request.id: Deny("no", data={"ticket": "nope"})})
+    assert agent.is_paused
+    agent.resume({request.id: Deny("no", data={"ticket": "T-2"})})
+    assert DELETED == []
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"type": "strin"}, "not a valid JSON schema"),
+        ({"type": "string", "pattern": "["}, "'[' is not a 'regex'"),
+        ({"type": "integer", "minimum": "1"}, "not a valid JSON schema"),
+        ({"$ref": "#/$defs/missing"}, "'#/$defs/missing' cannot be resolved"),
+        ({"$ref": "https://example.com/s.json"}, "never fetched"),
+        ({"type": "string", "format": "phone"}, "unknown format 'phone'"),
+        ({"const": float("nan")}, "plain JSON"),
+        ("object", "must be a JSON schema"),
+    ],
+)
+def test_an_invalid_decision_schema_is_refused_when_the_tool_is_built(
+    schema: Any, message: str
+) -> None:
+    with pytest.raises(UsageError, match="decision_schema") as raised:
+        tool(requires_approval=True, decision_schema=schema)(look.fn)
+    assert message in str(raised.value)
+
+
+def test_the_schema_is_the_tools_own_copy() -> None:
+    schema: dict[str, Any] = {"type": "object", "required": ["ticket"]}
+    copied = tool(requires_approval=True, decision_schema=schema)(look.fn)
+    schema["required"] = []  # the caller's dict changes later: the tool keeps its rule
+    assert copied.decision_schema == {"type": "object", "required": ["ticket"]}
+    assert copied.validate_decision_data({}) == ["data: missing required parameter 'ticket'"]
