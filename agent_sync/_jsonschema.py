@@ -10,7 +10,7 @@ schema is refused with :class:`~agent_sync.errors.UsageError` when it
 * is not plain JSON (it is stored with a paused run and sent to the model),
 * has a ``$ref`` that cannot be resolved inside the schema (nothing is fetched), or
 * names a ``format`` this installation cannot check (an unknown name, or one whose checker
-  needs the optional packages of ``agent_sync[formats]``).
+  needs an optional package: ``agent_sync[formats]``).
 
 Problems are worded for whoever must act on them (the model, or the human deciding), each
 naming the field: ``"data.ticket: 'x' does not match '^T-[0-9]+$'"``.
@@ -38,7 +38,7 @@ Schema = Draft202012Validator
 
 _FORMATS = Draft202012Validator.FORMAT_CHECKER
 # Draft 2020-12's formats that jsonschema checks only with optional packages installed
-# (the ``format-nongpl`` extra, which ``agent_sync[formats]`` installs).
+# (``agent_sync[formats]`` installs them, but for the iris' rfc3987-syntax: slow to import).
 _FORMATS_NEEDING_EXTRAS = frozenset(
     {
         "date-time",
@@ -125,9 +125,14 @@ def _check_formats_and_refs(schema: dict[str, Any], where: str) -> None:
 
 
 def _format_problem(fmt: str) -> str:
+    if fmt in ("iri", "iri-reference"):
+        return (
+            f"format {fmt!r} cannot be checked without the rfc3987-syntax package: "
+            "install it, or remove the keyword"
+        )
     if fmt in _FORMATS_NEEDING_EXTRAS:
         return (
-            f"format {fmt!r} cannot be checked without the optional packages: "
+            f"format {fmt!r} cannot be checked without its optional checker package: "
             "install agent_sync[formats], or remove the keyword"
         )
     known = ", ".join(sorted(_FORMATS.checkers))

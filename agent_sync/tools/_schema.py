@@ -16,7 +16,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from ..errors import UsageError
 
-__all__ = ["input_schema", "parse_docstring", "schema_for"]
+__all__ = ["check_explicit_schema", "input_schema", "parse_docstring", "schema_for"]
 
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
@@ -122,3 +122,37 @@ def input_schema(
 
 def _json_safe(value: Any) -> bool:
     return value is None or isinstance(value, (str, int, float, bool))
+
+
+def check_explicit_schema(
+    fn: Callable[..., Any], schema: dict[str, Any], skip: set[str], where: str
+) -> None:
+    """An explicit ``input_schema=`` must describe an object ``fn`` can be called with.
+
+    Raises:
+        UsageError: The schema is not ``"type": "object"``, names a property the function
+            does not take (and it has no ``**kwargs``), or leaves out of ``"required"`` a
+            parameter that has no default.
+    """
+    if schema.get("type") != "object":
+        raise UsageError(
+            f'{where}: a tool takes a JSON object, so the schema needs "type": "object"'
+        )
+    params = {n: p for n, p in inspect.signature(fn).parameters.items() if n not in skip}
+    if any(p.kind is p.POSITIONAL_ONLY and p.default is p.empty for p in params.values()):
+        raise UsageError(
+            f"{where}: the tool is called with keywords: no positional-only parameters"
+        )
+    keywords = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    properties = schema.get("properties", {})
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = [n for n in properties if n not in keywords]
+        if unknown:
+            raise UsageError(f"{where}: {fn.__name__}() has no parameter {', '.join(unknown)}")
+    required = set(schema.get("required", ()))
+    loose = [n for n in keywords if params[n].default is params[n].empty and n not in required]
+    if loose:
+        raise UsageError(
+            f"{where}: {', '.join(loose)} has no default in {fn.__name__}(), so the schema "
+            'must list it under "required"'
+        )

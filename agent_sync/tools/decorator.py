@@ -12,7 +12,8 @@ from typing import Any, Generic, TypeAlias, TypeVar, Union, overload
 from .._jsonschema import Schema, compile_schema, problems
 from ..errors import ToolError, UsageError
 from ..messages import ToolSpec, ToolUse
-from ._schema import input_schema, parse_docstring
+from ._schema import check_explicit_schema, parse_docstring
+from ._schema import input_schema as signature_schema
 from .context import ToolContext
 
 __all__ = ["Tool", "tool"]
@@ -35,7 +36,8 @@ class Tool(Generic[R]):
     Attributes:
         name: Name the model calls it by.
         description: What it does, from the docstring unless overridden.
-        input_schema: JSON schema of the arguments object.
+        input_schema: JSON schema of the arguments object: from the signature, or the
+            ``input_schema=`` given.
         context_param: Name of the parameter that receives the :class:`ToolContext`, if any.
         requires_approval: Whether (or for which inputs) a call waits for a human decision.
         decision_schema: JSON schema of the extra fields a decision carries
@@ -54,6 +56,7 @@ class Tool(Generic[R]):
         description: str | None = None,
         requires_approval: ApprovalGate = False,
         decision_schema: dict[str, Any] | None = None,
+        input_schema: dict[str, Any] | None = None,
     ) -> None:
         if _is_async(fn):
             raise UsageError(
@@ -78,8 +81,15 @@ class Tool(Generic[R]):
         summary, param_docs = parse_docstring(fn.__doc__)
         self.description = description or summary or self.name
         skip = {self.context_param} if self.context_param else set()
-        self.input_schema = input_schema(fn, hints, skip, param_docs)
-        self._input_validator = compile_schema(self.input_schema, f"tool {self.name}: input")
+        if input_schema is None:
+            self.input_schema = signature_schema(fn, hints, skip, param_docs)
+            where = f"tool {self.name}: input"
+        else:
+            where = f"tool {self.name}: input_schema"
+            compile_schema(input_schema, where)  # a valid schema first, then its shape
+            check_explicit_schema(fn, input_schema, skip, where)
+            self.input_schema = json.loads(json.dumps(input_schema))  # ours, plain JSON
+        self._input_validator = compile_schema(self.input_schema, where)
         self._accepts = _parameter_names(fn, skip)
         if not (isinstance(requires_approval, bool) or callable(requires_approval)):
             raise UsageError(
@@ -169,6 +179,7 @@ def tool(
     description: str | None = None,
     requires_approval: ApprovalGate = False,
     decision_schema: dict[str, Any] | None = None,
+    input_schema: dict[str, Any] | None = None,
 ) -> Callable[[Callable[..., R]], Tool[R]]: ...
 
 
@@ -180,6 +191,7 @@ def tool(
     description: str | None = None,
     requires_approval: ApprovalGate = False,
     decision_schema: dict[str, Any] | None = None,
+    input_schema: dict[str, Any] | None = None,
 ) -> Tool[R] | Callable[[Callable[..., R]], Tool[R]]:
     """Make a function a tool: ``@tool`` or ``@tool(name=..., description=...)``.
 
@@ -203,16 +215,21 @@ def tool(
     ``@tool(requires_approval=True)`` (or a callable ``(tool_use, context) -> bool``)
     pauses the run before such a call until ``agent.resume(decisions)``;
     ``decision_schema=`` describes extra decision fields (see ``docs/approvals.md``).
+    ``input_schema=`` gives the arguments' JSON schema yourself (the signature's types are
+    then not used): the model's input is checked against it, every keyword, before the
+    function is called with it as keyword arguments.
 
     Raises:
         UsageError: An unsupported annotation, ``*args``, an invalid name, an ``async def``
-            function, or a ``decision_schema`` that is not a valid JSON schema.
+            function, a ``decision_schema`` or ``input_schema`` that is not a valid JSON
+            schema, or an ``input_schema`` the function cannot be called with.
     """
     options: dict[str, Any] = {
         "name": name,
         "description": description,
         "requires_approval": requires_approval,
         "decision_schema": decision_schema,
+        "input_schema": input_schema,
     }
     if fn is not None:
         if not callable(fn) or inspect.isclass(fn):

@@ -1,0 +1,133 @@
+"""A tool's input checked by the one JSON-schema validator (jsonschema, Draft 2020-12): the
+signature's schema, or an explicit ``input_schema=`` with every keyword enforced; problems
+go back to the model as an error result naming the field, and the function never runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent_sync import Agent, ToolContext, UsageError, tool
+from agent_sync.testing import ScriptedModel
+
+CALLS: list[dict[str, Any]] = []
+
+BOOK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "seats": {"type": "integer", "minimum": 1, "maximum": 9},
+        "when": {"type": "string", "format": "date"},
+        "who": {"oneOf": [{"$ref": "#/$defs/name"}, {"type": "integer"}]},
+    },
+    "required": ["code", "seats"],
+    "additionalProperties": False,
+    "$defs": {"name": {"type": "string", "minLength": 2}},
+}
+
+
+@tool(input_schema=BOOK_SCHEMA)
+def book(code: str, seats: int, context: ToolContext, **extra: Any) -> str:
+    """Book seats on a flight."""
+    CALLS.append({"code": code, "seats": seats, **extra})
+    return f"booked {seats} on {code}"
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    CALLS.clear()
+
+
+def _answer(tool_input: dict[str, Any]) -> dict[str, Any]:
+    turns = [{"tool_calls": [{"name": "book", "input": tool_input}]}, "ok"]
+    agent = Agent(ScriptedModel(turns), tools=[book])
+    agent.invoke("book it")
+    result: dict[str, Any] = agent.messages[2]["content"][0]["toolResult"]
+    return result
+
+
+@pytest.mark.parametrize(
+    ("tool_input", "problem"),
+    [
+        ({"code": "osl", "seats": 1}, "input.code: 'osl' does not match"),
+        ({"code": "OSL", "seats": 0}, "input.seats: 0 is less than the minimum of 1"),
+        ({"code": "OSL", "seats": 1, "when": "soon"}, "input.when: 'soon' is not a 'date'"),
+        ({"code": "OSL", "seats": 1, "who": "x"}, "input.who: 'x' is too short"),
+        ({"code": "OSL", "seats": 1, "pet": "cat"}, "'pet' was unexpected"),
+        ({"code": "OSL"}, "input: missing required parameter 'seats'"),
+    ],
+)
+def test_an_explicit_input_schema_is_enforced_before_the_function_runs(
+    tool_input: dict[str, Any], problem: str
+) -> None:
+    result = _answer(tool_input)
+    assert result["status"] == "error"
+    assert problem in result["content"][0]["text"]
+    assert CALLS == []
+
+
+def test_valid_input_calls_the_function_with_it_as_keywords() -> None:
+    result = _answer({"code": "OSL", "seats": 2, "when": "2026-11-26", "who": "Ann"})
+    assert result["status"] == "success"
+    assert CALLS == [{"code": "OSL", "seats": 2, "when": "2026-11-26", "who": "Ann"}]
+    assert book.spec["inputSchema"]["json"] == BOOK_SCHEMA  # what the model sees
+
+
+def test_the_schema_is_the_tools_own_copy() -> None:
+    schema: dict[str, Any] = {"type": "object", "properties": {"q": {"type": "string"}}}
+
+    def find(q: str = "") -> str:
+        return q
+
+    made = tool(input_schema=schema)(find)
+    schema["properties"]["q"]["type"] = "integer"
+    assert made.validate_input({"q": "x"}) == []
+
+
+def _two(a: str, b: int = 0) -> str:
+    return a
+
+
+def _positional(a: str, /) -> str:
+    return a
+
+
+@pytest.mark.parametrize(
+    ("fn", "schema", "message"),
+    [
+        (_two, {"type": "object", "properties": {"a": {"type": "strin"}}}, "not a valid"),
+        (_two, {"type": "object", "properties": {"a": {"pattern": "("}}}, "is not a 'regex'"),
+        (
+            _two,
+            {"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}},
+            "cannot be resolved",
+        ),
+        (_two, {"type": "object", "properties": {"a": {"format": "zip"}}}, "unknown format 'zip'"),
+        (_two, {"type": "array"}, 'needs "type": "object"'),
+        (_two, {"type": "object", "required": ["a"], "properties": {"c": {}}}, "no parameter c"),
+        (_two, {"type": "object", "properties": {"a": {}}}, 'list it under "required"'),
+        (_positional, {"type": "object", "required": ["a"]}, "no positional-only"),
+        (_two, ["a"], "must be a JSON schema (a dict)"),
+    ],
+)
+def test_an_unusable_input_schema_is_refused_when_the_tool_is_built(
+    fn: Any, schema: Any, message: str
+) -> None:
+    with pytest.raises(UsageError, match="input_schema") as raised:
+        tool(input_schema=schema)(fn)
+    assert message in str(raised.value)
+
+
+def test_signature_tools_go_through_the_same_validator() -> None:
+    @tool
+    def add(numbers: list[int], label: str | None = None) -> str:
+        """Add numbers."""
+        return str(sum(numbers))
+
+    assert add.validate_input({"numbers": [1, 2]}) == []
+    assert add.validate_input({"numbers": [1, "2"], "label": 3, "x": 1}) == [
+        "input.label: expected string or null, got integer",
+        "input.numbers[1]: expected integer, got string",
+        "input: unknown parameter 'x' (expected: label, numbers)",
+    ]
