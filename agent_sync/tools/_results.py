@@ -1,8 +1,9 @@
 """Tool results: whatever a tool returns or raises, as a valid ``toolResult``, never raising.
 
 The executor turns every outcome of a call into a result here, so a hostile return value
-(an ``__str__`` that raises, an int past the digit limit, a wrongly shaped result dict) can
-never stop a worker from reporting or poison the history.
+(an ``__str__`` that raises, an int past the digit limit, a wrongly shaped result dict, a
+``NaN``, a ``datetime``, a file name with a lone surrogate) can never stop a worker from
+reporting or poison the history: what is kept obeys :mod:`agent_sync._encodable`.
 """
 
 from __future__ import annotations
@@ -10,14 +11,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .._encodable import Unencodable, clean_json, clean_text
 from ..messages import ToolResult, ToolResultContent, tool_result_piece_problem
 
 __all__ = ["describe_exception", "error_result", "result_from_value", "safe_str"]
 
 
 def error_result(tool_use_id: str, text: str) -> ToolResult:
-    """A ``toolResult`` with ``status: "error"`` and one text piece."""
-    return {"toolUseId": tool_use_id, "status": "error", "content": [{"text": text}]}
+    """A ``toolResult`` with ``status: "error"`` and one text piece (made encodable: a
+    reason or message may carry a lone surrogate from wherever it was written)."""
+    shown = clean_text(text) if isinstance(text, str) else safe_str(text)
+    return {"toolUseId": tool_use_id, "status": "error", "content": [{"text": shown}]}
 
 
 def safe_str(value: object) -> str:
@@ -25,13 +29,10 @@ def safe_str(value: object) -> str:
 
     Used wherever the executor turns something a tool produced (a return value, an
     exception) into text, so that a hostile ``__str__`` or an int past Python's digit
-    limit can never stop a worker from reporting.
+    limit can never stop a worker from reporting. Lone surrogates are replaced.
     """
     try:
-        text = str(value)
-        if type(text) is not str:  # a __str__ returning a str subclass
-            text = str.__str__(text)
-        return text
+        return clean_text(str(value))  # a __str__ returning a str subclass gives a str
     except BaseException as exc:  # noqa: BLE001 - whatever __str__ raises, describe it
         return f"<{_type_name(value)} that could not be shown: {_type_name(exc)}>"
 
@@ -51,12 +52,15 @@ def result_from_value(tool_use_id: str, value: Any) -> ToolResult:
       or ``{"json": <JSON value>}`` and ``status`` is ``"success"`` or ``"error"``;
       otherwise the call gets an error result naming the problem (a wrong-typed result
       is the tool's bug: passing it on would poison every later model call);
-    * any other JSON-serialisable ``dict`` becomes a JSON piece (a JSON round-trip copy,
-      so the history holds plain JSON values);
-    * any other JSON-serialisable value becomes its JSON text, anything else its
-      ``str()``;
-    * a value that cannot be represented at all (an int past Python's int-to-str digit
-      limit, an object whose ``__str__`` raises) gives an error result saying so.
+    * any other value is JSON-encoded (:func:`agent_sync._encodable.clean_json` with
+      ``convert``: datetimes ISO 8601, ``Decimal`` its digits, UUIDs and paths as text,
+      sets as lists, pydantic models and dataclasses as objects): a ``dict`` becomes a
+      JSON piece (plain JSON values), a ``str`` a text piece, anything else its JSON text;
+    * a value JSON cannot carry (``NaN``, ``bytes``, an object with no JSON form, an int
+      past Python's int-to-str digit limit) gives an error result saying what and where,
+      never a Python repr.
+
+    Lone surrogates in any string are replaced with U+FFFD.
     """
     try:
         return _result_from_value(tool_use_id, value)
@@ -66,23 +70,27 @@ def result_from_value(tool_use_id: str, value: Any) -> ToolResult:
 
 def _result_from_value(tool_use_id: str, value: Any) -> ToolResult:
     if isinstance(value, str):
-        return _text_result(tool_use_id, value if type(value) is str else str.__str__(value))
-    if isinstance(value, dict):
-        if isinstance(value.get("content"), list) and set(value) <= _RESULT_KEYS:
+        return _text_result(tool_use_id, clean_text(value))
+    if isinstance(value, dict) and isinstance(value.get("content"), list):
+        if set(value) <= _RESULT_KEYS:
             return _result_shaped(tool_use_id, value)
-        plain = _json_copy(value)
-        if plain is not _NOT_JSON:
-            return {"toolUseId": tool_use_id, "status": "success", "content": [{"json": plain}]}
-        return _text_result(tool_use_id, _str_or_raise(value))
     try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
-        text = _str_or_raise(value)
-    return _text_result(tool_use_id, text)
+        plain = clean_json(value, what="the return value", convert=True)
+    except Unencodable as exc:
+        return error_result(
+            tool_use_id,
+            f"The tool returned a value that cannot be sent to the model: {exc}. Return a "
+            "str or a JSON value (datetimes, Decimals, UUIDs, sets, dataclasses and pydantic "
+            "models are encoded for you).",
+        )
+    if isinstance(plain, dict):
+        return {"toolUseId": tool_use_id, "status": "success", "content": [{"json": plain}]}
+    if isinstance(plain, str):
+        return _text_result(tool_use_id, plain)
+    return _text_result(tool_use_id, json.dumps(plain, ensure_ascii=False, allow_nan=False))
 
 
 _RESULT_KEYS = frozenset({"content", "status", "toolUseId"})
-_NOT_JSON = object()
 
 
 def _result_shaped(tool_use_id: str, value: dict[str, Any]) -> ToolResult:
@@ -94,10 +102,9 @@ def _result_shaped(tool_use_id: str, value: dict[str, Any]) -> ToolResult:
         if problem is not None:
             problems.append(f"content piece {position}: {problem}")
         elif "json" in piece:
-            content.append({"json": _json_copy(piece["json"])})
+            content.append({"json": clean_json(piece["json"])})
         else:
-            text = piece["text"]
-            content.append({"text": text if type(text) is str else str.__str__(text)})
+            content.append({"text": clean_text(piece["text"])})
     if problems:
         return error_result(
             tool_use_id,
@@ -106,18 +113,6 @@ def _result_shaped(tool_use_id: str, value: dict[str, Any]) -> ToolResult:
             + " (a result piece is {'text': str} or {'json': <JSON value>})",
         )
     return {"toolUseId": tool_use_id, "status": status, "content": content}
-
-
-def _json_copy(value: Any) -> Any:
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError, RecursionError):
-        return _NOT_JSON
-
-
-def _str_or_raise(value: Any) -> str:
-    text = str(value)
-    return text if type(text) is str else str.__str__(text)
 
 
 def _unrepresentable(value: Any, exc: BaseException) -> str:
@@ -134,5 +129,5 @@ def _type_name(value: object) -> str:
         return "object"
 
 
-def _text_result(tool_use_id: str, text: str) -> ToolResult:
+def _text_result(tool_use_id: str, text: str) -> ToolResult:  # text: clean already
     return {"toolUseId": tool_use_id, "status": "success", "content": [{"text": text}]}

@@ -6,10 +6,19 @@ result normalisation never raises, so the run goes on and ends ``end_turn``.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import decimal
+import enum
 import json
+import math
+import os
+import pathlib
+import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pydantic
 import pytest
 
 from agent_sync import Agent, tool
@@ -120,7 +129,7 @@ def test_error_results_say_what_could_not_be_represented() -> None:
 
     huge = result_from_value("t1", {"n": 10**5000})
     assert huge["status"] == "error"
-    assert "dict that could not be represented" in huge["content"][0]["text"]
+    assert 'at $["n"] is an int too long to write' in huge["content"][0]["text"]
     wrong = result_from_value("t1", {"content": [{"text": 5}]})
     assert wrong["status"] == "error"
     assert "content piece 0: text must be a string, not int" in wrong["content"][0]["text"]
@@ -136,7 +145,6 @@ def test_error_results_say_what_could_not_be_represented() -> None:
         ({1: (2, 3)}, [{"json": {"1": [2, 3]}}]),  # stored as plain JSON values
         ([1, "x"], [{"text": '[1, "x"]'}]),
         (None, [{"text": "null"}]),
-        (float("nan"), [{"text": "nan"}]),  # NaN is not JSON: its str()
         ({"content": [{"json": {"k": [1]}}, {"text": "t"}]}, [{"json": {"k": [1]}}, {"text": "t"}]),
     ],
 )
@@ -158,3 +166,95 @@ def test_a_str_subclass_is_stored_as_a_plain_str() -> None:
     result = result_from_value("t1", Loud("hi"))
     piece = result["content"][0]["text"]
     assert piece == "hi" and type(piece) is str
+
+
+# --- issue 22 items 1 and 23: a return value JSON cannot carry is encoded or refused ---
+
+
+@dataclasses.dataclass
+class _Row:
+    when: datetime.datetime
+    tags: set[str]
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+class _Model(pydantic.BaseModel):
+    price: decimal.Decimal
+    id: uuid.UUID
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (datetime.datetime(2026, 11, 26, 18, 0, 5), [{"text": "2026-11-26T18:00:05"}]),
+        (datetime.date(2026, 11, 26), [{"text": "2026-11-26"}]),
+        (datetime.time(7, 30), [{"text": "07:30:00"}]),
+        (decimal.Decimal("12.50"), [{"text": "12.50"}]),  # exact digits, as pydantic's JSON
+        (uuid.UUID(int=7), [{"text": "00000000-0000-0000-0000-000000000007"}]),
+        ({3, 1, 2}, [{"text": "[1, 2, 3]"}]),
+        (frozenset({"b", "a"}), [{"text": '["a", "b"]'}]),
+        (_Colour.RED, [{"text": "red"}]),
+        (pathlib.PurePosixPath("/srv/data.csv"), [{"text": "/srv/data.csv"}]),
+        (
+            _Row(datetime.datetime(2026, 1, 2), {"y", "x"}),
+            [{"json": {"when": "2026-01-02T00:00:00", "tags": ["x", "y"]}}],
+        ),
+        (
+            _Model(price=decimal.Decimal("9.99"), id=uuid.UUID(int=1)),
+            [{"json": {"price": "9.99", "id": "00000000-0000-0000-0000-000000000001"}}],
+        ),
+        ({"at": datetime.date(2026, 1, 1)}, [{"json": {"at": "2026-01-01"}}]),
+        ([decimal.Decimal("1.5"), "Zürich"], [{"text": '["1.5", "Zürich"]'}]),
+        (os.fsdecode(b"report-\xff.txt"), [{"text": "report-\ufffd.txt"}]),
+        ({"name": os.fsdecode(b"\xff")}, [{"json": {"name": "\ufffd"}}]),
+        (
+            {"content": [{"text": "a\ud800"}, {"json": ["\udcff"]}]},
+            [{"text": "a\ufffd"}, {"json": ["\ufffd"]}],
+        ),
+    ],
+    ids=lambda value: type(value).__name__,
+)
+def test_values_with_a_standard_json_form_are_encoded(value: Any, expected: list[Any]) -> None:
+    """The old code sent the model str(value) (``'{3, 1, 2}'``, ``Decimal('12.50')``,
+    ``_Row(when=datetime.datetime(...))``) or a string the store could not encode."""
+    result = result_from_value("t1", value)
+    assert result == {"toolUseId": "t1", "status": "success", "content": expected}
+    json.dumps(result, allow_nan=False).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        (float("nan"), "the return value is NaN"),
+        (float("inf"), "the return value is Infinity"),
+        ({"score": -math.inf}, 'the return value at $["score"] is -Infinity'),
+        ([1, {"x": [float("nan")]}], 'the return value at $[1]["x"][0] is NaN'),
+        (decimal.Decimal("NaN"), "is Decimal('NaN')"),
+        (b"\x89PNG", "is bytes, which JSON cannot carry"),
+        ({"raw": bytearray(b"x")}, 'at $["raw"] is bytes'),
+        (_Unprintable(), "is of type _Unprintable, which has no JSON form"),
+        ({"obj": object()}, 'at $["obj"] is of type object'),
+        ({"content": [{"json": float("nan")}], "extra": 1}, 'at $["content"][0]["json"] is NaN'),
+    ],
+    ids=lambda value: type(value).__name__,
+)
+def test_values_json_cannot_carry_are_error_results_not_reprs(value: Any, says: str) -> None:
+    result = result_from_value("t1", value)
+    assert result["status"] == "error"
+    text = result["content"][0]["text"]
+    assert says in text
+    assert "object at 0x" not in text and "b'" not in text  # no repr of the value
+    json.dumps(result, allow_nan=False).encode("utf-8")
+
+
+def test_error_texts_are_made_encodable() -> None:
+    """A tool's exception message and a deny reason may carry a file name's lone surrogate."""
+    from agent_sync.tools._results import describe_exception, error_result
+
+    name = os.fsdecode(b"report-\xff.txt")
+    assert describe_exception(ValueError(f"cannot read {name}")).encode("utf-8")
+    result = error_result("t1", f"denied: {name}")
+    assert result["content"][0]["text"] == "denied: report-\ufffd.txt"
