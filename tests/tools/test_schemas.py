@@ -171,3 +171,15 @@ def test_the_schema_stored_with_the_request_rules_a_resume_elsewhere(tools: list
     with pytest.raises(DecisionValidationError, match=r"data\.ticket: 'T-x' does not match"):
         other.resume({request.id: Approve(data={"ticket": "T-x"})})
     assert other.is_paused and CALLS == []
+
+
+def test_a_default_that_is_not_json_is_left_out_of_the_schema() -> None:
+    def scale(factor: float = float("nan"), limit: float = float("inf"), n: int = 2) -> str:
+        return str(factor)
+
+    made = tool(scale)  # was fine before the schema had to be plain JSON: still fine
+    assert made.input_schema["properties"] == {
+        "factor": {"type": "number"},
+        "limit": {"type": "number"},
+        "n": {"type": "integer", "default": 2},
+    }
