@@ -39,9 +39,14 @@ def check_decisions(
             [f"decisions must be a dict of request id -> decision, got {type(decisions).__name__}"]
         )
     now = time.time()
-    problems: list[str] = []
     checked: dict[str, Approve | Deny] = {}
     pending = {request.id: request for request in state.approvals}
+    # an unknown id first: it usually explains the rest (a decision sent for another run)
+    problems = [
+        f"unknown request id {request_id!r}"
+        for request_id in decisions
+        if request_id not in pending
+    ]
     for request_id, request in pending.items():
         tool_use = request.tool_use
         name = tool_use["name"]
@@ -60,11 +65,6 @@ def check_decisions(
             continue
         problems.extend(_problems(request_id, decision, tools.get(name), request.schema))
         checked[tool_use["toolUseId"]] = decision
-    problems.extend(
-        f"unknown request id {request_id!r}"
-        for request_id in decisions
-        if request_id not in pending
-    )
     if problems:
         raise DecisionValidationError(problems)
     return checked

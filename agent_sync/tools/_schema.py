@@ -9,7 +9,6 @@ against the schema by the one validator, :mod:`agent_sync._jsonschema`.
 from __future__ import annotations
 
 import inspect
-import math
 import re
 import types
 from collections.abc import Callable
@@ -122,9 +121,7 @@ def input_schema(
 
 
 def _json_safe(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)  # NaN and infinities are not JSON
-    return value is None or isinstance(value, (str, int, bool))
+    return value is None or isinstance(value, (str, int, float, bool))
 
 
 def check_explicit_schema(

@@ -4,20 +4,36 @@ Each adapter turns its framework's request into a :class:`WebRequest` and a
 :class:`WebResponse` back into its framework's response; everything between (parsing,
 checking, the routes themselves) is written once, here and in :mod:`._routes`.
 
-What comes in is checked at the edge: a body over :data:`MAX_BODY_BYTES`, a body that is
-not a JSON object, a field of the wrong type: each is a :class:`BadRequest`, answered 400
-with ``{"error": "bad_request", "message"}`` before anything is touched.
+What comes in is checked at the edge, before anything is touched:
+
+- every ``POST`` must declare ``Content-Type: application/json`` (an empty body or ``{}``
+  is fine where the route needs nothing): anything else is answered 415. A cross-site
+  form cannot send that type without the browser asking the server first (a CORS
+  preflight), so no page elsewhere can stop or answer a user's run (:func:`require_json`);
+- a body over :data:`MAX_BODY_BYTES`, one that is not a JSON object, nested deeper than
+  :data:`MAX_JSON_DEPTH`, with a non-finite number (``NaN``, ``Infinity``, ``1e400``), a
+  field of the wrong type: each is a :class:`BadRequest`, answered 400 with
+  ``{"error": "bad_request", "message"}`` (:func:`parse_json_body`);
+- an id (conversation, run, approval) must match :data:`ID_PATTERN`, so no crafted id can
+  name a store key of another kind (``<run_id>:signals``) (:func:`check_id`).
+
+What goes out is always valid UTF-8: a lone surrogate already stored in a history becomes
+U+FFFD in the answer (:func:`utf8`), never an encoding error.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
+    "ID_PATTERN",
     "MAX_BODY_BYTES",
+    "MAX_JSON_DEPTH",
     "BadRequest",
     "WebRequest",
     "WebResponse",
@@ -28,21 +44,37 @@ __all__ = [
     "optional_str",
     "parse_json_body",
     "read_limited",
+    "require_json",
     "required_str",
+    "utf8",
+    "valid_id",
 ]
 
 MAX_BODY_BYTES: Final = 1024 * 1024
 """The largest request body the routes read (1 MiB); larger ones get 400."""
 
+MAX_JSON_DEPTH: Final = 100
+"""The deepest nesting of arrays and objects a body may have; deeper ones get 400."""
+
 _MAX_ID_CHARS: Final = 256
+
+ID_PATTERN: Final = re.compile(rf"[A-Za-z0-9._~@+=-]{{1,{_MAX_ID_CHARS}}}")
+"""What an id from a client must be (whole): 1 to 256 ASCII letters, digits and
+``. _ ~ @ + = -``. No ``:`` (the stores' key separator), ``/``, ``{}``, glob characters,
+whitespace or control characters; run ids (``run_<hex>``), the AI SDK's ids and UUIDs fit."""
+
+JSON_CONTENT_TYPE: Final = "application/json"
 
 
 class BadRequest(Exception):
-    """A request the routes refuse with 400 (its message is shown to the client)."""
+    """A request the routes refuse before touching anything (its message is shown to the
+    client): 400 ``bad_request`` unless ``status``/``error`` say otherwise."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, status: int = 400, error: str = "bad_request") -> None:
         super().__init__(message)
         self.message = message
+        self.status = status
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -51,6 +83,8 @@ class WebRequest:
 
     native: Any
     """The framework's request object (what ``authorize`` receives)."""
+    method: str
+    """The HTTP method, upper-case (every ``POST`` must be :func:`require_json`)."""
     body: bytes = b""
     """The body, at most ``MAX_BODY_BYTES + 1`` bytes (read no further)."""
     oversized: bool = False
@@ -78,7 +112,17 @@ class WebResponse:
 def json_response(status: int, data: Mapping[str, Any]) -> WebResponse:
     """A JSON answer."""
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
-    return WebResponse(status, payload.encode(), "application/json")
+    return WebResponse(status, utf8(payload), "application/json")
+
+
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (a history stored before its input was made
+    encodable) becomes U+FFFD instead of raising."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        # UTF-16 round trip: surrogate pairs join, lone surrogates become U+FFFD
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
 
 
 def error_response(status: int, error: str, message: str, **extra: Any) -> WebResponse:
@@ -109,13 +153,28 @@ def read_limited(stream: Any, declared: int | None) -> tuple[bytes, bool]:
     return b"".join(chunks), False
 
 
-def parse_json_body(request: WebRequest, *, required: bool = True) -> dict[str, Any]:
-    """The body as a JSON object (``{}`` for an empty optional body).
+def require_json(request: WebRequest) -> None:
+    """Refuse a request not declared ``application/json`` (415), whatever its body: the
+    routes ask it of every ``POST`` before anything else.
 
     Raises:
-        BadRequest: Too large, not JSON (or not declared ``application/json``: a
-            cross-site form cannot send that without the browser asking first), not an
-            object.
+        BadRequest: With status 415.
+    """
+    if request.content_type != JSON_CONTENT_TYPE:
+        raise BadRequest(
+            "send the body as Content-Type: application/json ({} when there is nothing to say)",
+            status=415,
+            error="unsupported_media_type",
+        )
+
+
+def parse_json_body(request: WebRequest, *, required: bool = True) -> dict[str, Any]:
+    """The body as a JSON object (``{}`` for an empty optional body); its declared type
+    was checked first (:func:`require_json`, for every ``POST``).
+
+    Raises:
+        BadRequest: Too large, not JSON, a non-finite number, nested deeper than
+            :data:`MAX_JSON_DEPTH`, not an object.
     """
     body = request.body
     if request.oversized or len(body) > MAX_BODY_BYTES:
@@ -124,15 +183,55 @@ def parse_json_body(request: WebRequest, *, required: bool = True) -> dict[str, 
         if required:
             raise BadRequest("the body must be a JSON object")
         return {}
-    if request.content_type != "application/json":
-        raise BadRequest("the body must be sent as Content-Type: application/json")
     try:
-        data = json.loads(body)
+        data = json.loads(body, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise BadRequest(f"the body is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except _NonFinite as exc:
+        raise BadRequest(f"the body has a number that is not finite: {exc}") from None
     except (UnicodeDecodeError, ValueError):
         raise BadRequest("the body is not valid JSON") from None
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise BadRequest(f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
     return data
+
+
+class _NonFinite(Exception):
+    """A ``NaN``, ``Infinity`` or out-of-range number in a body (not a ``ValueError``, so
+    the message says what is wrong)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400
+        raise _NonFinite(text[:40])
+    return value
+
+
+def _depth(data: object) -> int:
+    """How deeply ``data`` nests lists and dicts (a scalar is 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children: Iterable[object]
+        if isinstance(value, dict):
+            children = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def required_str(data: Mapping[str, Any], name: str, *, is_id: bool = False) -> str:
@@ -162,12 +261,19 @@ def optional_str(data: Mapping[str, Any], name: str) -> str | None:
     return value
 
 
+def valid_id(value: object) -> bool:
+    """Whether ``value`` is an id a client may send (:data:`ID_PATTERN`)."""
+    return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
+
+
 def check_id(value: str, name: str) -> str:
-    """An id from a client: at most 256 characters, no control characters.
+    """An id from a client: :data:`ID_PATTERN` (no whitespace, no ``:``, at most 256).
 
     Raises:
         BadRequest: It is not.
     """
-    if len(value) > _MAX_ID_CHARS or not value.isprintable():
-        raise BadRequest(f"{name!r} must be at most {_MAX_ID_CHARS} printable characters")
+    if not valid_id(value):
+        raise BadRequest(
+            f"{name!r} must be 1 to {_MAX_ID_CHARS} ASCII letters, digits or . _ ~ @ + = -"
+        )
     return value

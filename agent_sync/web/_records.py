@@ -232,7 +232,7 @@ def event_id(run_id: str, seq: int) -> str:
 def parse_event_id(value: str) -> tuple[str, int] | None:
     """``(run_id, seq)`` of an SSE id, or ``None`` if it is not one of ours."""
     run_id, sep, number = value.strip().rpartition(":")
-    if not sep or not run_id or not number.isdigit() or len(number) > 12:
+    if not sep or not run_id or not (number.isascii() and number.isdigit()) or len(number) > 12:
         return None
     return run_id, int(number)
 

@@ -4,7 +4,8 @@
 :func:`agent_sync.web.flask.chat_blueprint` and :func:`agent_sync.web.django.chat_urls`
 only translate. Every route:
 
-- checks what comes in first (:class:`._http.BadRequest`: 400, nothing touched);
+- checks what comes in first (:class:`._http.BadRequest`: 400, or 415 for a ``POST`` not
+  declared ``application/json``; nothing touched); an id that cannot name a run is 404;
 - asks ``authorize(request, conversation_id)`` (a run's conversation is looked up in the
   store; ``False``: 403, nothing touched; an unknown run: 404);
 - acts through the store, so it works on any worker: a run started here is published to
@@ -41,13 +42,15 @@ from ._http import (
     json_response,
     optional_str,
     parse_json_body,
+    require_json,
     required_str,
+    valid_id,
 )
 from ._publish import Publisher
 from ._records import is_terminal, parse_event_id, run_record
 from ._sse import DISCONNECT_REASON, SSE_HEADERS
 from ._ui_request import UIChatRequest, is_ui_chat, parse_ui_chat
-from ._ui_stream import UI_STREAM_HEADERS, UIStreamEncoder
+from ._ui_stream import UI_STREAM_HEADERS, UIStreamEncoder, shown_calls
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -214,7 +217,7 @@ class ChatRoutes:
         return self._stream(request, run_id, after, encoder, on_gone, headers)
 
     def _run_events(self, request: WebRequest, run_id: str) -> WebResponse:
-        check_id(run_id, "run_id")
+        _check_run_id(run_id)
         after = self._last_event_id(request, run_id)
         snapshot = self._run(request, run_id)
         if self._nothing_left(run_id, after, snapshot):
@@ -222,13 +225,13 @@ class ChatRoutes:
         return self._follow(request, run_id, after, NativeEncoder(run_id), None)
 
     def _run_stop(self, request: WebRequest, run_id: str) -> WebResponse:
-        check_id(run_id, "run_id")
+        _check_run_id(run_id)
         reason = optional_str(parse_json_body(request, required=False), "reason")
         snapshot = self._run(request, run_id)
         return json_response(200, {"cancelled": self._stop(snapshot, reason)})
 
     def _run_decisions(self, request: WebRequest, run_id: str) -> WebResponse:
-        check_id(run_id, "run_id")
+        _check_run_id(run_id)
         decisions = _decisions(parse_json_body(request))
         snapshot = self._run(request, run_id)
         if snapshot.status != "paused":
@@ -246,7 +249,7 @@ class ChatRoutes:
         try:
             stream = agent.resume_stream(decisions, timeout=self._timeout)
         except DecisionValidationError as exc:
-            raise _Refusal(422, "invalid_decision", str(exc)) from None
+            raise _Refusal(422, "invalid_decision", str(exc), problems=list(exc.problems)) from None
         except (RunConflictError, ConcurrentInvocationError, UsageError):
             raise _Refusal(409, "conflict", "the run was resumed or cancelled meanwhile") from None
         if stream.run_id != run_id:  # the conversation's paused run is another one
@@ -270,7 +273,7 @@ class ChatRoutes:
         )
 
     def _run_inject(self, request: WebRequest, run_id: str) -> WebResponse:
-        check_id(run_id, "run_id")
+        _check_run_id(run_id)
         content = parse_json_body(request).get("content")
         try:
             blocks = content_blocks(content, what="injected input")
@@ -292,8 +295,6 @@ class ChatRoutes:
 
     def _history(self, request: WebRequest) -> WebResponse:
         conversation_id = check_id(request.query.get("conversation_id", ""), "conversation_id")
-        if not conversation_id:
-            raise BadRequest("'conversation_id' must be a non-empty string")
         self._check_allowed(request, conversation_id)
         record = self._store.load(conversation_id)
         return json_response(200, {"messages": _encode(list(record.messages))})
@@ -323,9 +324,10 @@ class ChatRoutes:
         }
         publisher = self._resume(snapshot, decisions)  # checked against the stored requests
         run_id = publisher.run_id
-        return self._follow(
-            request, run_id, publisher.first_seq, UIStreamEncoder(run_id), publisher, _UI_HEADERS
-        )
+        seen = publisher.first_seq  # the client's message holds what these announced
+        client_has = shown_calls(r.data for r in self._store.read_events(run_id) if r.seq <= seen)
+        encoder = UIStreamEncoder(run_id, client_has=client_has)
+        return self._follow(request, run_id, seen, encoder, publisher, _UI_HEADERS)
 
     def _ui_resume(self, request: WebRequest, conversation_id: str) -> WebResponse:
         check_id(conversation_id, "conversation_id")
@@ -346,11 +348,15 @@ class ChatRoutes:
 
     # -- shared --
 
-    def _answer(self, route: Callable[..., WebResponse], *args: Any) -> WebResponse:
+    def _answer(
+        self, route: Callable[..., WebResponse], request: WebRequest, *args: Any
+    ) -> WebResponse:
         try:
-            return route(*args)
+            if request.method == "POST":
+                require_json(request)  # before anything: a cross-site form changes nothing
+            return route(request, *args)
         except BadRequest as exc:
-            return error_response(400, "bad_request", exc.message)
+            return error_response(exc.status, exc.error, exc.message)
         except _Refusal as refusal:
             return refusal.response
         except StoreUnavailableError:
@@ -363,6 +369,7 @@ class ChatRoutes:
 
     def _run(self, request: WebRequest, run_id: str) -> RunSnapshot:
         """The run's snapshot, once this request may touch its conversation."""
+        _check_run_id(run_id)
         snapshot = self._store.get(run_id)
         if snapshot is None:
             raise _Refusal(404, "not_found", "no such run")
@@ -442,6 +449,13 @@ class ChatRoutes:
         snapshot = self._store.get(run_id)
         if snapshot is not None and snapshot.status == "running":
             self._store.cancel(run_id, DISCONNECT_REASON)
+
+
+def _check_run_id(run_id: str) -> None:
+    """404 for an id no run can have (:func:`._http.valid_id`), before the store is asked:
+    a crafted id (``<run_id>:signals``) must not name another key."""
+    if not valid_id(run_id):
+        raise _Refusal(404, "not_found", "no such run")
 
 
 def _decisions(data: Mapping[str, Any]) -> dict[str, Decision]:

@@ -36,21 +36,25 @@ the decisions. The continuation announces them when they start.
 
 A continuation starts after the approval records: the calls of the earlier steps are
 already in the client's message, so outputs are written without a step of their own (the
-client finds a call by id in the whole message). At the end of a run (cancelled, failed) a
-call left without an output gets ``tool-output-error``, as the history answers it.
+client finds a call by id in the whole message), and a call the client already has (the
+approved one: ``client_has``, from :func:`shown_calls`) is not announced again, as the
+AI SDK's own server does not: a ``tool-input-available`` there would sit outside any step.
+At the end of a run (cancelled, failed) a call left without an output gets
+``tool-output-error``, as the history answers it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ..messages import CANCELLED_TEXT
 from ._encoders import KEEPALIVE_FRAME
+from ._http import utf8
 
-__all__ = ["DONE_FRAME", "UI_STREAM_HEADERS", "UIStreamEncoder", "ui_part_frame"]
+__all__ = ["DONE_FRAME", "UI_STREAM_HEADERS", "UIStreamEncoder", "shown_calls", "ui_part_frame"]
 
 UI_STREAM_HEADERS: Final[dict[str, str]] = {
     "Content-Type": "text/event-stream",
@@ -83,7 +87,17 @@ def ui_part_frame(part: Mapping[str, Any]) -> bytes:
     payload is one line and cannot end the frame early.
     """
     payload = json.dumps(part, ensure_ascii=False, separators=(",", ":"), default=str)
-    return f"data: {payload}\n\n".encode()
+    return utf8(f"data: {payload}\n\n")
+
+
+def shown_calls(records: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The tool call ids a client that read ``records`` (a run's log from its start) has
+    in its message: what a continuation after them must not announce again."""
+    encoder = UIStreamEncoder("")
+    for seq, record in enumerate(records, 1):
+        encoder._finished = False  # a logged pause does not end what the client keeps
+        encoder.encode(seq, record)
+    return {call_id for call_id, call in encoder._calls.items() if call.shown}
 
 
 @dataclass
@@ -103,16 +117,21 @@ class UIStreamEncoder:
 
     Args:
         message_id: The run id: the assistant message id on every stream of the run.
+        client_has: Tool call ids the client's message already holds (a continuation's:
+            :func:`shown_calls`); they are not announced again.
     """
 
     stops_at_pause = True
 
-    def __init__(self, message_id: str) -> None:
+    def __init__(self, message_id: str, *, client_has: Iterable[str] = ()) -> None:
         self._message_id = message_id
         self._open: tuple[str, str] | None = None  # ("text" | "reasoning", part id)
         self._in_step = False
         self._model_done = False  # the open step's model call ended (its `step` record)
-        self._calls: dict[str, _Call] = {}  # by toolCallId, in the order the steps asked
+        # by toolCallId, in the order the steps asked
+        self._calls: dict[str, _Call] = {
+            call_id: _Call("", None, shown=True) for call_id in client_has
+        }
         self._finished = False  # `finish` (or `error`) sent: later records add nothing
         self._done_sent = False
 

@@ -8,6 +8,9 @@
 //                                               <api>/<chat id>/stream)
 //   "chat_id": "c1",                            the chat id (`id` in the request body)
 //   "body": {...},                              optional extra body fields
+//   "prepare_send": "<js>",                     optional: the transport's
+//                                               prepareSendMessagesRequest, as the source
+//                                               of a function expression (docs/web.md's)
 //   "canned": [sse text | {"status", "body"}],  optional: answer each request with these,
 //                                               in order, instead of the network
 //   "timeout_ms": 15000,                        bound of every wait
@@ -29,7 +32,8 @@
 //                            (through the last user message) of the messages
 //   print {label}            a checkpoint line
 // Output: one JSON line per checkpoint, {label, status, error, errors, messages, data,
-// requests}, and a last one labelled "end". Exit codes: 0 fine, 1 the chat ended in an
+// requests, tool_calls (the toolCallId of each onToolCall, in order)}, and a last one
+// labelled "end". Exit codes: 0 fine, 1 the chat ended in an
 // unexpected error (the line is labelled "unexpected"), 2 a bad script or a crash,
 // 3 a wait timed out.
 
@@ -118,6 +122,7 @@ class Driver {
     this.errors = [];
     this.data = [];
     this.requests = [];
+    this.toolCalls = [];
     this.pending = new Set();
     this.waiters = new Set();
     this.canned = Array.isArray(script.canned) ? [...script.canned] : null;
@@ -130,6 +135,9 @@ class Driver {
       api: this.script.api ?? "http://127.0.0.1:9/api/chat",
       body: this.script.body,
       fetch: (url, init) => this.fetch(url, init),
+      ...(typeof this.script.prepare_send === "string"
+        ? { prepareSendMessagesRequest: evaluate(this.script.prepare_send) }
+        : {}),
     });
     return new ScriptChat(
       {
@@ -139,6 +147,9 @@ class Driver {
         sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
         onError: (error) => this.errors.push(String(error?.message ?? error)),
         onData: (part) => this.data.push(part),
+        onToolCall: ({ toolCall }) => {
+          this.toolCalls.push(toolCall.toolCallId);
+        },
       },
       changed,
     );
@@ -239,6 +250,7 @@ class Driver {
       messages: structuredClone(chat.messages),
       data: structuredClone(this.data),
       requests: structuredClone(this.requests),
+      tool_calls: [...this.toolCalls],
     };
   }
 
@@ -347,6 +359,15 @@ class Driver {
     this.data = [];
     this.chat = this.newChat(messages);
   }
+}
+
+/** A function expression's source (from the docs) as the function. */
+function evaluate(source) {
+  const made = new Function(`return (${source});`)();
+  if (typeof made !== "function") {
+    throw new ScriptError("prepare_send must be the source of a function expression");
+  }
+  return made;
 }
 
 function print(line) {

@@ -97,6 +97,9 @@ def check_stream(parts: list[Any], *, client_has: Iterable[str] = ()) -> set[str
             if kind.endswith("-end"):
                 del active[part["id"]]
         elif kind == "tool-input-available":
+            # announced again, the client resets the call's state and calls onToolCall
+            # again (the AI SDK's own server never re-announces a call)
+            assert part["toolCallId"] not in known, f"call {part['toolCallId']} announced again"
             known.add(part["toolCallId"])
             announced.add(part["toolCallId"])
         elif kind.startswith("tool-"):

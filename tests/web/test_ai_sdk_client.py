@@ -9,10 +9,13 @@ decision refused) is checked in the store.
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import flask
@@ -75,13 +78,17 @@ class Served:
     model: ScriptedModel
     client: ChatClient
 
-    def run(self, *actions: dict[str, Any], check: bool = True) -> list[dict[str, Any]]:
-        """Run the client's script on conversation ``c1``; its checkpoint lines."""
+    def run(
+        self, *actions: dict[str, Any], check: bool = True, **options: Any
+    ) -> list[dict[str, Any]]:
+        """Run the client's script on conversation ``c1`` (``options``: more script
+        fields, e.g. ``prepare_send``); its checkpoint lines."""
         script = {
             "api": f"http://127.0.0.1:{self.port}/api/chat",
             "chat_id": "c1",
             "timeout_ms": WAIT_S * 1000,
             "actions": list(actions),
+            **options,
         }
         return self.client.run(script, check=check)
 
@@ -205,6 +212,9 @@ def test_an_approval_runs_the_tool_exactly_once(aisdk_client: ChatClient) -> Non
         "t_read": ("output-available", "contents of a"),
     }
     assert final["parts"][-1] == {"type": "text", "text": "Deleted b.", "state": "done"}
+    # each call announced once: the continuation does not announce the approved call again
+    # (the client would reset its state and call onToolCall for it a second time)
+    assert sorted(end["tool_calls"]) == ["t_delete", "t_read"]
     assert DELETED == ["b"]
     assert validate_history(history) == []
 
@@ -296,3 +306,42 @@ def test_resume_after_a_reload_replays_the_run(aisdk_client: ChatClient) -> None
     assert tool_parts(final)["t1"]["output"] == "resumed"
     assert final["parts"][-1]["text"] == "All done."
     assert len(app.model.calls) == 2  # one run, replayed: not a second one
+
+
+def docs_prepare_send() -> str:
+    """The ``prepareSendMessagesRequest`` function of docs/web.md's useChat example."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "web.md").read_text()
+    found = re.search(r"prepareSendMessagesRequest: (\(.*?\n  \}\)),\n", docs, re.DOTALL)
+    assert found is not None, "docs/web.md has no prepareSendMessagesRequest example"
+    return found.group(1)
+
+
+LONG = "many words " * 30_000  # 330 kB: four answers make a UI history over the 1 MiB cap
+
+
+@pytest.mark.parametrize("last_only", [True, False], ids=["docs-transport", "default"])
+def test_a_long_conversation_goes_on_when_only_the_last_message_is_sent(
+    aisdk_client: ChatClient, last_only: bool
+) -> None:
+    turns = [{"text": LONG, "chunk_size": 110_000}] * 4 + ["Still here."]
+    sends: list[dict[str, Any]] = []
+    for number in range(5):
+        sends += [{"do": "send", "text": f"message {number}"}, {"do": "wait", "expect": "any"}]
+    options = {"prepare_send": docs_prepare_send()} if last_only else {}
+    with served(aisdk_client, *turns) as app:
+        (end,) = app.run(*sends, **options)
+        history = app.history()
+
+    bodies = [json.dumps(r["body"]) for r in end["requests"]]
+    assert len(bodies) == 5
+    if last_only:
+        assert end["status"] == "ready" and end["errors"] == []
+        assert assistant(end)["parts"][-1]["text"] == "Still here."
+        assert [len(r["body"]["messages"]) for r in end["requests"]] == [1] * 5
+        assert max(len(body) for body in bodies) < 1_000
+        assert len(history) == 10  # the store holds the whole conversation
+    else:  # the whole UI history in every body: past 1 MiB the cap refuses the send
+        assert len(bodies[-1]) > 1024 * 1024
+        assert end["status"] == "error" and "larger than 1048576 bytes" in end["error"]
+        assert len(history) == 8
+    assert len(json.dumps(end["messages"])) > 1024 * 1024

@@ -417,7 +417,7 @@ def test_an_oversized_body_a_wrong_content_type_and_an_unknown_run() -> None:
         status, answer = _raw_post(
             app.port, "/api/chat", b'{"conversation_id": "c1", "message": "x"}', "text/plain"
         )
-        assert status == 400 and "application/json" in answer["message"]
+        assert status == 415 and "application/json" in answer["message"]
         assert app.store.load("c1").messages == ()
         assert app.post("/runs/run_unknown/stop")[0] == 404
         assert app.post("/runs/run_unknown/decisions", {"decisions": {}})[0] == 404

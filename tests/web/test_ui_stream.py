@@ -22,7 +22,7 @@ from agent_sync.retry import RetryPolicy
 from agent_sync.testing import ScriptedModel
 from agent_sync.web._encoders import KEEPALIVE_FRAME
 from agent_sync.web._records import done_record, error_record, records_of, run_record
-from agent_sync.web._ui_stream import DONE_FRAME, UI_STREAM_HEADERS, UIStreamEncoder
+from agent_sync.web._ui_stream import DONE_FRAME, UI_STREAM_HEADERS, UIStreamEncoder, shown_calls
 
 from ._ui_parts import DONE, check_stream, parse_frames, types_of
 
@@ -70,8 +70,9 @@ def record(events: Iterable[AgentEvent], *, denied: Collection[str] = ()) -> lis
 def encode(
     records: list[Record], *, start: int = 0, end: str = "closing", first_seq: int = 1
 ) -> bytes:
-    """One response: the opening, the records from ``start``, then the end."""
-    encoder = UIStreamEncoder(RUN)
+    """One response: the opening, the records from ``start``, then the end (a stream
+    from ``start`` > 0 is a continuation: the client has the calls announced before)."""
+    encoder = UIStreamEncoder(RUN, client_has=shown_calls(records[:start]))
     body = [encoder.opening()]
     body += [encoder.encode(first_seq + i, r) for i, r in enumerate(records) if i >= start]
     body.append(encoder.paused() if end == "paused" else encoder.closing())
@@ -284,8 +285,7 @@ def test_continuation_after_approval() -> None:
         "start",
         "tool-input-available",  # the call that needed no approval: it runs now
         "tool-output-available",
-        "tool-input-available",  # the approved call (the client had it)
-        "tool-output-available",
+        "tool-output-available",  # the approved call: the client has it, not announced again
         "start-step",
         "text-start",
         "text-delta",
@@ -300,7 +300,11 @@ def test_continuation_after_approval() -> None:
         "toolCallId": "call_read",
         "output": "contents of a",
     }
-    assert parts[4]["output"] == "deleted b"
+    assert parts[3] == {
+        "type": "tool-output-available",
+        "toolCallId": "call_delete",
+        "output": "deleted b",
+    }
 
 
 def test_a_denied_call() -> None:
