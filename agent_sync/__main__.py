@@ -67,11 +67,17 @@ def run_demo(out: TextIO, *, cancel_after: float = 0.6) -> int:
 
     Args:
         out: Where the demo writes (the terminal for the CLI).
-        cancel_after: Seconds from the start of the second run to the ``cancel()`` call.
+        cancel_after: Seconds from the start of the second run to the ``cancel()`` call
+            (positive).
 
     Returns:
         A process exit code: 0 if the second run was cancelled and the history is valid.
+
+    Raises:
+        ValueError: ``cancel_after`` is not a positive number of seconds.
     """
+    if not cancel_after > 0:  # also refuses NaN
+        raise ValueError(f"cancel_after must be a positive number of seconds, got {cancel_after}")
     agent = Agent(_demo_model(), tools=[get_weather], system_prompt="You are a weather assistant.")
 
     out.write("== 1. Streaming an answer (the model calls a tool on the way) ==\n")
@@ -90,20 +96,23 @@ def run_demo(out: TextIO, *, cancel_after: float = 0.6) -> int:
     out.write(f"== 2. Cancelled from another thread by threading.Timer({cancel_after}) ==\n")
     out.write("> Tell me a long story.\n")
     cancelled_at: list[float] = []
+    stream = agent.stream("Tell me a long story.")  # the run exists from here on
 
     def cancel_from_timer_thread() -> None:
-        cancelled_at.append(time.perf_counter())
-        agent.cancel("timer")
+        now = time.perf_counter()
+        if stream.cancel("timer"):  # this run's own handle: it reached the run
+            cancelled_at.append(now)
 
     timer = threading.Timer(cancel_after, cancel_from_timer_thread)
     timer.start()
     result: AgentResult | None = None
-    for event in agent.stream("Tell me a long story."):
-        if isinstance(event, TextDelta):
-            out.write(event.text)
-            out.flush()
-        elif isinstance(event, Done):
-            result = event.result
+    with stream:
+        for event in stream:
+            if isinstance(event, TextDelta):
+                out.write(event.text)
+                out.flush()
+            elif isinstance(event, Done):
+                result = event.result
     ended = time.perf_counter()
     timer.cancel()  # in case the story ended first: the summary below then says so
     timer.join()
@@ -111,7 +120,7 @@ def run_demo(out: TextIO, *, cancel_after: float = 0.6) -> int:
     if cancelled_at:
         latency = f"{(ended - cancelled_at[0]) * 1000:.2f} ms"
     else:
-        latency = "not reached: the answer ended first"
+        latency = f"not reached: the answer ended before {cancel_after} s"
     out.write(f"\n\nstop_reason={result.stop_reason!r} cancel_reason={result.cancel_reason!r}")
     out.write(f" (cancel() -> stream ended: {latency})\n")
     out.write(f"agent ready for the next call: {not agent.is_running}\n\n")
@@ -121,7 +130,20 @@ def run_demo(out: TextIO, *, cancel_after: float = 0.6) -> int:
         out.write(json.dumps(message)[:160] + "\n")
     problems = validate_history(agent.messages)
     out.write(f"validate_history: {'OK' if not problems else problems}\n")
+    if result.stop_reason != "cancelled":
+        out.write("the second run was not cancelled: try a shorter --cancel-after\n")
     return 0 if not problems and result.stop_reason == "cancelled" else 1
+
+
+def _positive_seconds(text: str) -> float:
+    """argparse type: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent_sync", description="agent_sync command line")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run an agent offline (no API key, no network)")
-    demo.add_argument("--cancel-after", type=float, default=0.6, help="seconds before the cancel")
+    demo.add_argument(
+        "--cancel-after",
+        type=_positive_seconds,
+        default=0.6,
+        help="seconds from the start of the second run to its cancel (positive)",
+    )
     args = parser.parse_args(argv)  # exits with status 2 on anything but a known command
     # "demo" is the only command: argparse has already rejected everything else.
     return run_demo(sys.stdout, cancel_after=args.cancel_after)

@@ -13,14 +13,20 @@ done in passes, each of which keeps what the earlier ones established:
    dropped; a second ``toolUse`` with the same id in one message is dropped;
 4. roles again (dropping orphan results can empty a message), and a history that starts
    with the assistant gets a placeholder user message first.
+
+It repairs Converse histories only. A message of another shape is not damage to drop: a
+``system``/``tool`` message or OpenAI-style ``tool_calls`` (the OpenAI Chat Completions
+shape) raises :class:`~agent_sync.errors.UsageError` naming the shape expected, and text
+given as a plain string (``"content": "hi"``) becomes a text block. So a repair never loses
+a message silently.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
+from ._encodable import clean_content
 from .errors import UsageError
 from .messages import ContentBlock, Message, _block_problem
 from .tools._results import error_result
@@ -50,10 +56,16 @@ def repair_history(messages: Sequence[Any]) -> list[Message]:
         A new, valid history (possibly empty).
 
     Raises:
-        UsageError: ``messages`` is not a list (or other sequence) of messages.
+        UsageError: ``messages`` is not a list (or other sequence) of messages, or holds a
+            message of another shape (a ``system`` or ``tool`` message, OpenAI-style
+            ``tool_calls``): the error names the message and the shape expected.
     """
     if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Sequence):
         raise UsageError(f"a history is a list of messages, not {type(messages).__name__}")
+    for index, item in enumerate(messages):
+        problem = _foreign_shape(item)
+        if problem is not None:
+            raise UsageError(f"message {index}: {problem}. {EXPECTED_SHAPE}")
     cleaned = [m for m in (_clean_message(item) for item in messages) if m is not None]
     merged = _merge_roles(cleaned)
     paired = _pair_tools(merged)
@@ -63,18 +75,51 @@ def repair_history(messages: Sequence[Any]) -> list[Message]:
     return repaired
 
 
+EXPECTED_SHAPE = (
+    "repair_history takes a Converse history: "
+    '{"role": "user" | "assistant", "content": [{"text": "..."}, ...]} messages '
+    "(system text goes to Agent(system_prompt=...); tool calls are toolUse/toolResult blocks)"
+)
+"""The shape named by the error for a message of another shape."""
+
+_FOREIGN_KEYS = ("tool_calls", "function_call", "tool_call_id")  # OpenAI Chat Completions
+
+
+def _foreign_shape(item: Any) -> str | None:
+    """Why ``item`` is a message of another API's shape (not damage to repair), if it is."""
+    if not isinstance(item, dict):
+        return None
+    role = item.get("role")
+    if isinstance(role, str) and role not in ("user", "assistant"):
+        return f"a {role!r} message has no place in a Converse history"
+    foreign = [key for key in _FOREIGN_KEYS if key in item]
+    if foreign:
+        return f"{foreign[0]!r} is the OpenAI message shape"
+    content = item.get("content")
+    if isinstance(content, list) and any(
+        isinstance(block, dict) and "type" in block for block in content
+    ):
+        return 'content parts with a "type" are the OpenAI/Anthropic shape'
+    return None
+
+
 def _clean_message(item: Any) -> Message | None:
     if not isinstance(item, dict) or item.get("role") not in ("user", "assistant"):
         return None
     role = item["role"]
     content = item.get("content")
+    if isinstance(content, str):  # text as a plain string: its one text block
+        content = [{"text": content}]
     if not isinstance(content, list):
         return None
     blocks: list[ContentBlock] = []
     for block in content:
         if _block_problem(block, role) is not None:
             continue
-        block = copy.deepcopy(block)
+        try:
+            block = clean_content(block)  # a copy, lone surrogates replaced
+        except Exception:  # noqa: BLE001 - a NaN or a value with no JSON form: not storable
+            continue
         if "text" in block and not block["text"].strip():
             block["text"] = BLANK_TEXT
         blocks.append(block)

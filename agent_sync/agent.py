@@ -33,6 +33,7 @@ from .run._driver import RunDriver, RunSlot
 from .run._durable import StoreLink, load_log
 from .run._history import add_user_blocks, close_turn
 from .stores._protocol import RunStore
+from .stores._rules import check_mode
 from .tools._registry import collect_tools
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
@@ -159,6 +160,10 @@ class Agent:
         if max_tool_workers < 1 or tool_grace_period < 0:
             raise UsageError("max_tool_workers must be >= 1 and tool_grace_period >= 0")
         _check_cache(cache)
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise UsageError(
+                f"system_prompt must be a str or None, got {type(system_prompt).__name__}"
+            )
         registry = collect_tools(tools)
         if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
             raise UsageError("hooks must be a list of hook objects")
@@ -435,7 +440,11 @@ class Agent:
             ``True`` if a running invocation was signalled (or a paused one cancelled);
             ``False`` if there was none (then nothing happens, and the next invocation is
             not affected).
+
+        Raises:
+            UsageError: ``mode`` is neither ``"now"`` nor ``"after_turn"`` (even when idle).
         """
+        check_mode(mode)  # first, whatever there is to cancel: a bad mode is never ignored
         run = self._slot.run  # one read: the run of this moment, or None
         if run is not None:
             return run.cancel(reason, mode=mode)

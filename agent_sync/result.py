@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .messages import Message, Usage
+from .messages import CANCELLED_TEXT, Message, Usage
 
 if TYPE_CHECKING:
     from ._decisions import ApprovalRequest
@@ -57,8 +57,15 @@ class AgentResult:
 
     @property
     def text(self) -> str:
-        """The text blocks of :attr:`message`, joined."""
-        return "".join(block["text"] for block in self.message["content"] if "text" in block)
+        """The model's text: the text blocks of :attr:`message`, joined.
+
+        A cancelled run's message ends with the marker "Cancelled by user" (for the
+        history: the model reads it next turn); it is not the model's, so it is left out.
+        """
+        blocks = self.message["content"]
+        if self.stop_reason == "cancelled" and blocks and blocks[-1] == {"text": CANCELLED_TEXT}:
+            blocks = blocks[:-1]
+        return "".join(block["text"] for block in blocks if "text" in block)
 
     def __str__(self) -> str:
         return self.text

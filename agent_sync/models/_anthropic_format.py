@@ -375,8 +375,16 @@ class EventTranslator:
                 return ()
             return ({"contentBlockStop": {"contentBlockIndex": index}},)
         if kind == "message_start":
-            self._usage(event["message"].get("usage"))
-            return ({"messageStart": {"role": "assistant"}},)
+            usage = event["message"].get("usage")
+            self._usage(usage)
+            if usage is None:
+                return ({"messageStart": {"role": "assistant"}},)
+            # the input figures now, so a call cancelled mid-stream still counts them
+            # (the assembler keeps the last usage: message_stop's replaces this one)
+            return (
+                {"messageStart": {"role": "assistant"}},
+                {"metadata": {"usage": self._counts()}},
+            )
         if kind == "message_delta":
             self.stop_reason = event["delta"].get("stop_reason") or self.stop_reason
             self._usage(event.get("usage"))
@@ -430,7 +438,7 @@ class EventTranslator:
         logger.debug("block_type=<%s> | ignoring anthropic content block", kind)
         return ()
 
-    def _stop(self) -> Iterable[StreamEvent]:
+    def _counts(self) -> Usage:
         # inputTokens is Anthropic's input_tokens: the prompt tokens *not* read from or
         # written to the cache. totalTokens counts every token the call processed.
         cached = (self._cache_read or 0) + (self._cache_write or 0)
@@ -443,10 +451,13 @@ class EventTranslator:
             usage["cacheReadInputTokens"] = self._cache_read
         if self._cache_write is not None:
             usage["cacheWriteInputTokens"] = self._cache_write
+        return usage
+
+    def _stop(self) -> Iterable[StreamEvent]:
         latency_ms = int((time.monotonic() - self._started) * 1000)
         return (
             {"messageStop": {"stopReason": map_stop_reason(self.stop_reason)}},
-            {"metadata": {"usage": usage, "metrics": {"latencyMs": latency_ms}}},
+            {"metadata": {"usage": self._counts(), "metrics": {"latencyMs": latency_ms}}},
         )
 
 

@@ -44,7 +44,7 @@ import httpx2
 
 from .._redact import install_log_filter, register_secret
 from ..cancel import CancelScope
-from ..errors import ModelStreamError, UsageError
+from ..errors import ModelError, ModelStreamError, UsageError
 from ..messages import StreamEvent
 from ._abort.httpx import AbortSlot, bound, current, is_abortable
 from ._anthropic_errors import PROVIDER, error_event, mapped_errors, rejects_cache
@@ -128,6 +128,9 @@ class AnthropicModel:
             self._client = anthropic.Anthropic(**args)
         _register_client_secrets(self._client)
         _register_header_secrets(self.params.get("extra_headers") or {})
+        self._no_credentials = not _has_credentials(
+            self._client, self.params.get("extra_headers") or {}
+        )
         install_log_filter(_LOGGERS_TO_REDACT)
         self._cache_rejection = CacheRejection(logger)
 
@@ -165,6 +168,13 @@ class AnthropicModel:
             agent_sync.errors.ModelError: Mapped from the SDK, see :mod:`._anthropic_errors`.
             agent_sync.cancel.CancelledError: The scope was cancelled.
         """
+        if self._no_credentials:  # the SDK would fail while building the request
+            raise ModelError(
+                "no Anthropic API key: set the ANTHROPIC_API_KEY environment variable or "
+                "pass client_args={'api_key': ...} (nothing was sent)",
+                provider=PROVIDER,
+                retryable=False,
+            )
         cache = None if self._cache_rejection.rejected else request.cache
         body, options = self._build(request, cache)
         cancel.raise_if_cancelled()
@@ -267,6 +277,16 @@ class AnthropicModel:
             **options,
         )
         return raw.http_response
+
+
+def _has_credentials(client: anthropic.Anthropic, extra_headers: Mapping[str, Any]) -> bool:
+    """Whether requests of ``client`` carry some credential (what the SDK checks before
+    sending: an API key, an auth token, a credentials provider or profile, or an
+    ``x-api-key``/``authorization`` header, even one explicitly omitted)."""
+    if client.api_key or client.auth_token or getattr(client, "credentials", None) is not None:
+        return True
+    names = {str(name).lower() for name in (*client.default_headers, *extra_headers)}
+    return bool(names & {"x-api-key", "authorization"})
 
 
 def _register_client_secrets(client: anthropic.Anthropic) -> None:

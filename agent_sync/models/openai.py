@@ -34,12 +34,13 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
 from .._redact import register_secret
 from ..cancel import CancelScope
-from ..errors import ModelHTTPError, ModelStreamError
+from ..errors import ModelError, ModelHTTPError, ModelStreamError
 from ..messages import StreamEvent
 from ._abort.requests import AbortableHTTPAdapter
 from ._abort.urllib3 import RequestAbort, abort_on_cancel
@@ -121,6 +122,15 @@ class OpenAIModel:
         _register_header_secrets(self.session.headers)
         self._cache_rejection = CacheRejection(logger)
         _mount_abortable(self.session)
+        # OpenAI itself refuses a request without a key: say so before sending anything
+        # (local servers at another base_url usually need none).
+        self._no_credentials = (
+            not self._api_key
+            and urlsplit(self.base_url).hostname == urlsplit(DEFAULT_BASE_URL).hostname
+            and not any(
+                name.lower() == "authorization" for name in (*self._headers, *self.session.headers)
+            )
+        )
 
     def __repr__(self) -> str:
         return f"OpenAIModel(model_id={self.model_id!r}, base_url={self.base_url!r})"
@@ -149,6 +159,13 @@ class OpenAIModel:
             ModelError: The call failed; ``retryable`` says whether a retry may help.
             CancelledError: ``cancel`` was cancelled during the call.
         """
+        if self._no_credentials:
+            raise ModelError(
+                "no OpenAI API key: set the OPENAI_API_KEY environment variable or pass "
+                "api_key= (nothing was sent; a local server at another base_url needs none)",
+                provider=PROVIDER,
+                retryable=False,
+            )
         body = build_request_body(
             self.model_id,
             request.messages,

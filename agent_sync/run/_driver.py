@@ -44,6 +44,7 @@ from ..errors import ConcurrentInvocationError, PendingApprovalError, UsageError
 from ..events import AgentEvent, Done, InputInjected
 from ..messages import ContentBlock, Message
 from ..result import AgentResult
+from ..stores._rules import check_mode
 from ._context import RunContext, RunSettings
 from ._durable import StoreLink, load_log
 from ._history import close_turn
@@ -171,10 +172,8 @@ class RunDriver:
         )
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
-        if mode == "now":
+        if check_mode(mode) == "now":
             return self._scope.cancel(reason)
-        if mode != "after_turn":
-            raise UsageError(f"cancel mode must be 'now' or 'after_turn', got {mode!r}")
         if self._scope.closed:
             return False
         ctx = self._ctx

@@ -105,8 +105,6 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
                 "the response is incomplete",
                 provider=type(settings.model).__name__,
             )
-        if ctx.first_token is None and assembler.first_text_at is not None:
-            ctx.first_token = assembler.first_text_at - ctx.started
     except BaseException as exc:
         duration = time.perf_counter() - started
         ctx.model_time += duration
@@ -114,6 +112,7 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         cut = scope.cancelled or interrupted
         if cut:  # whatever the provider raised after an abort is the cancel, not an error
             ctx.messages.append(assembler.partial(CANCELLED_TEXT))
+            _count_call(ctx, assembler)
         if hooks is not None and not interrupted:
             # after an abort, whatever the provider raised is the cancel: say so
             error = CancelledError(scope.reason or "cancelled") if cut else exc
@@ -134,7 +133,7 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     duration = time.perf_counter() - started
     ctx.model_time += duration
     assembled = assembler.finish()
-    ctx.add_usage(assembled.usage)
+    _count_call(ctx, assembler)
     message = assembled.message
     ctx.messages.append(message)
     ctx.phase = "idle"
@@ -157,6 +156,15 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         return "tools"
     ctx.steps.append(Step(cycle=cycle, message=message, tool_results=()))
     return "finish"
+
+
+def _count_call(ctx: RunContext, assembler: MessageAssembler) -> None:
+    """Count a model call into the run: the usage the provider reported and the first
+    token's time, whether the call finished or was cut short (a cancel after the input
+    tokens were reported still cost them)."""
+    ctx.add_usage(assembler.usage)
+    if ctx.first_token is None and assembler.first_text_at is not None:
+        ctx.first_token = assembler.first_text_at - ctx.started
 
 
 def _before_model_call(ctx: RunContext) -> None:

@@ -11,21 +11,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.http import (  # type: ignore[import-untyped,unused-ignore]
-    HttpRequest,
-    HttpResponse,
-    HttpResponseBase,
-    JsonResponse,
-    StreamingHttpResponse,
-)
-from django.urls import path  # type: ignore[import-untyped,unused-ignore]
-from django.views.decorators.csrf import (  # type: ignore[import-untyped,unused-ignore]
-    csrf_exempt,
-)
-from django.views.decorators.http import (  # type: ignore[import-untyped,unused-ignore]
-    require_GET,
-    require_POST,
-)
+from .._extras import missing_extra
+
+try:
+    from django.http import (  # type: ignore[import-untyped,unused-ignore]
+        HttpRequest,
+        HttpResponse,
+        HttpResponseBase,
+        JsonResponse,
+        StreamingHttpResponse,
+    )
+    from django.urls import path  # type: ignore[import-untyped,unused-ignore]
+    from django.views.decorators.csrf import (  # type: ignore[import-untyped,unused-ignore]
+        csrf_exempt,
+    )
+    from django.views.decorators.http import (  # type: ignore[import-untyped,unused-ignore]
+        require_GET,
+        require_POST,
+    )
+except ImportError as exc:
+    raise missing_extra("django", "django") from exc
 
 from ..errors import ConcurrentInvocationError
 from ..stores import RunStore
@@ -164,13 +169,11 @@ def _from_django(request: HttpRequest) -> WebRequest:
     body, oversized = b"", False
     if request.method == "POST":
         declared = request.META.get("CONTENT_LENGTH")
-        digits = str(declared or "")
-        length = int(digits) if digits.isascii() and digits.isdigit() else None
+        length = int(declared) if declared and str(declared).isdigit() else None
         body, oversized = read_limited(request, length)
     last_event_id = request.META.get("HTTP_LAST_EVENT_ID")
     return WebRequest(
         native=request,
-        method=str(request.method),
         body=body,
         oversized=oversized,
         content_type=content_type_of(request.META.get("CONTENT_TYPE")),

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import flask
+from .._extras import missing_extra
+
+try:
+    import flask
+except ImportError as exc:
+    raise missing_extra("flask", "flask") from exc
 
 from ..errors import ConcurrentInvocationError
 from ..stores import RunStore
@@ -170,7 +175,6 @@ def _from_flask() -> WebRequest:
     last_event_id = request.headers.get("Last-Event-ID")
     return WebRequest(
         native=request._get_current_object(),  # type: ignore[attr-defined]
-        method=request.method,
         body=body,
         oversized=oversized,
         content_type=content_type_of(request.headers.get("Content-Type")),

@@ -74,8 +74,12 @@ def test_usage_reported_as_converse_metadata(
     server.add_turns({"text": "ok", "usage": {"inputTokens": 321, "outputTokens": 45}})
     events = collect(model)
     metadata = [e["metadata"] for e in events if "metadata" in e]
-    assert len(metadata) == 1
-    assert metadata[0]["usage"] == {"inputTokens": 321, "outputTokens": 45, "totalTokens": 366}
+    # message_start's input figures at once (a call cancelled mid-stream still counts them),
+    # then the whole call's after messageStop: the last one is the call's usage
+    assert len(metadata) == 2
+    assert metadata[0]["usage"] == {"inputTokens": 321, "outputTokens": 1, "totalTokens": 322}
+    assert events[1] == {"metadata": metadata[0]}  # right after messageStart
+    assert metadata[1]["usage"] == {"inputTokens": 321, "outputTokens": 45, "totalTokens": 366}
     assert "messageStop" in events[-2]  # Converse order: messageStop, then metadata
 
 

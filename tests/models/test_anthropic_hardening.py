@@ -238,8 +238,10 @@ def test_an_error_with_a_request_id_names_it(
 
 
 def usage_of(events: list[StreamEvent]) -> dict[str, int]:
-    [metadata] = [e["metadata"] for e in events if "metadata" in e]
-    return cast(dict[str, int], dict(metadata["usage"]))
+    """The call's usage: the last ``metadata`` (the first carries message_start's figures)."""
+    metadata = [e["metadata"] for e in events if "metadata" in e]
+    assert "messageStop" in events[-2] and "metadata" in events[-1]
+    return cast(dict[str, int], dict(metadata[-1]["usage"]))
 
 
 def test_cache_figures_are_reported_with_converse_names(
