@@ -327,7 +327,7 @@ def test_a_long_conversation_goes_on_when_only_the_last_message_is_sent(
     sends: list[dict[str, Any]] = []
     for number in range(5):
         sends += [{"do": "send", "text": f"message {number}"}, {"do": "wait", "expect": "any"}]
-    options = {"prepare_send": docs_prepare_send()} if last_only else {}
+    options: dict[str, Any] = {"prepare_send": docs_prepare_send()} if last_only else {}
     with served(aisdk_client, *turns) as app:
         (end,) = app.run(*sends, **options)
         history = app.history()
