@@ -169,11 +169,13 @@ def _from_django(request: HttpRequest) -> WebRequest:
     body, oversized = b"", False
     if request.method == "POST":
         declared = request.META.get("CONTENT_LENGTH")
-        length = int(declared) if declared and str(declared).isdigit() else None
+        digits = str(declared or "")
+        length = int(digits) if digits.isascii() and digits.isdigit() else None
         body, oversized = read_limited(request, length)
     last_event_id = request.META.get("HTTP_LAST_EVENT_ID")
     return WebRequest(
         native=request,
+        method=str(request.method),
         body=body,
         oversized=oversized,
         content_type=content_type_of(request.META.get("CONTENT_TYPE")),

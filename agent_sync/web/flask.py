@@ -175,6 +175,7 @@ def _from_flask() -> WebRequest:
     last_event_id = request.headers.get("Last-Event-ID")
     return WebRequest(
         native=request._get_current_object(),  # type: ignore[attr-defined]
+        method=request.method,
         body=body,
         oversized=oversized,
         content_type=content_type_of(request.headers.get("Content-Type")),
