@@ -39,7 +39,7 @@ from ..errors import (
     ModelStreamError,
     ModelThrottledError,
 )
-from ._wire import is_context_overflow, mapping, retry_after_seconds, with_request_id
+from ._wire import is_context_overflow, mapping, retry_after_seconds, shorten, with_request_id
 
 __all__ = ["PROVIDER", "is_cache_rejection", "map_error", "mapped_errors"]
 
@@ -93,9 +93,10 @@ def map_error(exc: Exception) -> ModelError:
     scrub_exception(exc)  # it becomes __cause__: a printed traceback shows its message too
     if isinstance(exc, boto_errors.ClientError):  # EventStreamError is a ClientError too
         return _map_client_error(exc)
-    if isinstance(exc, ParserError):
+    if isinstance(exc, ParserError):  # botocore's decoder or ours (._eventstream)
         return ModelStreamError(
-            f"Bedrock sent a malformed event stream frame ({type(exc).__name__})",
+            f"Bedrock sent a malformed event stream frame ({type(exc).__name__}: "
+            f"{shorten(exc, 200)})",
             provider=PROVIDER,
         )
     if isinstance(exc, boto_errors.NoCredentialsError | boto_errors.PartialCredentialsError):

@@ -1,9 +1,10 @@
 """Amazon Bedrock, through boto3's ``bedrock-runtime`` Converse API.
 
 ``BedrockModel`` sends the Converse-shaped history almost as is (see
-:mod:`._bedrock_format`), streams ``ConverseStream`` events (or replays a non-streaming
-``Converse`` response as events), and maps every failure in one
-:func:`~._bedrock_errors.mapped_errors` block around every call site.
+:mod:`._bedrock_format`), streams ``ConverseStream`` events (decoding the event-stream body
+itself, :mod:`._bedrock_stream`; boto3 still signs, resolves credentials and endpoints and
+reads error answers) or replays a non-streaming ``Converse`` response as events, and maps
+every failure in one :func:`~._bedrock_errors.mapped_errors` block around every call site.
 
 Cancellation: botocore sits on urllib3, so the generic per-request socket abort of
 :mod:`._abort.urllib3` applies. :func:`_make_abortable` swaps the client's connection-pool
@@ -44,9 +45,9 @@ from ._bedrock_format import (
     build_request,
     converse_to_events,
     guard_events,
-    normalize_event,
     split_params,
 )
+from ._bedrock_stream import normalized_events
 from ._wire import CacheRejection
 from .base import ModelRequest
 
@@ -190,7 +191,7 @@ class BedrockModel:
                     unregister_fallback = _abort_response_on_cancel(response_stream, cancel)
                 saw_stop = False
                 # the loop checks for cancel after every event
-                for event in guard_events(_normalized(response_stream)):
+                for event in guard_events(normalized_events(response_stream)):
                     saw_stop = saw_stop or "messageStop" in event
                     yield event
                 cancel.raise_if_cancelled()  # an abort can look like a clean end of stream
@@ -287,13 +288,6 @@ def _resolve_session(boto_session: Any | None, region_name: str | None) -> tuple
             "region, or set AWS_REGION"
         )
     return session, str(region)
-
-
-def _normalized(response_stream: Any) -> Iterator[StreamEvent]:
-    for raw in response_stream:
-        event = normalize_event(raw)
-        if event is not None:
-            yield event
 
 
 @functools.cache

@@ -17,12 +17,13 @@ from typing import Any
 
 from .._prompt import content_blocks
 from ..cancel import CancelMode
-from ..messages import ContentBlock
+from ..messages import ContentBlock, Message
 from ..run._state import RunSnapshot, RunState, RunStatus
 from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
+    bad_conversation_id,
     cancelled_while_paused,
     check_mode,
     conversation_busy,
@@ -34,6 +35,7 @@ from ._rules import (
     encode_state,
     events_complete,
     events_moved_on,
+    input_pending,
     log_moved_on,
     moved_on,
     not_paused,
@@ -41,6 +43,7 @@ from ._rules import (
     run_exists,
     snapshot_of,
     stale_write,
+    storable_id,
 )
 
 __all__ = ["MemoryRunStore"]
@@ -58,6 +61,7 @@ class _Run:
     updated_at: float
     ended_at: float | None = None
     signals: list[RunSignal] = field(default_factory=list)
+    injects: int = 0  # how many inputs inject() accepted
 
 
 @dataclass
@@ -70,6 +74,7 @@ class _EventLog:
 class _Conversation:
     log: list[str] = field(default_factory=list)  # encode_messages(...)
     current: str | None = None  # run id of the running or paused run
+    generation: int = 0  # bumped by replace_log
 
 
 class MemoryRunStore:
@@ -103,13 +108,29 @@ class MemoryRunStore:
             length = len(conversation.log)
             start = min(max(0, since), length)
             messages = tuple(decode_messages(conversation.log[start:]))
+            generation = conversation.generation
         return ConversationRecord(
             conversation_id=conversation_id,
             messages=messages,
             run=stored,
             start=start,
             length=length,
+            generation=generation,
         )
+
+    def replace_log(self, conversation_id: str, messages: Sequence[Message]) -> int:
+        texts = encode_messages(messages)  # before the lock: a message that cannot be encoded
+        with self._lock:  # changes nothing
+            conversation = self._conversations.setdefault(conversation_id, _Conversation())
+            self._expire(conversation_id)
+            if conversation.current is not None:
+                current = self._runs[conversation.current]
+                if decode_state(current.state).status == "paused":
+                    raise conversation_paused(conversation_id)
+                raise conversation_busy(conversation_id)
+            conversation.log = texts
+            conversation.generation += 1
+            return conversation.generation
 
     def begin(
         self,
@@ -120,6 +141,8 @@ class MemoryRunStore:
         lease_s: float,
         expected_length: int,
     ) -> int:
+        if not storable_id(conversation_id):
+            raise bad_conversation_id(conversation_id)
         now = self._now()
         with self._lock:
             conversation = self._conversations.setdefault(conversation_id, _Conversation())
@@ -146,7 +169,14 @@ class MemoryRunStore:
             conversation.current = state.run_id
             return 1
 
-    def commit(self, state: RunState, *, owner: str, version: int) -> int:
+    def commit(
+        self,
+        state: RunState,
+        *,
+        owner: str,
+        version: int,
+        injects_received: int | None = None,
+    ) -> int:
         now = self._now()
         with self._lock:
             run = self._runs.get(state.run_id)
@@ -157,6 +187,12 @@ class MemoryRunStore:
                 raise stale_write(state.run_id, f"the run is over ({current.status})")
             if run.version != version or run.owner != owner:
                 raise stale_write(state.run_id, moved_on(run.version, version))
+            if (
+                state.status in FINAL_STATUSES
+                and injects_received is not None
+                and run.injects > injects_received
+            ):
+                raise input_pending(state.run_id, run.injects, injects_received)
             self._write(run, state, now)
             if state.status == "running":
                 run.lease_expires_at = now + run.lease_s  # a commit is a sign of life
@@ -192,6 +228,8 @@ class MemoryRunStore:
             return True
 
     def get(self, run_id: str) -> RunSnapshot | None:
+        if not storable_id(run_id):
+            return None
         with self._lock:
             run = self._runs.get(run_id)
             if run is None:
@@ -205,6 +243,8 @@ class MemoryRunStore:
 
     def cancel(self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         mode = check_mode(mode)
+        if not storable_id(run_id):
+            return False
         now = self._now()
         with self._lock:
             run = self._runs.get(run_id)
@@ -223,10 +263,13 @@ class MemoryRunStore:
 
     def inject(self, run_id: str, content: Sequence[ContentBlock] | str) -> None:
         blocks = tuple(content_blocks(content, what="injected input"))  # checked at the edge
+        if not storable_id(run_id):
+            raise not_running(run_id)
         with self._lock:
             run = self._runs.get(run_id)
             if run is None or decode_state(run.state).status != "running":
                 raise not_running(run_id)
+            run.injects += 1
             run.signals.append(RunSignal(run_id=run_id, kind="inject", content=blocks))
             self._signalled.notify_all()
 

@@ -26,6 +26,10 @@ Rules every store follows (:mod:`agent_sync.stores._rules` holds the shared part
   cost of ending a turn does not grow with the conversation. So the log never shrinks, and
   only its last message is ever rewritten: ``load(since=n)`` lets a reader that holds
   the first ``n + 1`` messages read just the rest.
+* **Replaced by the user.** The one exception: ``replace_log`` (``agent.messages = [...]``)
+  writes a whole new log while the conversation has no live or paused run, and bumps the
+  conversation's ``generation``; a reader that holds messages of an older generation reads
+  the log again from the start.
 * **Leases.** A running run whose lease expired (its owner died) is *failed* by whoever next
   reads it (``load``, ``get``, ``begin``): its in-flight tool calls are answered with an
   error result saying "worker stopped; effect unknown", the turn is closed, the messages are
@@ -33,6 +37,12 @@ Rules every store follows (:mod:`agent_sync.stores._rules` holds the shared part
 * **Signals.** ``cancel`` and ``inject`` on a running run are queued for its owner, who takes
   them with ``wait_signals`` (each delivered once, in order). ``cancel`` on a paused run
   cancels it at once (pending calls answered "Cancelled by user", turn closed, written).
+  The store counts the injects it accepted per run, and a final commit that says its owner
+  received fewer is refused (``InputPending``): an accepted inject is answered by the run
+  (or written to its history), never dropped; an inject after the final commit is refused.
+* **Ids.** No id names another key or row: a run or conversation id that is not a
+  non-empty, UTF-8-encodable ``str`` names nothing (``get`` -> ``None``, ``cancel`` ->
+  ``False``, ``inject`` -> ``UsageError``), never an error from the storage.
 * **Event logs.** Beside its state, a run may have an **event log**: JSON objects numbered
   1, 2, 3, ... with no hole, appended with a compare-and-set on the last number (so two
   writers never both append after the same event) and read from any number on, waiting
@@ -86,6 +96,9 @@ class ConversationRecord:
     """The log position of ``messages[0]`` (the ``since`` asked, at most :attr:`length`)."""
     length: int | None = None
     """The log's whole length (``start + len(messages)``; ``None`` is read as that)."""
+    generation: int = 0
+    """How many times the log was replaced (:meth:`RunStore.replace_log`): messages read
+    under another generation are not a prefix of this log."""
 
     @property
     def log_length(self) -> int:
@@ -155,12 +168,38 @@ class RunStore(Protocol):
         """
         ...
 
-    def commit(self, state: RunState, *, owner: str, version: int) -> int:
+    def replace_log(self, conversation_id: str, messages: Sequence[Message]) -> int:
+        """Replace the conversation's whole log with ``messages`` (a history the user
+        assigned, already validated) and bump its generation; return the new generation.
+
+        A current run whose lease expired is failed first (see the module rules).
+
+        Raises:
+            ConcurrentInvocationError: The conversation has a running run with a live lease.
+            PendingApprovalError: The conversation has a paused run.
+        """
+        ...
+
+    def commit(
+        self,
+        state: RunState,
+        *,
+        owner: str,
+        version: int,
+        injects_received: int | None = None,
+    ) -> int:
         """Store ``state`` if the run is at ``version`` and run by ``owner``; return the new
         version. A running commit renews the lease; a paused one clears the owner; a final
         one (``done``/``cancelled``/``failed``) writes the log and ends the run.
 
+        ``injects_received``: how many inputs accepted by :meth:`inject` for this run its
+        owner has received (``None``: not checked). A final commit is refused while the
+        store has accepted more, so an inject accepted just before the end is answered by
+        the run, never dropped with its queue.
+
         Raises:
+            InputPending: (a ``RunConflictError``) a final commit while accepted injects
+                have not reached the owner; nothing changed.
             RunConflictError: Another version, another owner, or the run is over.
         """
         ...

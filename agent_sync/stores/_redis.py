@@ -6,14 +6,19 @@ Design:
   password, Sentinel, timeouts, pools) are theirs to set; the store never logs or shows it.
 * Keys, under a configurable prefix (``agent_sync:`` by default)::
 
-      {prefix}run:{run_id}            hash: state, status, version, owner, lease, times
-      {prefix}run:{run_id}:signals    list: the run's queued cancel/inject signals
+      {prefix}run:{run_id}            hash: state, status, version, owner, lease, times,
+                                      injects (how many inputs inject() accepted)
+      {prefix}signals:{run_id}        list: the run's queued cancel/inject signals
       {prefix}conv:{id}:log           list: the conversation's messages (JSON), in order
       {prefix}conv:{id}:current       string: the run id of its running or paused run
+      {prefix}conv:{id}:generation    integer: how many times the log was replaced
       {prefix}finished                sorted set: finished runs by end time (``prune``)
       {prefix}signals                 pub/sub channel: "a signal is queued for run X"
       {prefix}events:{run_id}         stream: the run's event log, entry ids "<number>-0"
       {prefix}events-complete:{run_id}  string: set once the run's event log is complete
+
+  Each kind of key has its own word before the id, and no word is another's prefix up to
+  its ``:``, so no id (``"<run id>:signals"``, say) names a key of another kind or run.
 
 * Every change is one Lua script: it checks the version (compare-and-set) and writes, so
   two processes racing never both win. Time (leases, end times) is the Redis server's
@@ -61,12 +66,13 @@ from ..errors import (
     StoreUnavailableError,
     UsageError,
 )
-from ..messages import ContentBlock
+from ..messages import ContentBlock, Message
 from ..run._state import RunSnapshot, RunState
 from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
+    bad_conversation_id,
     cancelled_while_paused,
     check_mode,
     conversation_busy,
@@ -78,6 +84,7 @@ from ._rules import (
     encode_state,
     events_complete,
     events_moved_on,
+    input_pending,
     log_moved_on,
     moved_on,
     not_paused,
@@ -85,6 +92,7 @@ from ._rules import (
     run_exists,
     snapshot_of,
     stale_write,
+    storable_id,
 )
 
 if TYPE_CHECKING:
@@ -111,6 +119,7 @@ local function run_key(prefix, run_id) return prefix .. 'run:' .. run_id end
 local function conv_key(prefix, cid, part) return prefix .. 'conv:' .. cid .. ':' .. part end
 local function events_key(prefix, run_id) return prefix .. 'events:' .. run_id end
 local function complete_key(prefix, run_id) return prefix .. 'events-complete:' .. run_id end
+local function signals_key(prefix, run_id) return prefix .. 'signals:' .. run_id end
 
 -- Store a new state of the run at `key` (version + 1). Final: write the log from
 -- history_start, free the conversation, drop the signals, schedule expiry.
@@ -137,7 +146,7 @@ local function write_state(prefix, key, run_id, state, status, history_start, tt
     local current = conv_key(prefix, cid, 'current')
     if redis.call('GET', current) == run_id then redis.call('DEL', current) end
     redis.call('HSET', key, 'owner', '', 'lease_expires_at', '', 'ended_at', fmt(t))
-    redis.call('DEL', key .. ':signals')
+    redis.call('DEL', signals_key(prefix, run_id))
     redis.call('ZADD', prefix .. 'finished', t, run_id)
     if ttl > 0 then redis.call('EXPIRE', key, ttl) end
   end
@@ -159,8 +168,27 @@ if run_id then
   run = redis.call('HMGET', run_key(prefix, run_id), 'state', 'version', 'owner',
                    'lease_expires_at', 'status')
 end
-return {log, run, length, start}
+local generation = tonumber(redis.call('GET', conv_key(prefix, cid, 'generation')) or '0')
+return {log, run, length, start, generation}
 """
+
+# ARGV: prefix, conversation_id, messages... Replace the whole log (the user's new history)
+# unless a run is current: {'paused'} / {'busy'}, nothing changed; else {'ok', generation}.
+_REPLACE = """
+local prefix, cid = ARGV[1], ARGV[2]
+local busy = redis.call('GET', conv_key(prefix, cid, 'current'))
+if busy then
+  local status = redis.call('HGET', run_key(prefix, busy), 'status')
+  if status == 'paused' then return {'paused'} end
+  if status == 'running' then return {'busy'} end
+end
+local log = conv_key(prefix, cid, 'log')
+redis.call('DEL', log)
+for i = 3, #ARGV, CHUNK do
+  redis.call('RPUSH', log, unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
+end
+return {'ok', redis.call('INCR', conv_key(prefix, cid, 'generation'))}
+""".replace("CHUNK", str(_CHUNK))
 
 # ARGV: prefix, run_id. The run's fields needed to act on it.
 _READ = """
@@ -206,7 +234,9 @@ return {'ok', 1}
 """
 
 # ARGV: prefix, run_id, expected version, required owner ('' = any), state, status,
-# history_start, ttl, new owner ('' = keep), new lease_s ('' = keep), messages...
+# history_start, ttl, new owner ('' = keep), new lease_s ('' = keep), injects received
+# ('' = not checked), messages... A final write while the run has accepted more injects
+# than its owner received: {'injects', accepted}, nothing changed.
 _WRITE = """
 local prefix, run_id = ARGV[1], ARGV[2]
 local key = run_key(prefix, run_id)
@@ -218,9 +248,14 @@ end
 if tonumber(fields[2]) ~= tonumber(ARGV[3]) or (ARGV[4] ~= '' and fields[3] ~= ARGV[4]) then
   return {'conflict', fields[2]}
 end
+local status = ARGV[6]
+if ARGV[11] ~= '' and status ~= 'running' and status ~= 'paused' then
+  local accepted = tonumber(redis.call('HGET', key, 'injects') or '0')
+  if accepted > tonumber(ARGV[11]) then return {'injects', accepted} end
+end
 if ARGV[9] ~= '' then redis.call('HSET', key, 'owner', ARGV[9], 'lease_s', ARGV[10]) end
 local msgs = {}
-for i = 11, #ARGV do msgs[#msgs + 1] = ARGV[i] end
+for i = 12, #ARGV do msgs[#msgs + 1] = ARGV[i] end
 local version = write_state(prefix, key, run_id, ARGV[5], ARGV[6], tonumber(ARGV[7]),
                             tonumber(ARGV[8]), msgs, now())
 return {'ok', version}
@@ -251,7 +286,9 @@ if fields[2] and fields[2] ~= '' and tonumber(fields[2]) <= now() then
   return {'expired', fields[3]}
 end
 local seq = redis.call('INCR', prefix .. 'signal-seq')
-redis.call('RPUSH', key .. ':signals', cjson.encode({seq = seq, kind = ARGV[3], payload = ARGV[4]}))
+if ARGV[3] == 'inject' then redis.call('HINCRBY', key, 'injects', 1) end
+redis.call('RPUSH', signals_key(prefix, run_id),
+           cjson.encode({seq = seq, kind = ARGV[3], payload = ARGV[4]}))
 redis.call('PUBLISH', prefix .. 'signals', run_id)
 return {'queued'}
 """
@@ -261,7 +298,7 @@ _TAKE = """
 local prefix = ARGV[1]
 local taken = {}
 for i = 2, #ARGV do
-  local key = run_key(prefix, ARGV[i]) .. ':signals'
+  local key = signals_key(prefix, ARGV[i])
   local items = redis.call('LRANGE', key, 0, -1)
   if #items > 0 then
     redis.call('DEL', key)
@@ -308,7 +345,8 @@ local removed = 0
 for _, run_id in ipairs(old) do
   local key = run_key(prefix, run_id)
   removed = removed + redis.call('DEL', key)
-  redis.call('DEL', key .. ':signals', events_key(prefix, run_id), complete_key(prefix, run_id))
+  redis.call('DEL', signals_key(prefix, run_id), events_key(prefix, run_id),
+             complete_key(prefix, run_id))
   redis.call('ZREM', prefix .. 'finished', run_id)
 end
 return removed
@@ -327,7 +365,8 @@ class RedisRunStore:
             Redis expires it; ``None`` keeps it until :meth:`prune`.
 
     Raises:
-        UsageError: An empty prefix, or a non-positive lease or TTL.
+        UsageError: Not a ``redis.Redis`` client (a URL: pass ``redis.Redis.from_url(url)``),
+            an empty prefix, or a non-positive lease or TTL.
     """
 
     def __init__(
@@ -338,6 +377,11 @@ class RedisRunStore:
         lease_s: float = 30.0,
         finished_ttl_s: float | None = 7 * 24 * 3600,
     ) -> None:
+        if not callable(getattr(client, "register_script", None)):
+            raise UsageError(  # never the value: a URL may hold a password
+                "RedisRunStore takes a redis.Redis client, not a "
+                f"{type(client).__name__}: for a URL, pass redis.Redis.from_url(url)"
+            )
         if not prefix:
             raise UsageError("prefix must not be empty: it keeps the store's keys apart")
         if not lease_s > 0:
@@ -353,6 +397,7 @@ class RedisRunStore:
             name: client.register_script(_PRELUDE + body)
             for name, body in (
                 ("load", _LOAD),
+                ("replace", _REPLACE),
                 ("read", _READ),
                 ("expired", _EXPIRED),
                 ("begin", _BEGIN),
@@ -379,8 +424,12 @@ class RedisRunStore:
     # -- conversations and runs --
 
     def load(self, conversation_id: str, *, since: int = 0) -> ConversationRecord:
+        if not storable_id(conversation_id):
+            return ConversationRecord(
+                conversation_id=conversation_id, messages=(), run=None, length=0
+            )
         self._expire(conversation_id)
-        log, run, length, start = self._run(
+        log, run, length, start, generation = self._run(
             "load", self.prefix, conversation_id, max(0, int(since))
         )
         stored = None
@@ -399,7 +448,21 @@ class RedisRunStore:
             run=stored,
             start=int(start),
             length=int(length),
+            generation=int(generation),
         )
+
+    def replace_log(self, conversation_id: str, messages: Sequence[Message]) -> int:
+        if not storable_id(conversation_id):
+            raise bad_conversation_id(conversation_id)
+        texts = encode_messages(messages)
+        self._expire(conversation_id)
+        reply = self._run("replace", self.prefix, conversation_id, *texts)
+        outcome = _text(reply[0])
+        if outcome == "paused":
+            raise conversation_paused(conversation_id)
+        if outcome == "busy":
+            raise conversation_busy(conversation_id)
+        return int(reply[1])
 
     def begin(
         self,
@@ -410,6 +473,8 @@ class RedisRunStore:
         lease_s: float,
         expected_length: int,
     ) -> int:
+        if not storable_id(conversation_id):
+            raise bad_conversation_id(conversation_id)
         self._expire(conversation_id)
         reply = self._run(
             "begin",
@@ -432,8 +497,15 @@ class RedisRunStore:
             raise log_moved_on(conversation_id, int(reply[1]), expected_length)
         raise run_exists(state.run_id)
 
-    def commit(self, state: RunState, *, owner: str, version: int) -> int:
-        return self._write(state, version=version, owner=owner)
+    def commit(
+        self,
+        state: RunState,
+        *,
+        owner: str,
+        version: int,
+        injects_received: int | None = None,
+    ) -> int:
+        return self._write(state, version=version, owner=owner, injects=injects_received)
 
     def claim(self, run_id: str, *, owner: str, lease_s: float, version: int) -> int:
         fields = self._read(run_id)
@@ -450,6 +522,8 @@ class RedisRunStore:
         return bool(self._run("renew", self.prefix, run_id, owner, repr(float(lease_s))))
 
     def get(self, run_id: str) -> RunSnapshot | None:
+        if not storable_id(run_id):
+            return None
         fields = self._read(run_id)
         if fields is None:
             return None
@@ -467,6 +541,8 @@ class RedisRunStore:
 
     def cancel(self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         payload = json.dumps({"reason": reason, "mode": check_mode(mode)})
+        if not storable_id(run_id):
+            return False
         for _ in range(_CAS_ATTEMPTS):
             reply = self._run("signal", self.prefix, run_id, "cancel", payload)
             outcome = _text(reply[0])
@@ -488,6 +564,8 @@ class RedisRunStore:
     def inject(self, run_id: str, content: Sequence[ContentBlock] | str) -> None:
         blocks = content_blocks(content, what="injected input")  # checked at the edge
         (text,) = encode_messages([{"role": "user", "content": blocks}])
+        if not storable_id(run_id):
+            raise not_running(run_id)
         reply = self._run("signal", self.prefix, run_id, "inject", text)
         if _text(reply[0]) != "queued":
             raise not_running(run_id)
@@ -532,6 +610,8 @@ class RedisRunStore:
 
     def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
         deadline = time.monotonic() + max(0.0, timeout)
+        if not storable_id(run_id):
+            return []
         key = f"{self.prefix}events:{run_id}"
         start = max(0, after)
         client: Any = self._client  # redis-py's stream commands are loosely typed
@@ -565,6 +645,7 @@ class RedisRunStore:
         owner: str = "",
         new_owner: str = "",
         lease_s: float | None = None,
+        injects: int | None = None,
     ) -> int:
         messages = encode_messages(state.messages) if state.status in FINAL_STATUSES else []
         reply = self._run(
@@ -579,6 +660,7 @@ class RedisRunStore:
             self._ttl,
             new_owner,
             "" if lease_s is None else repr(float(lease_s)),
+            "" if injects is None else int(injects),
             *messages,
         )
         outcome = _text(reply[0])
@@ -588,6 +670,8 @@ class RedisRunStore:
             raise stale_write(state.run_id, "unknown run")
         if outcome == "over":
             raise stale_write(state.run_id, f"the run is over ({_text(reply[1])})")
+        if outcome == "injects":
+            raise input_pending(state.run_id, int(_text(reply[1])), int(injects or 0))
         raise stale_write(state.run_id, moved_on(int(_text(reply[1])), version))
 
     def _read(self, run_id: str) -> dict[str, str] | None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from .._encodable import loads_stored
 from ..cancel import CancelMode
 from ..errors import (
     ConcurrentInvocationError,
@@ -33,7 +34,11 @@ from ..tools._results import error_result
 
 __all__ = [
     "FINAL_STATUSES",
+    "InputPending",
+    "bad_conversation_id",
     "check_mode",
+    "input_pending",
+    "storable_id",
     "encode_events",
     "events_moved_on",
     "events_complete",
@@ -58,8 +63,9 @@ __all__ = [
 FINAL_STATUSES = frozenset({"done", "cancelled", "failed"})
 """A run in one of these is over: its messages are in the log."""
 
-WORKER_STOPPED_TEXT = "The worker running this call stopped; effect unknown."
-"""The error result of a tool call whose owner died (its lease expired) mid-run."""
+WORKER_STOPPED_TEXT = "The worker stopped while running this call; effect unknown."
+"""The error result of a tool call whose owner died (its lease expired) mid-run: it contains
+"worker stopped" and "effect unknown", the words the durable contract pins (DESIGN section 6)."""
 
 
 def abandoned(state: RunState) -> RunState:
@@ -133,20 +139,28 @@ def decode_state(text: str | bytes) -> RunState:
         UsageError: The text is not a state this version reads.
     """
     try:
-        data = json.loads(text)
+        data = loads_stored(text)  # a state stored before the encodable rule still loads
     except ValueError as exc:
         raise UsageError(f"a stored run state is not JSON ({exc})") from exc
     return RunState.from_dict(data)
 
 
 def encode_messages(messages: Sequence[Message]) -> list[str]:
-    """Each message as its JSON text (``bytes`` kept as base64)."""
-    return [json.dumps(_encode(message), separators=(",", ":")) for message in messages]
+    """Each message as its JSON text (``bytes`` kept as base64).
+
+    Raises:
+        ValueError: A non-finite number (nothing invalid is stored silently: the edges
+            refuse them, see :mod:`agent_sync._encodable`).
+    """
+    return [
+        json.dumps(_encode(message), separators=(",", ":"), allow_nan=False) for message in messages
+    ]
 
 
 def decode_messages(texts: Sequence[str | bytes]) -> list[Message]:
-    """The messages :func:`encode_messages` wrote."""
-    return [_decode(json.loads(text)) for text in texts]
+    """The messages :func:`encode_messages` wrote (made encodable: a lone surrogate or
+    ``NaN`` stored by an earlier version must not make a conversation unreadable)."""
+    return [_decode(loads_stored(text)) for text in texts]
 
 
 def _answer_pending(messages: list[Message], text: str) -> None:
@@ -167,7 +181,46 @@ def _copy(message: Message) -> Message:
     return copied  # type: ignore[no-any-return]
 
 
+# -- ids --
+
+
+def storable_id(value: object) -> bool:
+    """Whether ``value`` can name a run or conversation in a store: a non-empty ``str``
+    that UTF-8 can encode (a lone surrogate cannot). Any other id names nothing: ``get``
+    answers ``None``, ``cancel`` ``False``, never an error."""
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def bad_conversation_id(conversation_id: object) -> UsageError:
+    """``begin`` with an id no store can hold."""
+    return UsageError(
+        "a conversation id is a non-empty str that UTF-8 can encode, "
+        f"got {type(conversation_id).__name__}"
+    )
+
+
 # -- the refusals, worded once --
+
+
+class InputPending(RunConflictError):
+    """A final commit refused: input injected through the store (``store.inject``) was
+    accepted for the run but has not reached its owner yet. Nothing changed; the owner
+    takes that input and answers it, then commits again (an accepted inject is answered,
+    never dropped)."""
+
+
+def input_pending(run_id: str, accepted: int, received: int) -> InputPending:
+    """A final commit whose owner received fewer injects than the store accepted."""
+    return InputPending(
+        f"run {run_id!r}: {accepted - received} injected input(s) accepted by the store "
+        "have not reached the run yet; it answers them before it ends"
+    )
 
 
 def check_mode(mode: str) -> CancelMode:
@@ -245,11 +298,12 @@ def encode_events(events: Sequence[dict[str, Any]], after: int, keep_s: float | 
         if not isinstance(event, dict) or not all(isinstance(key, str) for key in event):
             raise UsageError(f"an event is a JSON object (a dict with str keys), got {event!r}")
         try:
-            texts.append(
-                json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-            )
-        except (TypeError, ValueError) as exc:
+            text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            if not text.isascii():
+                text.encode("utf-8")  # a lone surrogate: refused here, not by the storage
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise UsageError(f"an event is not JSON-serialisable: {exc}") from None
+        texts.append(text)
     return texts
 
 

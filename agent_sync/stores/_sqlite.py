@@ -3,13 +3,21 @@ processes on one host (gunicorn ``--workers N``, Celery workers beside a web app
 
 Design:
 
-* One file, WAL journal (readers never wait for the writer), a busy timeout, created with
-  mode 0600 before SQLite opens it. One connection per thread (``threading.local``), so the
-  store is safe from any thread and, through the file, from any process. A forked child
-  (gunicorn ``--preload``) opens its own connections: SQLite's must not cross a fork.
+* One file, WAL journal, a busy timeout, created with mode 0600 (and its tables) before
+  SQLite opens it. Per process, one writer connection and a few reader connections
+  (:mod:`._sqlite_pool`): descriptors are bounded per store, not per thread, a forked child
+  (gunicorn ``--preload``) opens its own, and a file deleted or replaced under the store
+  fails closed with an error naming it.
 * Every change is one ``BEGIN IMMEDIATE`` transaction: it reads the run's version, checks
   it (compare-and-set) and writes; the loser of a race sees the winner's version and gets
-  ``RunConflictError``.
+  ``RunConflictError``. Reads (``load``, ``get``, ``read_events``, a signal poll) are one
+  deferred transaction on a reader connection: a WAL snapshot, so readers never wait for
+  the writer; only a read that finds a lease to expire goes on as a write.
+* Leases use one clock: SQLite's ``julianday('now')`` (the host's clock as SQLite reads it)
+  inside the transaction that sets or checks them, never a process's ``time.time`` (which
+  a process may patch or fake: a worker whose clock runs ahead must not fail another
+  worker's live run). The other times (``started_at``, end times, event log expiry) are the
+  process's ``time.time``.
 * The log is a table of (conversation, position, message JSON): a final commit deletes the
   positions from ``history_start`` on and inserts the run's messages, so its cost does not
   grow with the conversation.
@@ -41,22 +49,21 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from .._prompt import content_blocks
 from ..cancel import CancelMode
-from ..errors import (
-    StoreUnavailableError,
-)
-from ..messages import ContentBlock
+from ..errors import StoreUnavailableError
+from ..messages import ContentBlock, Message
 from ..run._state import RunSnapshot, RunState
 from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
+    bad_conversation_id,
     cancelled_while_paused,
     check_mode,
     conversation_busy,
@@ -68,6 +75,7 @@ from ._rules import (
     encode_state,
     events_complete,
     events_moved_on,
+    input_pending,
     log_moved_on,
     moved_on,
     not_paused,
@@ -75,11 +83,11 @@ from ._rules import (
     run_exists,
     snapshot_of,
     stale_write,
+    storable_id,
 )
+from ._sqlite_pool import Connections, create_private
 
 __all__ = ["SQLiteRunStore"]
-
-_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -90,10 +98,11 @@ CREATE TABLE IF NOT EXISTS runs (
     version INTEGER NOT NULL,
     owner TEXT,
     lease_s REAL NOT NULL,
-    lease_expires_at REAL,
+    lease_expires_at REAL, -- database time (_NOW), never a process's clock
     started_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    ended_at REAL
+    ended_at REAL,
+    injects INTEGER NOT NULL DEFAULT 0 -- how many inputs store.inject accepted
 );
 CREATE TABLE IF NOT EXISTS conversations (
     conversation_id TEXT PRIMARY KEY,
@@ -104,6 +113,10 @@ CREATE TABLE IF NOT EXISTS log (
     position INTEGER NOT NULL,
     message TEXT NOT NULL,
     PRIMARY KEY (conversation_id, position)
+);
+CREATE TABLE IF NOT EXISTS log_generations ( -- how many times replace_log replaced a log
+    conversation_id TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS signals (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -128,72 +141,18 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS event_logs_expiring ON event_logs (expires_at);
 """
 
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+"""The database's time in epoch seconds: the one clock of leases (set and checked)."""
+
 _POLL_S = 0.005  # wait_signals: one indexed read per poll
 _EVENT_POLL_S = 0.01  # read_events, for other processes' appends: one indexed read per poll
-
-_INHERITED: list[object] = []
-"""Connections a forked child inherited from its parent, kept alive and never used.
-
-SQLite forbids using a connection across ``fork()``, and closing one in the child is no
-better: it tears down lock state SQLite shares between all connections of a process to a
-file, and the child's own connections then wait forever (tested). So the child keeps them
-open and untouched, and opens its own."""
-
-
-def _create_private(path: str) -> None:
-    """Create the database file with mode 0600 if it does not exist (SQLite gives its
-    ``-wal`` and ``-shm`` files the same mode).
-
-    An existing file is left alone, never opened: closing any descriptor of a file drops
-    every POSIX lock this process holds on it, including those of SQLite connections that
-    other stores on the same path have open, and a connection that lost its locks can
-    lose writes (another process then takes itself for the last one and removes the WAL).
-    """
-    try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    except OSError as exc:
-        raise StoreUnavailableError(f"cannot create the store file: {exc}") from exc
-    os.close(descriptor)
-
-
-_STORES: weakref.WeakSet[SQLiteRunStore] = weakref.WeakSet()
-
-
-def _before_fork() -> None:
-    """Wait until no thread of this process is inside SQLite: a fork taken while one is
-    would copy SQLite's mutexes held, and the child's first ``connect`` would wait forever
-    (tested)."""
-    for store in list(_STORES):
-        store._in_sqlite.acquire()
-
-
-def _after_fork() -> None:
-    for store in list(_STORES):
-        try:
-            store._in_sqlite.release()
-        except RuntimeError:  # created by another thread during the fork: not held
-            pass
-
-
-def _after_fork_in_child() -> None:
-    _after_fork()
-    for store in list(_STORES):  # a condition copied while a parent thread held it
-        store._appended = threading.Condition()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork_in_child
-    )
 
 
 class SQLiteRunStore:
     """A :class:`~agent_sync.stores.RunStore` in one SQLite file. Thread- and process-safe.
 
     Args:
-        path: The database file (created 0600 if missing).
+        path: The database file (created 0600, with its tables, if missing).
         lease_s: The lease agents on this store use by default (seconds).
         busy_timeout_s: How long a write waits for another process's write.
 
@@ -206,48 +165,71 @@ class SQLiteRunStore:
     ) -> None:
         self.path = os.fspath(path)
         self.lease_s = lease_s
-        self._busy_timeout_s = busy_timeout_s
-        self._local = threading.local()
-        self._pid = os.getpid()
-        self._in_sqlite = threading.RLock()  # held inside SQLite; a fork waits for it
+        self._connections = Connections(self.path, busy_timeout_s)
         self._appended = threading.Condition()  # notified after each append of this object
         self._appends = 0  # how many (under _appended): a reader sees whether it missed one
         _STORES.add(self)
-        _create_private(self.path)
-        self._guarded(lambda: self._connection().executescript(_SCHEMA))
+        create_private(self.path)
+        with self._connections.writer() as db:
+            try:
+                db.executescript(_SCHEMA)
+            except sqlite3.Error as exc:
+                raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
+        with self._write() as db:
+            _add_missing_columns(db)
+        self._connections.opened()
 
     def __repr__(self) -> str:
         return f"<SQLiteRunStore {self.path!r}>"
 
     def close(self) -> None:
-        """Close this thread's connection (others close when their threads end)."""
-        with self._in_sqlite:
-            connection = getattr(self._local, "connection", None)
-            if connection is not None:
-                connection.close()
-                self._local.connection = None
+        """Close this process's idle connections (a later call opens new ones)."""
+        self._connections.close()
 
     # -- conversations and runs --
 
     def load(self, conversation_id: str, *, since: int = 0) -> ConversationRecord:
+        if not storable_id(conversation_id):
+            return ConversationRecord(
+                conversation_id=conversation_id, messages=(), run=None, length=0
+            )
+        with self._read() as db:
+            expired = self._lease_ran_out(db, conversation_id)
+            if not expired:
+                return self._record(db, conversation_id, since)
+        with self._write() as db:  # a lease ran out: fail that run first (a write)
+            self._expire(db, conversation_id)
+            return self._record(db, conversation_id, since)
+
+    def replace_log(self, conversation_id: str, messages: Sequence[Message]) -> int:
+        if not storable_id(conversation_id):
+            raise bad_conversation_id(conversation_id)
+        texts = encode_messages(messages)
         with self._write() as db:
             self._expire(db, conversation_id)
-            length = self._length(db, conversation_id)
-            start = min(max(0, since), length)
-            rows = db.execute(
-                "SELECT message FROM log WHERE conversation_id = ? AND position >= ?"
-                " ORDER BY position",
-                (conversation_id, start),
-            ).fetchall()
             current = self._current(db, conversation_id)
-            stored = self._stored(db, current) if current is not None else None
-        return ConversationRecord(
-            conversation_id=conversation_id,
-            messages=tuple(decode_messages([row[0] for row in rows])),
-            run=stored,
-            start=start,
-            length=length,
-        )
+            if current is not None:
+                status = db.execute(
+                    "SELECT status FROM runs WHERE run_id = ?", (current,)
+                ).fetchone()[0]
+                if status == "paused":
+                    raise conversation_paused(conversation_id)
+                raise conversation_busy(conversation_id)
+            db.execute("DELETE FROM log WHERE conversation_id = ?", (conversation_id,))
+            db.executemany(
+                "INSERT INTO log (conversation_id, position, message) VALUES (?, ?, ?)",
+                [(conversation_id, n, text) for n, text in enumerate(texts)],
+            )
+            db.execute(
+                "INSERT INTO log_generations (conversation_id, generation) VALUES (?, 1)"
+                " ON CONFLICT (conversation_id) DO UPDATE SET generation = generation + 1",
+                (conversation_id,),
+            )
+            (generation,) = db.execute(
+                "SELECT generation FROM log_generations WHERE conversation_id = ?",
+                (conversation_id,),
+            ).fetchone()
+        return int(generation)
 
     def begin(
         self,
@@ -258,6 +240,8 @@ class SQLiteRunStore:
         lease_s: float,
         expected_length: int,
     ) -> int:
+        if not storable_id(conversation_id):
+            raise bad_conversation_id(conversation_id)
         now = time.time()
         with self._write() as db:
             self._expire(db, conversation_id)
@@ -277,7 +261,7 @@ class SQLiteRunStore:
             db.execute(
                 "INSERT INTO runs (run_id, conversation_id, state, status, version, owner,"
                 " lease_s, lease_expires_at, started_at, updated_at)"
-                " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                f" VALUES (?, ?, ?, ?, 1, ?, ?, {_NOW} + ?, ?, ?)",  # noqa: S608 - constant
                 (
                     state.run_id,
                     conversation_id,
@@ -285,7 +269,7 @@ class SQLiteRunStore:
                     state.status,
                     owner,
                     lease_s,
-                    now + lease_s,
+                    lease_s,
                     now,
                     now,
                 ),
@@ -297,25 +281,39 @@ class SQLiteRunStore:
             )
         return 1
 
-    def commit(self, state: RunState, *, owner: str, version: int) -> int:
+    def commit(
+        self,
+        state: RunState,
+        *,
+        owner: str,
+        version: int,
+        injects_received: int | None = None,
+    ) -> int:
         now = time.time()
         with self._write() as db:
             row = db.execute(
-                "SELECT status, version, owner, lease_s FROM runs WHERE run_id = ?",
+                "SELECT status, version, owner, injects FROM runs WHERE run_id = ?",
                 (state.run_id,),
             ).fetchone()
             if row is None:
                 raise stale_write(state.run_id, "unknown run")
-            status, current_version, current_owner, lease_s = row
+            status, current_version, current_owner, injects = row
             if status in FINAL_STATUSES:
                 raise stale_write(state.run_id, f"the run is over ({status})")
             if current_version != version or current_owner != owner:
                 raise stale_write(state.run_id, moved_on(current_version, version))
+            if (
+                state.status in FINAL_STATUSES
+                and injects_received is not None
+                and injects > injects_received
+            ):
+                raise input_pending(state.run_id, injects, injects_received)
             self._write_state(db, state, now)
             if state.status == "running":  # a commit is a sign of life
                 db.execute(
-                    "UPDATE runs SET lease_expires_at = ? WHERE run_id = ?",
-                    (now + lease_s, state.run_id),
+                    f"UPDATE runs SET lease_expires_at = {_NOW} + lease_s"  # noqa: S608
+                    " WHERE run_id = ?",
+                    (state.run_id,),
                 )
             return version + 1
 
@@ -333,37 +331,47 @@ class SQLiteRunStore:
             running = replace(state, status="running")
             db.execute(
                 "UPDATE runs SET state = ?, status = 'running', version = ?, owner = ?,"
-                " lease_s = ?, lease_expires_at = ?, updated_at = ? WHERE run_id = ?",
-                (encode_state(running), version + 1, owner, lease_s, now + lease_s, now, run_id),
+                f" lease_s = ?, lease_expires_at = {_NOW} + ?, updated_at = ?"  # noqa: S608
+                " WHERE run_id = ?",
+                (encode_state(running), version + 1, owner, lease_s, lease_s, now, run_id),
             )
             return version + 1
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
         with self._write() as db:
             cursor = db.execute(
-                "UPDATE runs SET lease_s = ?, lease_expires_at = ? WHERE run_id = ?"
-                " AND owner = ? AND status = 'running'",
-                (lease_s, time.time() + lease_s, run_id, owner),
+                f"UPDATE runs SET lease_s = ?, lease_expires_at = {_NOW} + ?"  # noqa: S608
+                " WHERE run_id = ? AND owner = ? AND status = 'running'",
+                (lease_s, lease_s, run_id, owner),
             )
             return cursor.rowcount == 1
 
     def get(self, run_id: str) -> RunSnapshot | None:
-        with self._write() as db:
+        if not storable_id(run_id):
+            return None
+        with self._read() as db:
             row = db.execute(
-                "SELECT conversation_id FROM runs WHERE run_id = ?", (run_id,)
+                "SELECT conversation_id, state, started_at, updated_at FROM runs WHERE run_id = ?",
+                (run_id,),
             ).fetchone()
             if row is None:
                 return None
-            self._expire(db, row[0])
-            state, started, updated = db.execute(
-                "SELECT state, started_at, updated_at FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
+            conversation_id, state, started, updated = row
+            expired = self._lease_ran_out(db, conversation_id)
+        if expired:
+            with self._write() as db:  # a lease ran out: fail that run first (a write)
+                self._expire(db, conversation_id)
+                state, started, updated = db.execute(
+                    "SELECT state, started_at, updated_at FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
         return snapshot_of(decode_state(state), started_at=started, updated_at=updated)
 
     # -- signals --
 
     def cancel(self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         check_mode(mode)
+        if not storable_id(run_id):
+            return False
         with self._write() as db:
             row = db.execute(
                 "SELECT conversation_id FROM runs WHERE run_id = ?", (run_id,)
@@ -388,9 +396,14 @@ class SQLiteRunStore:
     def inject(self, run_id: str, content: Sequence[ContentBlock] | str) -> None:
         blocks = content_blocks(content, what="injected input")  # checked at the edge
         (text,) = encode_messages([{"role": "user", "content": blocks}])
+        if not storable_id(run_id):
+            raise not_running(run_id)
         with self._write() as db:
-            row = db.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if row is None or row[0] != "running":
+            counted = db.execute(
+                "UPDATE runs SET injects = injects + 1 WHERE run_id = ? AND status = 'running'",
+                (run_id,),
+            )
+            if counted.rowcount != 1:
                 raise not_running(run_id)
             db.execute(
                 "INSERT INTO signals (run_id, kind, content) VALUES (?, 'inject', ?)",
@@ -444,6 +457,8 @@ class SQLiteRunStore:
 
     def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
         deadline = time.monotonic() + max(0.0, timeout)
+        if not storable_id(run_id):
+            return []
         while True:
             with self._appended:
                 seen = self._appends  # before the read: an append after it is not missed
@@ -479,18 +494,36 @@ class SQLiteRunStore:
 
     # -- inside a transaction --
 
+    def _record(
+        self, db: sqlite3.Connection, conversation_id: str, since: int
+    ) -> ConversationRecord:
+        length = self._length(db, conversation_id)
+        start = min(max(0, since), length)
+        rows = db.execute(
+            "SELECT message FROM log WHERE conversation_id = ? AND position >= ? ORDER BY position",
+            (conversation_id, start),
+        ).fetchall()
+        current = self._current(db, conversation_id)
+        stored = self._stored(db, current) if current is not None else None
+        generation = db.execute(
+            "SELECT generation FROM log_generations WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+        return ConversationRecord(
+            conversation_id=conversation_id,
+            messages=tuple(decode_messages([row[0] for row in rows])),
+            run=stored,
+            start=start,
+            length=length,
+            generation=generation[0] if generation is not None else 0,
+        )
+
     def _take_signals(self, run_ids: list[str]) -> list[RunSignal]:
         marks = ",".join("?" * len(run_ids))
-        queued = self._guarded(  # a read first (WAL: takes no lock a writer waits for)
-            lambda: (
-                self._connection()
-                .execute(
-                    f"SELECT 1 FROM signals WHERE run_id IN ({marks}) LIMIT 1",  # noqa: S608
-                    run_ids,
-                )
-                .fetchone()
-            )
-        )
+        with self._read() as db:  # a read first (WAL: takes no lock a writer waits for)
+            queued = db.execute(
+                f"SELECT 1 FROM signals WHERE run_id IN ({marks}) LIMIT 1",  # noqa: S608
+                run_ids,
+            ).fetchone()
         if queued is None:
             return []  # the usual poll: nothing queued, no write lock taken
         with self._write() as db:
@@ -518,19 +551,14 @@ class SQLiteRunStore:
     def _events_after(self, run_id: str, after: int) -> list[RunEvent]:
         """The live log's events above ``after``: one read (WAL: no lock a writer waits
         for), which a complete log past its time answers with nothing."""
-        rows = self._guarded(
-            lambda: (
-                self._connection()
-                .execute(
-                    "SELECT e.seq, e.data FROM event_logs AS l JOIN events AS e"
-                    " ON e.run_id = l.run_id AND e.seq > ?"
-                    " WHERE l.run_id = ? AND l.last_seq > ?"
-                    " AND (l.expires_at IS NULL OR l.expires_at > ?) ORDER BY e.seq",
-                    (after, run_id, after, time.time()),
-                )
-                .fetchall()
-            )
-        )
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT e.seq, e.data FROM event_logs AS l JOIN events AS e"
+                " ON e.run_id = l.run_id AND e.seq > ?"
+                " WHERE l.run_id = ? AND l.last_seq > ?"
+                " AND (l.expires_at IS NULL OR l.expires_at > ?) ORDER BY e.seq",
+                (after, run_id, after, time.time()),
+            ).fetchall()
         return [RunEvent(seq=seq, data=json.loads(data)) for seq, data in rows]
 
     def _event_log_end(self, db: sqlite3.Connection, run_id: str, now: float) -> int:
@@ -620,74 +648,83 @@ class SQLiteRunStore:
             )
             db.execute("DELETE FROM signals WHERE run_id = ?", (state.run_id,))
 
+    def _lease_ran_out(self, db: sqlite3.Connection, conversation_id: str) -> bool:
+        """Whether the conversation's running run is past its lease (database time)."""
+        row = db.execute(
+            "SELECT r.lease_expires_at <= " + _NOW + " FROM conversations AS c"  # noqa: S608
+            " JOIN runs AS r ON r.run_id = c.current_run"
+            " WHERE c.conversation_id = ? AND r.status = 'running'",
+            (conversation_id,),
+        ).fetchone()
+        return row is not None and bool(row[0])
+
     def _expire(self, db: sqlite3.Connection, conversation_id: str) -> None:
         """Fail the conversation's running run if its owner's lease ran out."""
-        current = self._current(db, conversation_id)
-        if current is None:
-            return
-        state, status, expires = db.execute(
-            "SELECT state, status, lease_expires_at FROM runs WHERE run_id = ?", (current,)
-        ).fetchone()
-        now = time.time()
-        if status == "running" and expires is not None and expires <= now:
-            self._write_state(db, abandoned(decode_state(state)), now)
+        if self._lease_ran_out(db, conversation_id):
+            current = self._current(db, conversation_id)
+            (state,) = db.execute("SELECT state FROM runs WHERE run_id = ?", (current,)).fetchone()
+            self._write_state(db, abandoned(decode_state(state)), time.time())
 
-    # -- connections --
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._pid != os.getpid():  # forked (gunicorn --preload)
-            _INHERITED.append(self._local)  # neither use nor close the parent's connections
-            self._local = threading.local()
-            self._pid = os.getpid()
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is None:
-            connection = sqlite3.connect(
-                self.path,
-                timeout=self._busy_timeout_s,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
-            self._local.connection = connection
-        return connection
+    # -- transactions --
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction; sqlite3 errors -> StoreUnavailableError."""
-        with self._in_sqlite:
-            with self._transaction() as db:
+        """One ``BEGIN IMMEDIATE`` transaction on the writer connection; sqlite3 errors ->
+        StoreUnavailableError (rolled back: nothing changed)."""
+        with self._connections.writer() as db:
+            with _transaction(db, "BEGIN IMMEDIATE"):
                 yield db
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        try:
-            db = self._connection()
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
-        try:
-            yield db
-        except BaseException as exc:
-            try:
-                db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            if isinstance(exc, sqlite3.Error):
-                raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
-            raise
-        try:
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            try:
-                db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            raise StoreUnavailableError(f"the SQLite store could not commit: {exc}") from exc
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """One deferred (read) transaction on a reader connection: a WAL snapshot that
+        never waits for a writer."""
+        with self._connections.reader() as db:
+            with _transaction(db, "BEGIN"):
+                yield db
 
-    def _guarded(self, action: Callable[[], _T]) -> _T:
+
+@contextmanager
+def _transaction(db: sqlite3.Connection, begin: str) -> Iterator[None]:
+    try:
+        db.execute(begin)
+    except sqlite3.Error as exc:
+        raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
+    try:
+        yield
+    except BaseException as exc:
         try:
-            with self._in_sqlite:
-                return action()
-        except sqlite3.Error as exc:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        if isinstance(exc, sqlite3.Error):
             raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
+        raise
+    try:
+        db.execute("COMMIT")
+    except sqlite3.Error as exc:
+        try:
+            db.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        raise StoreUnavailableError(f"the SQLite store could not commit: {exc}") from exc
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    """A file written by an earlier version gains the columns added since (in the open's
+    write transaction, so two processes opening it at once add each once)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+    if "injects" not in columns:
+        db.execute("ALTER TABLE runs ADD COLUMN injects INTEGER NOT NULL DEFAULT 0")
+
+
+_STORES: weakref.WeakSet[SQLiteRunStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_STORES):  # a condition copied while a parent thread held it
+        store._appended = threading.Condition()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

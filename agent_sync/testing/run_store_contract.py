@@ -35,7 +35,7 @@ from ..errors import ConcurrentInvocationError, PendingApprovalError, RunConflic
 from ..messages import ContentBlock, Message
 from ..run._state import RunState
 from ..stores._protocol import RunStore
-from ..stores._rules import WORKER_STOPPED_TEXT
+from ..stores._rules import WORKER_STOPPED_TEXT, InputPending
 
 __all__ = ["LEASE_S", "TURNS", "RunStoreContract", "make_state", "take_turns"]
 
@@ -402,6 +402,57 @@ class RunStoreContract:
         with pytest.raises(UsageError):
             store.inject("run_unknown", [{"text": "x"}])
 
+    def test_a_final_commit_waits_for_every_inject_the_store_accepted(
+        self, store: RunStore
+    ) -> None:
+        """An inject accepted (``store.inject`` returned) is answered by the run or written to
+        its history, never deleted with the run's queue by its final commit (issue 22/3)."""
+        state = make_state()
+        store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        store.inject(state.run_id, "one more thing")  # accepted: the caller was told "queued"
+        done = _answered(state)
+        with pytest.raises(InputPending):  # the owner has not received it: no end yet
+            store.commit(done, owner=OWNER, version=1, injects_received=0)
+        snap = store.get(state.run_id)
+        assert snap is not None and snap.status == "running"  # nothing changed
+        taken = store.wait_signals([state.run_id], timeout=5)  # still queued for the owner
+        assert [(s.kind, s.content) for s in taken] == [("inject", ({"text": "one more thing"},))]
+        assert store.commit(done, owner=OWNER, version=1, injects_received=1) == 2
+        with pytest.raises(UsageError):  # over: an inject now is refused, not queued
+            store.inject(state.run_id, "too late")
+        # a running commit is never refused for it (the owner answers at its next step)
+        other = make_state()
+        store.begin("c2", other, owner=OWNER, lease_s=30, expected_length=0)
+        store.inject(other.run_id, "x")
+        assert store.commit(replace(other, cycle=1), owner=OWNER, version=1, injects_received=0)
+
+    def test_crafted_ids_name_nothing(self, store: RunStore) -> None:
+        """No id reaches another key or row: ``<run id>:signals`` (a Redis list while a signal
+        is queued), an empty id, or one UTF-8 cannot encode, is an unknown run, never an
+        error of the storage (issue 22/8)."""
+        state = make_state()
+        store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        store.inject(state.run_id, "queued")  # the run's signal queue exists now
+        assert store.cancel(state.run_id, "queued too") is True
+        store.append_events(state.run_id, [{"n": 1}], after=0)
+        for crafted in (
+            f"{state.run_id}:signals",
+            f"{state.run_id}:",
+            f"signals:{state.run_id}",
+            "",
+            "run_\udcff",
+            "c1:log",
+            "c1:current",
+        ):
+            assert store.get(crafted) is None, crafted
+            assert store.cancel(crafted) is False, crafted
+            with pytest.raises(UsageError):
+                store.inject(crafted, "x")
+            assert store.read_events(crafted) == [], crafted
+            record = store.load(crafted)
+            assert (record.messages, record.run) == ((), None), crafted
+        assert len(store.wait_signals([state.run_id], timeout=5)) >= 1  # untouched
+
     # -- leases --
 
     @pytest.mark.timeout(30)
@@ -415,7 +466,9 @@ class RunStoreContract:
         assert record.run is None
         answer = record.messages[2]["content"][0]["toolResult"]
         assert answer["status"] == "error"
-        assert WORKER_STOPPED_TEXT in answer["content"][0]["text"]
+        text = answer["content"][0]["text"]
+        assert text == WORKER_STOPPED_TEXT
+        assert "worker stopped" in text and "effect unknown" in text  # the contract's words
         snap = store.get(state.run_id)
         assert snap is not None and snap.status == "failed"
         with pytest.raises(RunConflictError):
@@ -738,6 +791,66 @@ class RunStoreContract:
         assert out.get(timeout=60) == 2
         child.join(30)
         assert [(e.seq, e.data) for e in events] == [(2, {"from": "child"})]
+
+    # -- a history replaced by the user (agent.messages = [...]) --
+
+    def test_replace_log_writes_a_new_log_and_bumps_the_generation(self, store: RunStore) -> None:
+        assert store.load("c1").generation == 0
+        state = make_state()
+        store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        store.commit(_answered(state), owner=OWNER, version=1)
+        new: list[Message] = [
+            {"role": "user", "content": [{"text": "edited"}]},
+            {"role": "assistant", "content": [{"text": "answer"}]},
+            {"role": "user", "content": [{"text": "next"}]},
+        ]
+        assert store.replace_log("c1", new) == 1
+        record = store.load("c1")
+        assert (list(record.messages), record.generation, record.run) == (new, 1, None)
+        tail = store.load("c1", since=2)
+        assert (tail.start, tail.log_length, tail.generation) == (2, 3, 1)
+        assert store.replace_log("c1", new[:1]) == 2  # shorter: the log may shrink here
+        assert [m["content"][0]["text"] for m in store.load("c1").messages] == ["edited"]
+        assert store.replace_log("fresh", new) == 1  # an unknown conversation starts with it
+        again = make_state(history_start=1)
+        assert store.begin("c1", again, owner=OWNER, lease_s=30, expected_length=1) == 1
+        store.commit(_answered(again, "on the new log"), owner=OWNER, version=1)
+        texts = [m["content"][0]["text"] for m in store.load("c1").messages]
+        assert texts == ["edited", "hi", "on the new log"]
+        assert store.load("c1").generation == 2  # a run's commit is no replacement
+
+    def test_replace_log_is_refused_while_a_run_is_live_or_paused(self, store: RunStore) -> None:
+        new: list[Message] = [{"role": "user", "content": [{"text": "edited"}]}]
+        state = make_state()
+        store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        with pytest.raises(ConcurrentInvocationError):
+            store.replace_log("c1", new)
+        store.commit(_answered(state), owner=OWNER, version=1)
+        record = store.load("c1")
+        assert (len(record.messages), record.generation) == (2, 0)  # nothing changed
+        paused = make_state(history_start=2, messages=_asking())
+        version = store.begin("c1", paused, owner=OWNER, lease_s=30, expected_length=2)
+        store.commit(
+            replace(paused, status="paused", next_step="tools", cycle=1),
+            owner=OWNER,
+            version=version,
+        )
+        with pytest.raises(PendingApprovalError):
+            store.replace_log("c1", new)
+        record = store.load("c1")
+        assert (len(record.messages), record.generation) == (2, 0)
+        assert record.run is not None and record.run.state.status == "paused"
+
+    @pytest.mark.timeout(30)
+    def test_replace_log_fails_a_run_whose_lease_ran_out_first(self, store: RunStore) -> None:
+        state = make_state(messages=_asking(), next_step="tools")
+        store.begin("c1", state, owner=OWNER, lease_s=LEASE_S, expected_length=0)
+        _wait_past(time.time() + LEASE_S)
+        new: list[Message] = [{"role": "user", "content": [{"text": "edited"}]}]
+        assert store.replace_log("c1", new) == 1
+        assert list(store.load("c1").messages) == new
+        snap = store.get(state.run_id)
+        assert snap is not None and snap.status == "failed"
 
 
 def _assert_every_turn_once(store: RunStore, writers: list[str]) -> None:

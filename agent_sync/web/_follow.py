@@ -16,6 +16,12 @@ Disconnects: a WSGI server learns the client left when a write fails, and then c
 ``close()``. When the server shows the client socket, the follower also peeks at it
 between waits of at most :data:`PROBE_INTERVAL_S`. ``on_gone`` (the route's
 ``on_disconnect="cancel"``) is called when the client leaves before the end.
+
+Slow readers: the run's stored log is the buffer, not this process. A follower holds at
+most one chunk of about :data:`WRITE_BYTES` that the server is writing, and with
+``write_timeout`` a client that takes no byte of it for that long has its connection
+shut down (:mod:`._stall`): the server's write fails, as for a client that left, and the
+client may reconnect with ``Last-Event-ID``.
 """
 
 from __future__ import annotations
@@ -32,16 +38,21 @@ from ._disconnect import SocketProbe
 from ._encoders import StreamEncoder
 from ._local_log import local_log
 from ._records import closing_record, is_terminal
+from ._stall import StallGuard
 
 if TYPE_CHECKING:
     import socket
 
-__all__ = ["PROBE_INTERVAL_S", "Follower", "close_log"]
+__all__ = ["PROBE_INTERVAL_S", "WRITE_BYTES", "Follower", "close_log"]
 
 logger = logging.getLogger(__name__)
 
 PROBE_INTERVAL_S: Final = 0.2
 """Longest wait between two peeks at a watched client socket."""
+
+WRITE_BYTES: Final = 64 * 1024
+"""About the most one chunk of a stream holds (a record is never split): a client that
+catches up on a long backlog costs this much at a time, not the backlog."""
 
 _CHECK_INTERVAL_S: Final = 15.0
 """Without keep-alives, how often a silent follower asks the store whether the run is over."""
@@ -77,6 +88,7 @@ class Follower:
         replay_ttl: float,
         client_socket: socket.socket | None = None,
         on_gone: Callable[[], object] | None = None,
+        write_timeout: float | None = None,
     ) -> None:
         self._store = store
         self._run_id = run_id
@@ -85,6 +97,11 @@ class Follower:
         self._keepalive = keepalive
         self._replay_ttl = replay_ttl
         self._probe = None if client_socket is None else SocketProbe(client_socket)
+        self._guard = (
+            None
+            if client_socket is None or write_timeout is None
+            else StallGuard(client_socket, write_timeout)
+        )
         self._on_gone = on_gone
         self._ended = False
         self._closed = False
@@ -99,13 +116,21 @@ class Follower:
         return self
 
     def __next__(self) -> bytes:
-        return next(self._frames)
+        guard = self._guard
+        if guard is None:
+            return next(self._frames)
+        guard.disarm()  # the server is back: the last chunk was written
+        chunk = next(self._frames)
+        guard.arm()  # until the server asks again (a client that does not read: closed)
+        return chunk
 
     def close(self) -> None:
         """End the response; a client that left before the end triggers ``on_gone``."""
         if self._closed:
             return
         self._closed = True
+        if self._guard is not None:
+            self._guard.disarm()
         self._frames.close()
         if not self._ended:
             self._client_left()
@@ -149,10 +174,16 @@ class Follower:
                 # One write per batch: fewer syscalls, and no small write held back behind
                 # another's delayed ACK.
                 chunks: list[bytes] = []
+                size = 0
                 paused_here = False
                 for event in events:
+                    if size >= WRITE_BYTES:  # a backlog goes out in bounded writes
+                        yield b"".join(chunks)
+                        chunks, size = [], 0
                     self._after = event.seq
-                    chunks.append(encoder.encode(event.seq, event.data))
+                    frame = encoder.encode(event.seq, event.data)
+                    chunks.append(frame)
+                    size += len(frame)
                     if is_terminal(event.data):
                         self._ended = True
                         yield b"".join(chunks) + encoder.closing()

@@ -7,6 +7,9 @@ over or paused; the log is then forgotten. A follower asks :func:`read` first an
 when it answers ``None`` (the run is published by another process, or has moved on here
 past what the follower needs). The records are the very dicts that were appended, so a
 stream encodes them to the same bytes as a replay read back from the store.
+
+A log holds the last :data:`HELD` to ``2 * HELD`` records, not the run's whole answer: a
+follower further behind reads the store (whose log is the buffer).
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Final
 
 from ..stores import RunEvent
 
-__all__ = ["LocalLog", "local_log", "open_local_log"]
+__all__ = ["HELD", "LocalLog", "local_log", "open_local_log"]
+
+HELD: Final = 1024
+"""Records a log keeps at least (the newest)."""
 
 
 class LocalLog:
@@ -37,6 +43,10 @@ class LocalLog:
             self._events.extend(
                 RunEvent(seq=first_seq + n, data=record) for n, record in enumerate(records)
             )
+            excess = len(self._events) - HELD
+            if excess >= HELD:  # by halves: trimming the front is a copy
+                del self._events[:excess]
+                self._start += excess
             self._changed.notify_all()
 
     def end(self) -> None:

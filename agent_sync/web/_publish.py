@@ -12,6 +12,11 @@ The log's end, once: ``done`` after the iteration has ended (the agent, and with
 conversation, is released), or ``error`` if the run failed; the last append marks the log
 complete and keeps it ``replay_ttl`` seconds. A run that pauses appends its
 ``approval_required`` records and no end: whoever resumes it publishes the rest.
+
+A log that cannot go on (the store is unavailable, or refuses a record) is reported once:
+the run is stopped (it stores its own end, so the conversation is released) and the log
+ends with an ``error`` record (``StoreError``, or ``StoreUnavailable`` once the store is
+back), so no stream waits on a writer that is gone.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Collection, Sequence
 from typing import Any, Final
 
@@ -27,15 +33,23 @@ from ..errors import ModelError, RunConflictError, StoreUnavailableError
 from ..events import Done, MessageComplete
 from ..stores import RunStore
 from ._local_log import open_local_log
-from ._records import cancelled_tool_ends, done_record, error_record, records_of
+from ._records import (
+    cancelled_tool_ends,
+    done_record,
+    error_record,
+    log_failure_record,
+    records_of,
+)
 from ._sse import DISCONNECT_REASON, RunStream
 
-__all__ = ["Publisher"]
+__all__ = ["Publisher", "RunSlots"]
 
 logger = logging.getLogger(__name__)
 
 _thread_ids = itertools.count(1)
 _JOIN_TIMEOUT_S: Final = 10.0
+_FAILURE_RETRY_S: Final = 30.0
+"""How long a writer that lost the store tries to append the log's ``error`` record."""
 
 
 class Publisher:
@@ -51,6 +65,8 @@ class Publisher:
         cycle: Model calls the run made before (a resumed run's).
         denied: ``toolUseId`` of the calls a reviewer denied.
         replay_ttl: Seconds the complete log is kept.
+        slot: A slot of the worker's :class:`RunSlots`, taken for this run: given back
+            when the run is over or paused (the caller's to give back if this raises).
 
     Raises:
         RunConflictError, StoreUnavailableError: ``first`` could not be appended; the
@@ -68,7 +84,9 @@ class Publisher:
         cycle: int = 0,
         denied: Collection[str] = (),
         replay_ttl: float,
+        slot: RunSlots | None = None,
     ) -> None:
+        self._slot = slot
         self._store = store
         self._stream = stream
         self._run_id = run_id
@@ -127,7 +145,16 @@ class Publisher:
         return not self._thread.is_alive()
 
     def _pump(self) -> None:
-        """Iterate the run (this thread only); hand each event's records to the writer."""
+        """Iterate the run (this thread only); hand each event's records to the writer;
+        give the run's slot back once they are appended."""
+        try:
+            self._iterate()
+            self._writer.join(_JOIN_TIMEOUT_S)
+        finally:
+            if self._slot is not None:
+                self._slot.give()
+
+    def _iterate(self) -> None:
         stream = self._stream
         done: Done | None = None
         failure: BaseException | None = None
@@ -162,7 +189,6 @@ class Publisher:
                 elif done is None and failure is not None:
                     self._outbox.put(_Last(error_record(failure)))
                 self._outbox.put(_END)
-        self._writer.join(_JOIN_TIMEOUT_S)
 
     def _track_calls(self, records: list[dict[str, Any]]) -> None:
         for record in records:
@@ -173,7 +199,21 @@ class Publisher:
 
     def _write(self) -> None:
         """Append what the run made, in order, as many records per append as have queued
-        up meanwhile: a slow store takes bigger batches, not more round trips."""
+        up meanwhile: a slow store takes bigger batches, not more round trips.
+
+        Whatever goes wrong is reported once (logged, the run stopped) and ends the log
+        with an ``error`` record when the store takes one: a stream never waits on a
+        writer that is gone."""
+        try:
+            self._drain()
+        except BaseException as exc:  # a bug here must not leave the streams waiting
+            logger.exception("run_id=<%s> | the event log writer failed", self._run_id)
+            self._failed(exc)
+            raise
+        finally:
+            self._local.end()
+
+    def _drain(self) -> None:
         outbox = self._outbox
         while True:
             batch: list[dict[str, Any]] = []
@@ -193,29 +233,108 @@ class Publisher:
                     item = outbox.get_nowait()
                 except queue.Empty:
                     break
-            if batch and not self._store_failed.is_set() and not self._append(batch, keep_s):
-                self._store_failed.set()
-                self._stream.cancel("the event log could not be written")
+            if batch and not self._store_failed.is_set():
+                self._append(batch, keep_s)
             if ended:
-                self._local.end()
                 return
 
-    def _append(self, records: list[dict[str, Any]], keep_s: float | None) -> bool:
+    def _append(self, records: list[dict[str, Any]], keep_s: float | None) -> None:
         first = self._after + 1
         try:
             self._after = self._store.append_events(
                 self._run_id, records, after=self._after, keep_s=keep_s
             )
-        except (StoreUnavailableError, RunConflictError) as exc:
+        except Exception as exc:  # unavailable, a conflict, a record it cannot encode...
+            self._failed(exc)
+            return
+        self._local.add(first, records)  # stored: this process's streams may send them
+
+    def _failed(self, exc: BaseException) -> None:
+        """The log cannot go on: report it once, stop the run, and end the log with an
+        ``error`` record (after a store outage, once the store is back, for a while)."""
+        if self._store_failed.is_set():
+            return
+        self._store_failed.set()
+        if isinstance(exc, (StoreUnavailableError, RunConflictError)):
             # Nobody can be told what happens next: stop the run rather than go on unseen.
             logger.warning(
                 "run_id=<%s> | could not append to the event log, stopping the run: %s",
                 self._run_id,
                 exc,
             )
-            return False
-        self._local.add(first, records)  # stored: this process's streams may send them
-        return True
+        else:
+            logger.error(
+                "run_id=<%s> | could not append to the event log, stopping the run",
+                self._run_id,
+                exc_info=exc,
+            )
+        try:
+            self._stream.cancel("the event log could not be written")
+        except Exception:
+            logger.exception("run_id=<%s> | cancelling the run failed", self._run_id)
+        # The end goes last, once the conversation is released: a client that sends its
+        # next message when it sees it is not refused.
+        self._released.wait()
+        if not isinstance(exc, RunConflictError):  # a conflict: another writer owns the log
+            self._append_failure(log_failure_record(exc))
+
+    def _append_failure(self, record: dict[str, Any]) -> None:
+        """Append the log's last record, retrying while the store is unavailable (up to
+        :data:`_FAILURE_RETRY_S`): a stream that reconnects then learns why it ended."""
+        deadline = time.monotonic() + _FAILURE_RETRY_S
+        delay = 0.05
+        while True:
+            try:
+                self._after = self._store.append_events(
+                    self._run_id, [record], after=self._after, keep_s=self._replay_ttl
+                )
+            except StoreUnavailableError:
+                if time.monotonic() + delay > deadline:
+                    logger.warning(
+                        "run_id=<%s> | the store stayed unavailable; the log has no end",
+                        self._run_id,
+                    )
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            except Exception:  # a conflict (a follower closed it), or the store refuses
+                logger.warning(
+                    "run_id=<%s> | the event log's last record could not be appended",
+                    self._run_id,
+                    exc_info=True,
+                )
+                return
+            self._local.add(self._after, [record])
+            return
+
+
+class RunSlots:
+    """At most ``limit`` live runs (a run's two threads, its store connections): a run takes
+    a slot before it starts and gives it back once over or paused. Thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._live = 0
+        self._lock = threading.Lock()
+
+    @property
+    def live(self) -> int:
+        """Slots taken now."""
+        return self._live
+
+    def take(self) -> RunSlots | None:
+        """A slot (this object, to give back once), or ``None`` if all are taken."""
+        with self._lock:
+            if self._live >= self._limit:
+                return None
+            self._live += 1
+            return self
+
+    def give(self) -> None:
+        """Give a slot back."""
+        with self._lock:
+            self._live -= 1
 
 
 class _Last:

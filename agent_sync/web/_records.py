@@ -28,6 +28,7 @@ Records, in the order a run makes them:
 ``input_injected``  ``{"content": [blocks]}``: injected input went out (no binary data)
 ``done``            ``{"run_id", "stop_reason", "cancel_reason", "usage", "text"}``: last
 ``error``           ``{"error", "message", "retryable", "status"?}``: last, the run failed
+                    (``StoreUnavailable``/``StoreError``: its records could not be stored)
 ==================  =====================================================================
 
 A pause is not an end: after ``approval_required`` the log waits for the resumed run's
@@ -41,7 +42,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
-from ..errors import ModelError, ModelHTTPError
+from ..errors import ModelError, ModelHTTPError, StoreUnavailableError
 from ..events import (
     AgentEvent,
     ApprovalRequired,
@@ -65,6 +66,7 @@ __all__ = [
     "error_record",
     "event_id",
     "is_terminal",
+    "log_failure_record",
     "native_frame",
     "parse_event_id",
     "records_of",
@@ -178,8 +180,11 @@ def done_record(event: Done) -> dict[str, Any]:
 
 def error_record(exc: BaseException) -> dict[str, Any]:
     """The last record of a run that failed, safe to show: a model error's own message
-    (built from the provider's error body, never from request headers), anything else
-    generic (its text could hold anything; it goes to the server log only)."""
+    (built from the provider's error body, never from request headers), a store outage as
+    such, anything else generic (its text could hold anything; it goes to the server log
+    only)."""
+    if isinstance(exc, StoreUnavailableError):
+        return dict(_STORE_UNAVAILABLE)
     if isinstance(exc, ModelError):
         record: dict[str, Any] = {
             "type": "error",
@@ -198,14 +203,39 @@ def error_record(exc: BaseException) -> dict[str, Any]:
     }
 
 
+def log_failure_record(exc: BaseException) -> dict[str, Any]:
+    """The last record of a run whose records could not be stored (its log is cut short):
+    the store is unavailable, or it refused a record."""
+    if isinstance(exc, StoreUnavailableError):
+        return dict(_STORE_UNAVAILABLE)
+    return {
+        "type": "error",
+        "error": "StoreError",
+        "message": "the answer could not be stored; the run was stopped",
+        "retryable": False,
+    }
+
+
+_STORE_UNAVAILABLE: Final = {
+    "type": "error",
+    "error": "StoreUnavailable",
+    "message": "the run store is unavailable; the answer could not be stored",
+    "retryable": True,
+}
+
+
 def closing_record(snapshot: RunSnapshot) -> dict[str, Any]:
     """The last record of a run that ended without its writer telling (it was cancelled
     while paused, or its worker died): what the store knows of the end."""
     if snapshot.status == "failed":
+        # What the store knows: the run failed before its end reached the log. Its worker
+        # may have died, or lost the store meanwhile (a live writer that saw the store fail
+        # appends a StoreUnavailable record itself, once the store is back).
         return {
             "type": "error",
-            "error": "WorkerStopped",
-            "message": "the worker running this answer stopped",
+            "error": "RunFailed",
+            "message": "the run stopped before its answer was stored "
+            "(its worker stopped, or the run store was unavailable)",
             "retryable": True,
         }
     return {

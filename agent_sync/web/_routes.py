@@ -46,7 +46,7 @@ from ._http import (
     required_str,
     valid_id,
 )
-from ._publish import Publisher
+from ._publish import Publisher, RunSlots
 from ._records import is_terminal, parse_event_id, run_record
 from ._sse import DISCONNECT_REASON, SSE_HEADERS
 from ._ui_request import UIChatRequest, is_ui_chat, parse_ui_chat
@@ -67,6 +67,14 @@ OnDisconnect = Literal["continue", "cancel"]
 
 EVENT_STREAM: Final = "text/event-stream"
 _UI_HEADERS: Final = {k: v for k, v in UI_STREAM_HEADERS.items() if k != "Content-Type"}
+MAX_LIVE_RUNS: Final = 64
+"""The default ``max_live_runs``: live runs one worker (one routes object) holds at once.
+Each holds two threads and its store connections (SQLite: two, about three descriptors
+each), so 64 stay far below the usual 1,024 descriptors per process."""
+WRITE_TIMEOUT_S: Final = 60.0
+"""The default ``write_timeout``: seconds a stream waits for a client that does not read."""
+RETRY_AFTER_S: Final = 5
+"""``Retry-After`` of a 503 answered because the worker runs ``max_live_runs``."""
 _SINCE_THE_END: Final = 1 << 62  # ``load(since=...)`` past any log: read no message
 
 
@@ -92,6 +100,8 @@ class ChatRoutes:
         keepalive: float | None = 15.0,
         replay_ttl: float = 3600.0,
         authorize: Authorize | None = None,
+        max_live_runs: int = MAX_LIVE_RUNS,
+        write_timeout: float | None = WRITE_TIMEOUT_S,
     ) -> None:
         if not isinstance(store, RunStore):
             raise UsageError(f"store must be a RunStore, got {type(store).__name__}")
@@ -103,6 +113,12 @@ class ChatRoutes:
             raise UsageError("replay_ttl must be a number of seconds >= 0")
         if timeout is not None and not timeout > 0:
             raise UsageError("timeout must be a positive number of seconds, or None")
+        if isinstance(max_live_runs, bool) or not isinstance(max_live_runs, int):
+            raise UsageError("max_live_runs must be an int >= 1")
+        if max_live_runs < 1:
+            raise UsageError("max_live_runs must be an int >= 1")
+        if write_timeout is not None and not write_timeout > 0:
+            raise UsageError("write_timeout must be a positive number of seconds, or None")
         self._make_agent = make_agent
         self._store = store
         self._on_disconnect = on_disconnect
@@ -110,6 +126,8 @@ class ChatRoutes:
         self._keepalive = keepalive
         self._replay_ttl = float(replay_ttl)
         self._authorize = authorize
+        self._slots = RunSlots(max_live_runs)
+        self._write_timeout = write_timeout
 
     # -- the routes --
 
@@ -169,7 +187,28 @@ class ChatRoutes:
         )
 
     def _start(self, conversation_id: str, message: Any) -> Publisher:
-        """Start a run on the conversation and publish it (409 busy or paused)."""
+        """Start a run on the conversation and publish it (409 busy or paused; 503 if
+        this worker runs ``max_live_runs`` already)."""
+        slot = self._take_slot()
+        try:
+            return self._start_run(conversation_id, message, slot)
+        except BaseException:
+            slot.give()
+            raise
+
+    def _take_slot(self) -> RunSlots:
+        slot = self._slots.take()
+        if slot is None:
+            refusal = _Refusal(
+                503,
+                "busy_worker",
+                "this worker runs as many answers as it may; try again shortly",
+            )
+            refusal.response.headers["Retry-After"] = str(RETRY_AFTER_S)
+            raise refusal
+        return slot
+
+    def _start_run(self, conversation_id: str, message: Any, slot: RunSlots) -> Publisher:
         agent = self._agent(conversation_id)
         try:
             stream = agent.stream(message, timeout=self._timeout)
@@ -194,6 +233,7 @@ class ChatRoutes:
             run_id=run_id,
             first=[run_record(run_id, conversation_id)],
             replay_ttl=self._replay_ttl,
+            slot=slot,
         )
 
     def _follow(
@@ -241,7 +281,18 @@ class ChatRoutes:
 
     def _resume(self, snapshot: RunSnapshot, decisions: dict[str, Decision]) -> Publisher:
         """Go on with a paused run here, published after its log's last record (422 for
-        decisions the stored approvals refuse, 409 if another decision won)."""
+        decisions the stored approvals refuse, 409 if another decision won, 503 if this
+        worker runs ``max_live_runs`` already)."""
+        slot = self._take_slot()
+        try:
+            return self._resume_run(snapshot, decisions, slot)
+        except BaseException:
+            slot.give()
+            raise
+
+    def _resume_run(
+        self, snapshot: RunSnapshot, decisions: dict[str, Decision], slot: RunSlots
+    ) -> Publisher:
         run_id = snapshot.run_id
         conversation_id = snapshot.conversation_id or ""
         agent = self._agent(conversation_id)
@@ -270,6 +321,7 @@ class ChatRoutes:
             cycle=snapshot.cycle,
             denied=denied,
             replay_ttl=self._replay_ttl,
+            slot=slot,
         )
 
     def _run_inject(self, request: WebRequest, run_id: str) -> WebResponse:
@@ -406,6 +458,7 @@ class ChatRoutes:
             replay_ttl=self._replay_ttl,
             client_socket=client,
             on_gone=on_gone,
+            write_timeout=self._write_timeout,
         )
         return WebResponse(200, body, EVENT_STREAM, dict(headers))
 

@@ -36,7 +36,14 @@ from ..errors import ConcurrentInvocationError
 from ..stores import RunStore
 from ._disconnect import socket_from_environ
 from ._http import WebRequest, WebResponse, content_type_of, read_limited
-from ._routes import Authorize, ChatRoutes, MakeAgent, OnDisconnect
+from ._routes import (
+    MAX_LIVE_RUNS,
+    WRITE_TIMEOUT_S,
+    Authorize,
+    ChatRoutes,
+    MakeAgent,
+    OnDisconnect,
+)
 from ._sse import SSE_HEADERS, StreamingAgent, sse_events
 
 __all__ = ["busy_response", "chat_urls", "sse_response"]
@@ -105,14 +112,18 @@ def chat_urls(
     keepalive: float | None = 15.0,
     replay_ttl: float = 3600.0,
     authorize: Authorize | None = None,
+    max_live_runs: int = MAX_LIVE_RUNS,
+    write_timeout: float | None = WRITE_TIMEOUT_S,
 ) -> list[Any]:
     """The chat routes as URL patterns: ``path("api/", include(chat_urls(...)))``.
 
     The same routes, arguments and answers as :func:`agent_sync.web.flask.chat_blueprint`
-    (``authorize`` receives the ``HttpRequest``). The views are exempt from Django's CSRF
-    check: their POST bodies must be ``application/json``, which a cross-site form cannot
-    send, and ``authorize`` is where a session is checked. Serve under WSGI with threads;
-    keep body-buffering middleware (``GZipMiddleware``) off these URLs.
+    (``authorize`` receives the ``HttpRequest``; ``max_live_runs`` and ``write_timeout``
+    bound one worker's live runs and its streams' slow readers). The views are exempt
+    from Django's CSRF check: their POST bodies must be ``application/json``, which a
+    cross-site form cannot send, and ``authorize`` is where a session is checked. Serve
+    under WSGI with threads; keep body-buffering middleware (``GZipMiddleware``) off these
+    URLs.
 
     Raises:
         agent_sync.errors.UsageError: An invalid argument.
@@ -125,6 +136,8 @@ def chat_urls(
         keepalive=keepalive,
         replay_ttl=replay_ttl,
         authorize=authorize,
+        max_live_runs=max_live_runs,
+        write_timeout=write_timeout,
     )
 
     def post(route: Callable[..., WebResponse]) -> Callable[..., HttpResponseBase]:

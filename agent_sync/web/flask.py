@@ -20,7 +20,14 @@ from ..errors import ConcurrentInvocationError
 from ..stores import RunStore
 from ._disconnect import socket_from_environ
 from ._http import WebRequest, WebResponse, content_type_of, read_limited
-from ._routes import Authorize, ChatRoutes, MakeAgent, OnDisconnect
+from ._routes import (
+    MAX_LIVE_RUNS,
+    WRITE_TIMEOUT_S,
+    Authorize,
+    ChatRoutes,
+    MakeAgent,
+    OnDisconnect,
+)
 from ._sse import SSE_HEADERS, StreamingAgent, sse_events
 
 __all__ = ["busy_response", "chat_blueprint", "sse_response"]
@@ -86,6 +93,8 @@ def chat_blueprint(
     keepalive: float | None = 15.0,
     replay_ttl: float = 3600.0,
     authorize: Authorize | None = None,
+    max_live_runs: int = MAX_LIVE_RUNS,
+    write_timeout: float | None = WRITE_TIMEOUT_S,
     name: str = "agent_sync_chat",
 ) -> flask.Blueprint:
     """The chat routes (``POST /chat``, ``GET /runs/<id>/events``, stop, decisions, inject,
@@ -112,6 +121,14 @@ def chat_blueprint(
         authorize: ``(flask.request, conversation_id) -> bool``, asked on every route (a
             run's conversation is looked up); ``False`` answers 403 and touches nothing.
             ``None`` lets every request touch every conversation: single-user apps only.
+        max_live_runs: Live runs this worker holds at once (64): past it, ``POST /chat``
+            (and a decision that would resume a run here) answers 503 with
+            ``Retry-After`` and starts nothing. A run is live until it is over or paused,
+            whether or not a client still follows it.
+        write_timeout: Seconds a stream waits for a client that does not read (its
+            socket buffers are full) before closing it (60; ``None``: for ever). The
+            client may reconnect with ``Last-Event-ID``. Needs a server that shows the
+            client socket (werkzeug, gunicorn).
         name: The Blueprint's name (register two with different names).
 
     Raises:
@@ -125,6 +142,8 @@ def chat_blueprint(
         keepalive=keepalive,
         replay_ttl=replay_ttl,
         authorize=authorize,
+        max_live_runs=max_live_runs,
+        write_timeout=write_timeout,
     )
     blueprint = flask.Blueprint(name, __name__)
 

@@ -23,6 +23,7 @@ import pytest
 from agent_sync import Agent, ToolContext, tool, validate_history
 from agent_sync.errors import (
     ConcurrentInvocationError,
+    PendingApprovalError,
     RunConflictError,
     StoreUnavailableError,
     UsageError,
@@ -307,11 +308,16 @@ def _paused_agent(store: RunStore) -> tuple[Agent, str]:
     return agent, paused.approvals[0].id
 
 
-def _fails_closed(agent: Agent, request_id: str, wipe_log: Path) -> None:
+def _fails_closed(
+    agent: Agent,
+    request_id: str,
+    wipe_log: Path,
+    invoke_error: type[Exception] = StoreUnavailableError,
+) -> None:
     with pytest.raises(StoreUnavailableError):
         agent.resume({request_id: True})
     assert wipe_log.read_text() == ""  # a gated tool never runs without a stored decision
-    with pytest.raises(StoreUnavailableError):
+    with pytest.raises(invoke_error):
         agent.invoke("anything")
 
 
@@ -348,7 +354,9 @@ def test_a_locked_sqlite_file_fails_closed_and_loses_nothing_committed(
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")  # another process's write that never ends
     try:
-        _fails_closed(agent, request_id, wipe_log)
+        # invoke reads the conversation (readers never wait for a writer) and finds the
+        # paused run: refused, nothing written
+        _fails_closed(agent, request_id, wipe_log, invoke_error=PendingApprovalError)
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()

@@ -200,3 +200,22 @@ def test_read_events_waits_within_the_clients_socket_timeout(
     events = store.read_events("r1", timeout=20)
     appender.join(25)
     assert [e.seq for e in events] == [1]
+
+
+@pytest.mark.parametrize("given", ["redis://:s3cret@localhost:6379/0", b"redis://localhost"])
+def test_a_url_instead_of_a_client_is_a_clear_usage_error(given: Any) -> None:
+    with pytest.raises(UsageError, match=r"redis\.Redis\.from_url") as caught:
+        RedisRunStore(given)
+    assert "s3cret" not in str(caught.value)  # a URL may hold a password: never shown
+
+
+def test_a_run_id_naming_the_signal_queue_of_a_run_is_unknown(redis_server: RedisServer) -> None:
+    """Before keys were namespaced, ``<run id>:signals`` named the run's signal list: a
+    WRONGTYPE error (503 at the web edge) instead of an unknown run."""
+    store = _store(redis_server)
+    state = make_state()
+    store.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+    store.inject(state.run_id, "queued")
+    assert store.get(f"{state.run_id}:signals") is None
+    assert store.cancel(f"{state.run_id}:signals") is False
+    assert [s.kind for s in store.wait_signals([state.run_id], timeout=5)] == ["inject"]

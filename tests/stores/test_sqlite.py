@@ -7,14 +7,19 @@ import multiprocessing
 import os
 import sqlite3
 import stat
+import threading
+import time
 from contextlib import closing
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent_sync.errors import StoreUnavailableError
 from agent_sync.stores import RunStore, SQLiteRunStore
+from agent_sync.stores._sqlite_pool import READERS
 from agent_sync.testing.run_store_contract import RunStoreContract, make_state
 
 
@@ -142,3 +147,125 @@ def test_event_logs_fail_closed_while_another_writer_holds_the_file(tmp_path: Pa
         assert [e.seq for e in store.read_events("r1")] == [1]  # readers never wait (WAL)
         other.execute("ROLLBACK")
     assert store.append_events("r1", [{"n": 2}], after=1) == 2
+
+
+# -- one clock for leases (issue 22/4) --
+
+
+def _get_with_a_clock_ahead(path: str, run_id: str, out: Any) -> None:
+    """A worker whose clock runs 60 s ahead (``time.time`` patched: what freezegun, a
+    faked clock or a bad host does to one process) reads another worker's live run."""
+    real = time.time
+    time.time = lambda: real() + 60.0  # type: ignore[assignment]
+    snap = SQLiteRunStore(path).get(run_id)
+    out.put(None if snap is None else snap.status)
+
+
+def test_a_worker_whose_clock_runs_ahead_does_not_fail_a_live_run(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    store = SQLiteRunStore(path)
+    state = make_state()
+    store.begin("c1", state, owner="o", lease_s=30, expected_length=0)  # live for 30 s
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    ahead = context.Process(target=_get_with_a_clock_ahead, args=(path, state.run_id, out))
+    ahead.start()
+    assert out.get(timeout=60) == "running"  # not "failed": its lease is the database's time
+    ahead.join(60)
+    record = store.load("c1")
+    assert record.run is not None and record.run.state.status == "running"
+    assert store.commit(replace(state, cycle=1), owner="o", version=1) == 2  # the owner goes on
+
+
+# -- readers never wait for the writer (issue 22/13) --
+
+
+def test_readers_never_wait_for_another_connections_write(tmp_path: Path) -> None:
+    """A write held elsewhere (another process's transaction) must not block ``get``,
+    ``load`` or ``read_events``: they read the last committed snapshot (WAL)."""
+    path = str(tmp_path / "s.db")
+    store = SQLiteRunStore(path, busy_timeout_s=0.05)  # a read that waited would fail
+    state = make_state()
+    store.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+    store.append_events(state.run_id, [{"n": 1}], after=0)
+    with closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("BEGIN EXCLUSIVE")  # in WAL: the write lock, held
+        other.execute("UPDATE runs SET version = version")  # a write in progress
+        snap = store.get(state.run_id)
+        assert snap is not None and snap.status == "running"
+        record = store.load("c1")
+        assert record.run is not None and record.run.state == state
+        assert [e.seq for e in store.read_events(state.run_id)] == [1]
+        with pytest.raises(StoreUnavailableError):  # a write still waits, and fails closed
+            store.inject(state.run_id, "x")
+        other.execute("ROLLBACK")
+
+
+# -- a deleted file (issue 22/14) --
+
+
+def _load_in_a_new_thread(store: SQLiteRunStore) -> BaseException | None:
+    caught: list[BaseException | None] = [None]
+
+    def load() -> None:
+        try:
+            store.load("c1")
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            caught[0] = exc
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    thread.join(30)
+    return caught[0]
+
+
+def test_a_deleted_file_fails_closed_and_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteRunStore(path)
+    store.begin("c1", make_state(), owner="o", lease_s=30, expected_length=0)
+    for name in ("s.db", "s.db-wal", "s.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)  # an operator cleans up under a live worker
+    for failure in (_load_in_a_new_thread(store), _load_in_a_new_thread(store)):
+        assert isinstance(failure, StoreUnavailableError)
+        assert str(path) in str(failure) and "deleted" in str(failure)
+    with pytest.raises(StoreUnavailableError, match="deleted"):
+        store.begin("c2", make_state(), owner="o", lease_s=30, expected_length=0)
+    assert not path.exists()  # no empty 0644 file without tables in its place
+    fresh = SQLiteRunStore(path)  # a restart: created as on first open
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert fresh.load("c1").messages == ()
+    assert fresh.begin("c1", make_state(), owner="o", lease_s=30, expected_length=0) == 1
+
+
+# -- descriptors per process (issue 22/11) --
+
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_connections_are_bounded_per_store_not_per_thread(tmp_path: Path) -> None:
+    store = SQLiteRunStore(tmp_path / "s.db")
+    store.begin("c1", make_state(), owner="o", lease_s=30, expected_length=0)
+    before = _descriptors()
+    threads = 32
+    loaded, done = threading.Barrier(threads + 1), threading.Event()
+
+    def reader() -> None:
+        store.load("c1")
+        store.get("run_unknown")
+        loaded.wait(30)  # every thread alive, each having used the store
+        done.wait(30)
+
+    workers = [threading.Thread(target=reader) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    loaded.wait(30)
+    try:
+        opened = _descriptors() - before
+    finally:
+        done.set()
+        for worker in workers:
+            worker.join(30)
+    assert opened <= 3 * READERS, f"{opened} descriptors for {threads} threads"

@@ -1,0 +1,146 @@
+"""One worker serves everyone: its live runs are capped (``max_live_runs``: 503 with
+``Retry-After``, nothing started), and a client that stops reading has its stream closed
+(``write_timeout``) and catches up by reconnecting. Real werkzeug servers and sockets."""
+
+from __future__ import annotations
+
+import re
+import select
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from agent_sync.errors import UsageError
+from agent_sync.stores import MemoryRunStore
+from agent_sync.web._local_log import HELD
+from agent_sync.web.flask import chat_blueprint
+from tests.run._gates import gate_call
+
+from ._client import SSEConnection, frames_until, request_json
+from .test_chat_routes import chat_app
+
+ASKS = {"tool_calls": [{"name": "delete_file", "input": {"path": "/x"}}]}
+_CLOSED = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
+
+
+def _run_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("agent-sync-run")]
+
+
+@pytest.fixture(autouse=True)
+def _no_runs_left() -> Iterator[None]:
+    yield
+    for thread in _run_threads():
+        thread.join(10)
+    assert [t.name for t in _run_threads()] == []
+
+
+def _ui_body(cid: str, text: str) -> dict[str, object]:
+    return {
+        "id": cid,
+        "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": text}]}],
+        "trigger": "submit-message",
+    }
+
+
+def test_past_max_live_runs_a_new_run_gets_503_with_retry_after_and_nothing_starts() -> None:
+    with chat_app(
+        {"tool_calls": [gate_call()]}, {"tool_calls": [gate_call()]}, "one", "two", "three",
+        max_live_runs=2,
+    ) as app:  # fmt: skip
+        app.allowed.update({"c3", "c4"})
+        for cid in ("c1", "c2"):  # two runs go on after their clients left
+            conn = app.chat(cid=cid)
+            frames_until(conn, "tool_start")
+            conn.drop()
+        threads = len(_run_threads())
+        full = app.chat(cid="c3")
+        assert full.status == 503 and full.headers["retry-after"].isdigit()
+        assert full.json()["error"] == "busy_worker"
+        status, body = request_json(app.port, "POST", "/api/chat", _ui_body("c4", "hello"))
+        assert status == 503 and body["error"] == "busy_worker"  # AI SDK mode too
+        assert app.store.load("c3").run is None and app.store.load("c4").run is None
+        assert list(app.store.load("c3").messages) == [] and len(_run_threads()) == threads
+        app.gate.opened.set()  # both runs end: their slots come back
+        for thread in _run_threads():
+            thread.join(10)
+        again = app.chat(cid="c3")
+        assert again.status == 200 and frames_until(again, "done")[-1].data["text"] == "three"
+
+
+def test_a_decision_that_would_resume_a_run_past_the_cap_gets_503_and_it_stays_paused() -> None:
+    with chat_app(
+        ASKS, {"tool_calls": [gate_call()]}, "gate done", "deleted", max_live_runs=1
+    ) as app:
+        paused = app.chat(cid="c1")
+        request = frames_until(paused, "approval_required")[-1].data  # a pause frees its slot
+        for thread in _run_threads():
+            thread.join(10)
+        busy = app.chat(cid="c2")
+        frames_until(busy, "tool_start")
+        decision = {"decisions": {request["approval_id"]: True}}
+        path = f"/runs/{request['run_id']}/decisions"
+        status, body = app.post(path, decision)
+        assert (status, body["error"]) == (503, "busy_worker")
+        assert app.store.get(request["run_id"]).status == "paused"  # type: ignore[union-attr]
+        app.gate.opened.set()
+        frames_until(busy, "done")
+        for thread in _run_threads():
+            thread.join(10)
+        assert app.post(path, decision)[0] == 202
+        assert frames_until(paused, "done")[-1].data["text"] == "deleted"
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "8"])
+def test_max_live_runs_must_be_a_positive_int(value: object) -> None:
+    store = MemoryRunStore()
+    with pytest.raises(UsageError, match="max_live_runs"):
+        chat_blueprint(lambda cid: None, store=store, max_live_runs=value)  # type: ignore[arg-type,return-value]
+    with pytest.raises(UsageError, match="write_timeout"):
+        chat_blueprint(lambda cid: None, store=store, write_timeout=0)  # type: ignore[arg-type,return-value]
+
+
+def _never_reading(port: int, cid: str) -> tuple[socket.socket, str]:
+    """A client that reads up to its run's id, then never again (a tiny receive buffer)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    body = f'{{"conversation_id": "{cid}", "message": "go"}}'
+    sock.sendall(
+        (
+            "POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n{body}"
+        ).encode()
+    )
+    seen = b""
+    while (found := re.search(rb'"run_id":"([^"]+)"', seen)) is None:
+        chunk = sock.recv(1)
+        assert chunk, seen
+        seen += chunk
+    return sock, found.group(1).decode()
+
+
+def test_a_client_that_never_reads_is_closed_and_catches_up_with_last_event_id() -> None:
+    big = {"text": "z" * (4 << 20), "chunk_size": 4096}  # more than the socket buffers hold
+    with chat_app(big, write_timeout=0.2) as app:
+        sock, run_id = _never_reading(app.port, "c1")
+        try:
+            poller = select.poll()
+            poller.register(sock, _CLOSED)
+            # The server shuts the connection down once a write stays blocked 0.2 s; the
+            # pytest-timeout bounds the wait if it never does.
+            while not poller.poll(1000):
+                pass
+        finally:
+            sock.close()
+        # The run went on, and its stored log is the buffer: a reconnect gets all of it.
+        again = SSEConnection(app.port, f"/api/runs/{run_id}/events", None, method="GET")
+        try:
+            frames = frames_until(again, "done")
+        finally:
+            again.drop()
+        text = "".join(f.data["text"] for f in frames if f.event == "text")
+        assert len(text) == 4 << 20 and frames[-1].data["stop_reason"] == "end_turn"
+        assert len(frames) > HELD  # more records than a worker keeps in memory per run
