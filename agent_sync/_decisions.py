@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeAlias, Union
 
+from ._encodable import clean_text
 from .messages import ToolUse
 
 __all__ = ["ApprovalRequest", "Approve", "Decision", "Deny"]
@@ -78,6 +79,10 @@ class Deny:
 
     reason: str = ""
     data: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reason, str):  # the history and the store take encodable text only
+            object.__setattr__(self, "reason", clean_text(self.reason))
 
 
 Decision: TypeAlias = Union[Approve, Deny, bool]

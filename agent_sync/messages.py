@@ -18,6 +18,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypedDict, Union
 
+from ._encodable import encoding_problem
+
 __all__ = [
     "CANCELLED_TEXT",
     "ContentBlock",
@@ -317,7 +319,10 @@ def validate_history(messages: Sequence[HistoryItem]) -> list[str]:
     ``{"text": str}`` or ``{"json": <JSON value>}``; ``reasoningContent`` (assistant only)
     exactly one of ``reasoningText`` (``{"text": str, "signature"?: str}``) or
     ``redactedContent`` (bytes or str); ``image`` a ``format`` and ``source.bytes``;
-    ``document`` a ``format``, ``name`` and ``source.bytes``.
+    ``document`` a ``format``, ``name`` and ``source.bytes``. Every string is encodable as
+    UTF-8 (no lone surrogate) and no number is ``NaN`` or infinite, so the history can be
+    stored and sent as strict JSON (the agent replaces lone surrogates where data comes in;
+    :func:`~agent_sync.repair_history` does too).
 
     A history may end with a user message (a prompt waiting for an answer) or with an
     assistant message without unanswered ``toolUse`` blocks.
@@ -356,7 +361,7 @@ def validate_history(messages: Sequence[HistoryItem]) -> list[str]:
         used_here: set[str] = set()
         for position, block in enumerate(content):
             spot = f"{where} block {position}"
-            problem = _block_problem(block, role)
+            problem = _block_problem(block, role) or encoding_problem(block)
             if problem is not None:
                 problems.append(f"{spot}: {problem}")
                 continue

@@ -11,6 +11,12 @@ dict lookup per event on its hot path. At the end it builds either
 * the partial message after a cancel (:meth:`MessageAssembler.partial`): the text streamed
   so far and completed reasoning, no tool-use blocks (a half-received call can be neither
   run nor answered honestly).
+
+The assembler is where every provider's stream enters the run, so it is the edge that makes
+the model's output encodable (:mod:`agent_sync._encodable`): lone surrogates in text,
+reasoning, tool ids and names are replaced, and tool input holding a non-finite number
+(``NaN``, ``Infinity``, ``1e400``) is invalid input, answered with an error result the model
+can act on.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._encodable import Unencodable, clean_json, clean_text
 from ..errors import ModelStreamError
 from ..events import ReasoningDelta, TextDelta
 from ..messages import ContentBlock, Message, StreamEvent, Usage
@@ -99,6 +106,7 @@ class MessageAssembler:
                     self.first_text_at = time.perf_counter()
             elif block.kind != "text":
                 raise ModelStreamError(f"text delta for {block.kind} block {index}")
+            text = clean_text(text)
             block.parts.append(text)
             return TextDelta(text=text, run_id=self._run_id) if text and self._emit else None
         start = event.get("contentBlockStart")
@@ -106,7 +114,8 @@ class MessageAssembler:
             tool = start["start"].get("toolUse")
             index = start["contentBlockIndex"]
             if tool is not None:
-                self._blocks[index] = _Block("toolUse", tool["toolUseId"], tool["name"])
+                tool_use_id, name = clean_text(tool["toolUseId"]), clean_text(tool["name"])
+                self._blocks[index] = _Block("toolUse", tool_use_id, name)
             return None
         stop = event.get("contentBlockStop")
         if stop is not None:
@@ -116,7 +125,7 @@ class MessageAssembler:
             return None
         message_stop = event.get("messageStop")
         if message_stop is not None:
-            self.stop_reason = message_stop.get("stopReason") or "end_turn"
+            self.stop_reason = clean_text(message_stop.get("stopReason") or "end_turn")
             return None
         metadata = event.get("metadata")
         if metadata is not None and "usage" in metadata:
@@ -140,11 +149,12 @@ class MessageAssembler:
             elif block.kind != "reasoning":
                 raise ModelStreamError(f"reasoning delta for {block.kind} block {index}")
             if "signature" in reasoning:
-                block.signature = (block.signature or "") + reasoning["signature"]
+                block.signature = (block.signature or "") + clean_text(reasoning["signature"])
             if "redactedContent" in reasoning:
                 block.redacted = reasoning["redactedContent"]
             piece = reasoning.get("text")
             if piece:
+                piece = clean_text(piece)
                 block.parts.append(piece)
                 return ReasoningDelta(text=piece, run_id=self._run_id) if self._emit else None
         return None
@@ -219,7 +229,10 @@ def _parse_tool_input(raw: str) -> tuple[dict[str, Any], str | None]:
         return {}, f"the tool input is not valid JSON ({exc}): {shown}"
     if not isinstance(value, dict):
         return {}, f"the tool input must be a JSON object, got {type(value).__name__}"
-    return value, None
+    try:
+        return clean_json(value, what="the tool input"), None
+    except Unencodable as exc:
+        return {}, str(exc)
 
 
 def _normalise_usage(usage: Any) -> Usage:

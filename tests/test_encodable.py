@@ -1,0 +1,412 @@
+"""Issue 22 item 1 (and items 7 and 23): what goes into the history, the store and a frame is
+made encodable at the edge where it enters (agent_sync/_encodable.py).
+
+The rule is tested as a matrix: every bad value (a lone surrogate from ``os.fsdecode``,
+``NaN``, infinities, ``1e400``, a ``datetime``, a ``Decimal``, a ``set``, a ``UUID``,
+``bytes``, an object whose ``__str__`` raises) is pushed through every edge (the prompt, a
+tool's return value, ``agent.inject``, ``store.inject``, a human's and a hook's ``Deny``
+reason, the model's tool input through each provider's local wire server and through
+``ScriptedModel``) on the memory, SQLite and Redis stores. Whatever the edge did (accept a
+cleaned copy, answer with an error result, refuse with ``UsageError``), the history must
+pass ``validate_history`` and strict JSON encoded as UTF-8, the store must load it back
+equal, and every frame of the run must be storable and encodable. On the old code the
+surrogate reached the store and the frames, and ``NaN`` the history and the store.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import math
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+
+from agent_sync import Agent, Deny, ToolContext, UsageError, tool, validate_history
+from agent_sync.events import AgentEvent
+from agent_sync.hooks import BeforeToolCall
+from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel
+from agent_sync.models.base import Model
+from agent_sync.run._state import _encode
+from agent_sync.stores import MemoryRunStore, RedisRunStore, RunStore, SQLiteRunStore
+from agent_sync.testing import ScriptedModel
+from agent_sync.testing.anthropic_server import AnthropicServer
+from agent_sync.testing.bedrock_server import BedrockServer
+from agent_sync.testing.openai_server import OpenAIServer
+from agent_sync.testing.redis_server import RedisServer
+from agent_sync.web._records import native_frame, records_of
+from tests.models._bedrock_fixtures import aws_session
+
+CONVERSATION = "c-encodable"
+FILE_NAME = os.fsdecode(b"report-\xff.txt")  # 'report-\udcff.txt': a lone surrogate
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True)
+class Bad:
+    """A bad value: the Python value, its JSON text on a wire (``None``: JSON has no
+    form for it), and whether a tool returning it gets a success (encoded) result."""
+
+    value: Any
+    wire: str | None
+    tool_ok: bool
+
+
+BAD: dict[str, Bad] = {
+    "lone surrogate": Bad(FILE_NAME, '"report-\\udcff.txt"', True),
+    "NaN": Bad(math.nan, "NaN", False),
+    "inf": Bad(math.inf, "Infinity", False),
+    "-inf": Bad(-math.inf, "-Infinity", False),
+    "1e400": Bad(json.loads("1e400"), "1e400", False),
+    "datetime": Bad(datetime.datetime(2026, 11, 26, 18, 0), None, True),
+    "Decimal": Bad(decimal.Decimal("12.50"), None, True),
+    "set": Bad({"b", "a"}, None, True),
+    "UUID": Bad(uuid.UUID(int=7), None, True),
+    "bytes": Bad(b"\x89PNG", None, False),
+    "unprintable": Bad(_Unprintable(), None, False),
+}
+
+# -- stores --
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[RunStore]:
+    if request.param == "memory":
+        yield MemoryRunStore()
+    elif request.param == "sqlite":
+        sqlite_store = SQLiteRunStore(tmp_path / "runs.db")
+        yield sqlite_store
+        sqlite_store.close()
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        client = redis.Redis(port=server.port)
+        yield RedisRunStore(client, prefix=f"enc{uuid.uuid4().hex[:10]}:")
+        client.close()
+
+
+# -- what every case asserts --
+
+
+def _strict_utf8(value: Any) -> bytes:
+    """What a store and a frame need: strict JSON (bytes as the stores write them), UTF-8."""
+    return json.dumps(_encode(value), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def _check(agent: Agent, store: RunStore, events: list[AgentEvent]) -> list[Any]:
+    history = agent.messages
+    assert validate_history(history) == []
+    _strict_utf8(history)
+    assert list(store.load(CONVERSATION).messages) == history  # the store round trip
+    records = [record for event in events for record in records_of(event, cycle=1)]
+    frames_of = f"frames-{uuid.uuid4().hex}"
+    if records:
+        store.append_events(frames_of, records, after=0)
+    for event in store.read_events(frames_of):
+        native_frame(frames_of, event.seq, event.data)  # the SSE bytes: UTF-8
+    assert not agent.is_running
+    return history
+
+
+def _surrogate_replaced(bad: Bad, history: list[Any]) -> None:
+    if bad.value is FILE_NAME:
+        text = json.dumps(_encode(history), ensure_ascii=False)
+        assert "report-\ufffd.txt" in text
+
+
+def _stream(agent: Agent, prompt: Any = None) -> list[AgentEvent]:
+    with agent.stream(prompt) as events:
+        return list(events)
+
+
+def _content(value: Any) -> Any:
+    """``value`` as content: a str as it is, anything else in a block's field."""
+    if isinstance(value, str):
+        return value
+    document = {"format": "txt", "name": "notes", "source": {"bytes": b"hi"}, "context": value}
+    return [{"text": "see the notes"}, {"document": document}]
+
+
+def _agent(store: RunStore, model: Model, **kw: Any) -> Agent:
+    return Agent(model, store=store, conversation_id=CONVERSATION, **kw)
+
+
+# -- the edges --
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_prompt(name: str, store: RunStore) -> None:
+    bad = BAD[name]
+    agent = _agent(store, ScriptedModel(["noted"]))
+    try:
+        events = _stream(agent, _content(bad.value))
+    except UsageError:
+        events = []
+        assert agent.messages == [] and bad.value is not FILE_NAME  # refused, nothing kept
+    history = _check(agent, store, events)
+    _surrogate_replaced(bad, history)
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_tool_return_value(name: str, store: RunStore) -> None:
+    bad = BAD[name]
+
+    @tool
+    def fetch() -> Any:
+        """Fetch the thing."""
+        return bad.value
+
+    model = ScriptedModel([{"tool_calls": [{"name": "fetch", "input": {}}]}, "done"])
+    agent = _agent(store, model, tools=[fetch])
+    events = _stream(agent, "go")
+    history = _check(agent, store, events)
+    result = history[2]["content"][0]["toolResult"]
+    assert result["status"] == ("success" if bad.tool_ok else "error")
+    shown = json.dumps(result, ensure_ascii=False)
+    assert "object at 0x" not in shown and "Decimal(" not in shown and "b'" not in shown
+    _surrogate_replaced(bad, history)
+
+
+def _injecting_tool(inject: Callable[[ToolContext, Any], None], value: Any) -> Any:
+    @tool
+    def note(context: ToolContext) -> str:
+        """Take a note."""
+        try:
+            inject(context, _content(value))
+        except UsageError as exc:
+            return f"refused: {exc}"
+        return "noted"
+
+    return note
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_agent_inject(name: str, store: RunStore) -> None:
+    bad = BAD[name]
+    note = _injecting_tool(lambda context, content: context.agent.inject(content), bad.value)
+    model = ScriptedModel([{"tool_calls": [{"name": "note", "input": {}}]}, "done"])
+    agent = _agent(store, model, tools=[note])
+    history = _check(agent, store, _stream(agent, "go"))
+    _surrogate_replaced(bad, history)
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_store_inject(name: str, store: RunStore) -> None:
+    bad = BAD[name]
+    holder: dict[str, Agent] = {}
+
+    def inject(context: ToolContext, content: Any) -> None:
+        assert context.run_id is not None
+        store.inject(context.run_id, content)  # raises UsageError at the edge if refused
+        run = holder["agent"].active_run
+        assert run is not None
+        while not run.snapshot().queued_inputs:  # the owner's watcher delivers it
+            assert not context.wait(0.005)
+
+    note = _injecting_tool(inject, bad.value)
+    model = ScriptedModel([{"tool_calls": [{"name": "note", "input": {}}]}, "done"])
+    agent = holder["agent"] = _agent(store, model, tools=[note])
+    history = _check(agent, store, _stream(agent, "go"))
+    _surrogate_replaced(bad, history)
+
+
+@tool(requires_approval=True)
+def wipe(path: str) -> str:
+    """Wipe a path.
+
+    Args:
+        path: The path.
+    """
+    return f"wiped {path}"
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_humans_deny_reason(name: str, store: RunStore) -> None:
+    bad = BAD[name]
+    asks = {"tool_calls": [{"name": "wipe", "input": {"path": "/data"}}]}
+    agent = _agent(store, ScriptedModel([asks, "ok"]), tools=[wipe])
+    events = _stream(agent, "wipe it")
+    (request,) = agent.pending_approvals
+    try:
+        with agent.resume_stream({request.id: Deny(bad.value)}) as resumed:
+            events += list(resumed)
+    except UsageError:
+        assert not isinstance(bad.value, str)  # a reason is a str: anything else refused
+        with agent.resume_stream({request.id: Deny("no")}) as resumed:
+            events += list(resumed)
+    history = _check(agent, store, events)
+    _surrogate_replaced(bad, history)
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_hooks_deny_reason(name: str, store: RunStore) -> None:
+    bad = BAD[name]
+
+    class Refuse:
+        def before_tool_call(self, event: BeforeToolCall) -> Deny:
+            return Deny(bad.value)
+
+    @tool
+    def delete(path: str) -> str:
+        """Delete a path.
+
+        Args:
+            path: The path.
+        """
+        return "deleted"
+
+    asks = {"tool_calls": [{"name": "delete", "input": {"path": "/data"}}]}
+    agent = _agent(store, ScriptedModel([asks, "ok"]), tools=[delete], hooks=[Refuse()])
+    history = _check(agent, store, _stream(agent, "delete it"))
+    assert history[2]["content"][0]["toolResult"]["status"] == "error"
+    _surrogate_replaced(bad, history)
+
+
+# -- the model's tool input (and text), through each provider's parser --
+
+WIRE = sorted(name for name, bad in BAD.items() if bad.wire is not None)
+
+
+@tool
+def look(value: str) -> str:
+    """Look at a value.
+
+    Args:
+        value: The value.
+    """
+    return f"looked at {value}"
+
+
+def _turns(bad: Bad) -> list[dict[str, Any]]:
+    assert bad.wire is not None
+    ask = {"tool_calls": [{"name": "look", "input": {}}], "raw": '{"value": ' + bad.wire + "}"}
+    return [ask, {"text": f"done with {FILE_NAME}"}]
+
+
+@pytest.fixture(params=["anthropic", "openai", "bedrock", "scripted"])
+def provider(request: pytest.FixtureRequest) -> Iterator[Callable[[list[dict[str, Any]]], Model]]:
+    """Builds a model that plays the turns through the provider's real parser."""
+    closers: list[Callable[[], None]] = []
+
+    def build(turns: list[dict[str, Any]]) -> Model:
+        if request.param == "scripted":
+            return ScriptedModel(
+                [
+                    {"tool_calls": [{"name": "look", "raw_input": t["raw"]}]} if "raw" in t else t
+                    for t in turns
+                ]
+            )
+        specs = [
+            {"tool_calls": t["tool_calls"], "raw_tool_input": {0: t["raw"]}} if "raw" in t else t
+            for t in turns
+        ]
+        model: Any
+        if request.param == "anthropic":
+            server: Any = AnthropicServer(specs)
+            server.__enter__()
+            model = AnthropicModel(
+                "claude-test", client_args={"base_url": server.base_url, "api_key": "k-enc"}
+            )
+        elif request.param == "openai":
+            server = OpenAIServer(specs)
+            server.__enter__()
+            model = OpenAIModel("gpt-test", base_url=server.url, api_key="k-enc")
+        else:
+            server = BedrockServer(specs)
+            server.__enter__()
+            model = BedrockModel(
+                "test-model",
+                endpoint_url=server.base_url,
+                boto_session=aws_session("AKIAENCODABLE", "secret-enc"),
+            )
+        closers.append(lambda: server.__exit__(None, None, None))
+        closers.append(model.close)
+        return model  # type: ignore[no-any-return]
+
+    yield build
+    for close in reversed(closers):
+        close()
+
+
+@pytest.mark.parametrize("name", WIRE)
+def test_the_models_tool_input(name: str, store: RunStore, provider: Any) -> None:
+    bad = BAD[name]
+    agent = _agent(store, provider(_turns(bad)), tools=[look])
+    events = _stream(agent, "look")
+    history = _check(agent, store, events)
+    use = history[1]["content"][-1]["toolUse"]
+    result = history[2]["content"][0]["toolResult"]
+    if isinstance(bad.value, str):  # the text is cleaned and the call runs
+        assert use["input"] == {"value": "report-\ufffd.txt"} and result["status"] == "success"
+    else:  # a non-finite number: invalid input, answered with an error the model can act on
+        assert use["input"] == {} and result["status"] == "error"
+        assert "JSON has no NaN or infinities" in result["content"][0]["text"]
+    assert history[-1]["content"][-1]["text"] == "done with report-\ufffd.txt"
+
+
+# -- a store written before the rule: it must still load, and load encodable --
+
+
+def _old_writes(text: bytes) -> bytes:
+    """What an earlier version stored: a lone surrogate escaped, NaN written as such."""
+    return text.replace(b"PLACEHOLDER", b"report-\\udcff.txt").replace(b"12345", b"NaN")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_store_holding_a_lone_surrogate_and_nan_still_loads(
+    kind: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    @tool
+    def count(n: int) -> str:
+        """Count.
+
+        Args:
+            n: How many.
+        """
+        return "counted"
+
+    turns: list[Any] = [{"tool_calls": [{"name": "count", "input": {"n": 12345}}]}, "PLACEHOLDER"]
+    if kind == "sqlite":
+        path = tmp_path / "old.db"
+        store: RunStore = SQLiteRunStore(path)
+        _agent(store, ScriptedModel(turns), tools=[count]).invoke("PLACEHOLDER")
+        store.close()  # type: ignore[attr-defined]
+        with sqlite3.connect(path) as db:
+            rows = db.execute("SELECT rowid, message FROM log").fetchall()
+            for rowid, message in rows:
+                old = _old_writes(message.encode()).decode()
+                db.execute("UPDATE log SET message = ? WHERE rowid = ?", (old, rowid))
+        store = SQLiteRunStore(path)
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        client = redis.Redis(port=server.port)
+        prefix = f"old{uuid.uuid4().hex[:10]}:"
+        store = RedisRunStore(client, prefix=prefix)
+        _agent(store, ScriptedModel(turns), tools=[count]).invoke("PLACEHOLDER")
+        lists = [key for key in client.keys(prefix + "*") if client.type(key) == b"list"]
+        for key in lists:
+            items: list[bytes] = client.lrange(key, 0, -1)  # type: ignore[assignment]
+            for position, item in enumerate(items):
+                client.lset(key, position, _old_writes(item))  # type: ignore[arg-type]
+    stored = list(store.load(CONVERSATION).messages)
+    assert validate_history(stored) == []
+    _strict_utf8(stored)  # the old code loaded the surrogate: every writer of it failed
+    assert stored[0]["content"] == [{"text": "report-\ufffd.txt"}]
+    assert stored[1]["content"][0]["toolUse"]["input"] == {"n": None}  # NaN read as null
+    agent = _agent(store, ScriptedModel(["going on"]), tools=[count])
+    assert agent.invoke("and now?").text == "going on"  # the conversation goes on
+    _strict_utf8(list(store.load(CONVERSATION).messages))
+    if kind == "redis":
+        client.close()
