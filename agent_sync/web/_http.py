@@ -38,6 +38,7 @@ __all__ = [
     "WebRequest",
     "WebResponse",
     "check_id",
+    "check_label",
     "content_type_of",
     "error_response",
     "json_response",
@@ -264,6 +265,19 @@ def optional_str(data: Mapping[str, Any], name: str) -> str | None:
 def valid_id(value: object) -> bool:
     """Whether ``value`` is an id a client may send (:data:`ID_PATTERN`)."""
     return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
+
+
+def check_label(value: str, name: str) -> str:
+    """A client's label that names nothing stored (the AI SDK's message ids, its
+    ``trigger``): at most 256 printable characters, any of them (an app's own
+    ``generateId`` may use ``:``).
+
+    Raises:
+        BadRequest: It is not.
+    """
+    if not value or len(value) > _MAX_ID_CHARS or not value.isprintable():
+        raise BadRequest(f"{name!r} must be 1 to {_MAX_ID_CHARS} printable characters")
+    return value
 
 
 def check_id(value: str, name: str) -> str:

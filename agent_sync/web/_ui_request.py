@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from ._http import BadRequest, check_id, optional_str, required_str
+from ._http import BadRequest, check_label, optional_str, required_str
 
 __all__ = ["ApprovalResponse", "UIChatRequest", "is_ui_chat", "parse_ui_chat"]
 
@@ -83,16 +83,16 @@ def parse_ui_chat(data: Mapping[str, Any]) -> UIChatRequest:
     conversation_id = required_str(data, "id", is_id=True)
     trigger = optional_str(data, "trigger")
     if trigger is not None:
-        check_id(trigger, "trigger")
+        check_label(trigger, "trigger")
     wanted = optional_str(data, "messageId")
     if wanted is not None:
-        check_id(wanted, "messageId")
+        check_label(wanted, "messageId")
     message = _message_to_read(data.get("messages"), wanted)
     message_id = message.get("id")
     if message_id is not None:
         if not isinstance(message_id, str):
             raise BadRequest("a message's 'id' must be a string")
-        check_id(message_id, "message id")
+        check_label(message_id, "message id")
     parts = _parts(message)
     role = message.get("role")
     text: str | None = None

@@ -109,6 +109,14 @@ def test_message_id_names_the_message_read() -> None:
     assert parse_ui_chat(body(SUBMIT, messageId="gone")).text == "tidy up"
 
 
+def test_message_ids_are_labels_not_store_keys() -> None:
+    """An app's generateId may use any printable character: message ids name no store
+    key, so only the conversation and approval ids follow the strict id rule."""
+    user = {**USER, "id": "msg:1/a b"}
+    request = parse_ui_chat(body(SUBMIT, messageId="msg:1/a b", messages=[user]))
+    assert request.message_id == "msg:1/a b" and request.text == "tidy up"
+
+
 def test_text_parts_are_joined_and_other_parts_ignored() -> None:
     user = {
         "id": "u",
