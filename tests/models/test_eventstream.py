@@ -24,12 +24,15 @@ from typing import Any
 
 import pytest
 from botocore.config import Config
-from botocore.eventstream import EventStreamBuffer, ParserError
+from botocore.eventstream import ChecksumMismatch, EventStreamBuffer, ParserError
 from botocore.parsers import EventStreamJSONParser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent_sync.cancel import CancelScope
 from agent_sync.errors import ModelStreamError
+from agent_sync.messages import StreamEvent
+from agent_sync.models import BedrockModel, ModelRequest
 from agent_sync.models._bedrock_errors import map_error
 from agent_sync.models._bedrock_stream import fast_delta, stream_events
 from agent_sync.models._eventstream import EventStreamDecoder, HeaderValue
@@ -37,6 +40,8 @@ from agent_sync.testing._http_server import ServerTurn
 from agent_sync.testing.bedrock_server import BedrockServer
 
 from ._bedrock_fixtures import aws_session
+
+HELLO: Any = [{"role": "user", "content": [{"text": "hi"}]}]
 
 # header value type -> struct format of a fixed-size value
 _FIXED = {2: ">b", 3: ">h", 4: ">i", 5: ">q", 8: ">q"}
@@ -386,6 +391,28 @@ def _both(
     theirs = _outcome(iter(theirs_stream))
     theirs_stream.close()
     return ours, theirs
+
+
+def test_bedrock_model_reads_the_body_with_this_decoder(wire: tuple[_WireServer, Any]) -> None:
+    server, _ = wire
+    delta = {"delta": {"text": "hi"}, "contentBlockIndex": 0}
+    good = _message_bytes("event", "contentBlockDelta", delta)
+    broken = _flip(good, len(good) - 1)
+    server.chunks = [good[:7], good[7:] + broken[:30], broken[30:]]
+    server.add_turns({})
+    session = aws_session("AKIDEVENTSTREAM", "eventstream-secret")
+    model = BedrockModel("m", endpoint_url=server.base_url, boto_session=session)
+    seen: list[StreamEvent] = []
+
+    with pytest.raises(
+        ModelStreamError, match=r"\(ChecksumMismatch: message of \d+ bytes"
+    ) as caught:
+        for event in model.stream(ModelRequest(messages=HELLO), cancel=CancelScope()):
+            seen.append(event)
+    model.close()
+
+    assert seen == [{"contentBlockDelta": delta}]
+    assert isinstance(caught.value.__cause__, ChecksumMismatch)  # the wire's own exception
 
 
 def test_a_stream_botocore_did_not_build_is_iterated_as_is() -> None:
