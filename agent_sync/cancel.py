@@ -23,6 +23,14 @@ Known races, and why they are harmless
 * A callback that is running while its owner unregisters: the owner must tolerate one late
   call (socket shutdown on a connection already released is a no-op for our providers).
 
+Signal safety
+-------------
+The scopes' and tokens' events are :class:`agent_sync._signal_safe.Event`: the deadline
+thread sets them (``timeout=``) while a run's thread waits on them, and a Ctrl-C landing in
+a ``threading.Event.wait`` can leave the event's internal lock held, so that the deadline
+thread's ``set()`` would hang, and every later deadline with it. The scopes' and tokens' own
+locks are plain locks taken with ``with``, which a signal cannot leave held.
+
 Caller-held tokens
 ------------------
 A :class:`CancelToken` belongs to the caller (a web request, a job) and outlives runs: each
@@ -46,6 +54,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Literal
 
+from ._encodable import clean_text
+from ._signal_safe import Event
 from .errors import AgentSyncError
 
 __all__ = ["AbortCallback", "CancelMode", "CancelScope", "CancelToken", "CancelledError"]
@@ -82,7 +92,7 @@ class CancelScope:
 
     def __init__(self, run_id: str | None = None) -> None:
         self.run_id = run_id
-        self.event = threading.Event()
+        self.event: threading.Event = Event()  # signal-safe: see _signal_safe
         self._lock = threading.Lock()
         self._reason: str | None = None
         self._closed = False
@@ -118,7 +128,7 @@ class CancelScope:
                 return False
             if self.event.is_set():
                 return True
-            self._reason = reason
+            self._reason = clean_text(reason) if isinstance(reason, str) else reason  # stored
             self.event.set()
             callbacks = list(self._callbacks.values())
             self._callbacks.clear()
@@ -218,7 +228,7 @@ class CancelToken:
     __slots__ = ("_lock", "_next_key", "_reason", "_scopes", "event")
 
     def __init__(self) -> None:
-        self.event = threading.Event()
+        self.event: threading.Event = Event()  # signal-safe: see _signal_safe
         self._lock = threading.Lock()
         self._reason: str | None = None
         self._scopes: dict[int, CancelScope] = {}

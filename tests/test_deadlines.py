@@ -260,14 +260,27 @@ def test_a_thousand_deadlines_share_one_scheduler_thread() -> None:
 
 @pytest.mark.timeout(120)
 def test_schedule_cancel_churn_does_not_grow_the_heap() -> None:
-    heap = _deadlines._SCHEDULER._heap
+    scheduler = _deadlines._SCHEDULER
+    heap = scheduler._heap  # the thread's, rebuilt in place
     live = [schedule(3600, _nothing) for _ in range(1000)]
-    bound = 2 * (len(heap) + 1) + _deadlines._COMPACT_MIN  # live entries, doubled, + slack
+    flush()  # from here on the live entries are in the heap
+    batch = 500
+    # Live entries (a batch included) doubled, + slack, + one batch taken in before a rebuild:
+    # without the rebuilds, the 40 rounds below would leave 20,000 dead entries.
+    bound = 2 * (len(heap) + batch + 1) + _deadlines._COMPACT_MIN + batch
     largest = 0
-    for _ in range(100_000):
+    for _ in range(100_000):  # cancelled before the thread takes them in
         schedule(3600, _nothing).cancel()
         largest = max(largest, len(heap))
+    for _ in range(40):  # taken into the heap, then cancelled: only a rebuild drops them
+        churned = [schedule(3600, _nothing) for _ in range(batch)]
+        flush()
+        largest = max(largest, len(heap))
+        for deadline in churned:
+            deadline.cancel()
+    flush()
     assert largest <= bound
+    assert len(scheduler._incoming) == 0 and len(heap) <= bound
     for deadline in live:
         deadline.cancel()
 

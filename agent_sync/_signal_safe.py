@@ -1,0 +1,95 @@
+"""Signal safety: what a caller's thread may do with state that other threads share.
+
+The rule
+--------
+A signal handler (Ctrl-C: ``KeyboardInterrupt``) runs in the main thread between two
+bytecodes of whatever Python code runs there, after any call returns. Code that acquires a
+lock and *then* runs Python code before the ``try``/``with`` that releases it leaks the lock
+when the handler raises there, and every thread that waits for that lock afterwards hangs.
+``threading.Condition.__enter__``/``__exit__``, ``Condition.wait``/``notify``,
+``threading.Event.wait``/``set`` and ``queue.Queue`` are such code. So, for state shared
+beyond one run (process-wide, or with the deadline thread, or by several runs):
+
+* no caller-side code takes a lock through Python-level code: callers use operations that
+  are one C call (``queue.SimpleQueue.put``/``get``, ``deque.append``/``popleft``,
+  ``list.append``, ``dict.pop``), which a signal cannot split;
+* ``with lock:`` on a plain ``threading.Lock``/``RLock`` is fine: its ``__enter__`` is C
+  code, and from the first bytecode of the body on, the statement releases the lock whatever
+  is raised;
+* a thread that no signal reaches (a worker thread) may use any primitive, unless it shares
+  it with a caller's thread.
+
+:class:`Event` is a ``threading.Event`` built that way: the cancel scopes' and tokens' events
+are set by the deadline thread and waited on by the runs' threads. ``_deadlines`` follows
+the rule with its own queues; ``tests/test_signal_safety.py`` raises ``KeyboardInterrupt`` at
+every point of these paths and checks that nothing is left held.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from queue import Empty, SimpleQueue
+
+__all__ = ["Event"]
+
+
+class Event(threading.Event):
+    """A ``threading.Event`` whose methods take no lock, so a signal never leaves one held.
+
+    ``set()`` sets the flag, then wakes each waiter through the waiter's own
+    ``SimpleQueue``; ``wait()`` registers its queue, then looks at the flag again (a ``set()``
+    in between is seen), then blocks in ``SimpleQueue.get``. A ``wait()`` interrupted by a
+    signal holds nothing; at worst its queue stays registered until the next ``set()``.
+    """
+
+    def __init__(self) -> None:  # no super().__init__(): its Condition would go unused
+        self._flag = False
+        self._waiters: deque[SimpleQueue[None]] = deque()
+
+    def is_set(self) -> bool:
+        """Whether the flag is set."""
+        return self._flag
+
+    def set(self) -> None:
+        """Set the flag and wake every thread waiting for it."""
+        self._flag = True
+        waiters = self._waiters
+        while waiters:
+            try:
+                waiter = waiters.popleft()
+            except IndexError:  # another set() took the last one
+                break
+            waiter.put(None)
+
+    def clear(self) -> None:
+        """Reset the flag: ``wait()`` blocks again until the next ``set()``."""
+        self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the flag is set, or ``timeout`` seconds have passed.
+
+        Returns:
+            The flag on return: ``False`` only if the wait timed out.
+        """
+        if self._flag:
+            return True
+        waiter: SimpleQueue[None] = SimpleQueue()
+        self._waiters.append(waiter)
+        try:
+            if not self._flag:
+                if timeout is None:
+                    waiter.get()
+                else:
+                    waiter.get(timeout=min(max(0.0, timeout), threading.TIMEOUT_MAX))
+        except Empty:
+            pass
+        finally:
+            try:
+                self._waiters.remove(waiter)
+            except ValueError:  # set() took it
+                pass
+        return self._flag
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__qualname__} {'set' if self._flag else 'unset'}>"
