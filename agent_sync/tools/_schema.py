@@ -9,6 +9,7 @@ against the schema by the one validator, :mod:`agent_sync._jsonschema`.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import types
 from collections.abc import Callable
@@ -121,7 +122,9 @@ def input_schema(
 
 
 def _json_safe(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool))
+    if isinstance(value, float):
+        return math.isfinite(value)  # NaN and infinities are not JSON
+    return value is None or isinstance(value, (str, int, bool))
 
 
 def check_explicit_schema(

@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeAlias, TypeVar, Union, overload
 from .._jsonschema import Schema, compile_schema, problems
 from ..errors import ToolError, UsageError
 from ..messages import ToolSpec, ToolUse
+from ._async import run_coroutine
 from ._schema import check_explicit_schema, parse_docstring
 from ._schema import input_schema as signature_schema
 from .context import ToolContext
@@ -58,13 +59,15 @@ class Tool(Generic[R]):
         decision_schema: dict[str, Any] | None = None,
         input_schema: dict[str, Any] | None = None,
     ) -> None:
-        if _is_async(fn):
+        if _is_async_generator(fn):
             raise UsageError(
-                f"tool {getattr(fn, '__name__', fn)!r} is an async function: async tools are "
-                "not supported yet; write a plain def (call asyncio.run inside it if needed)"
+                f"tool {getattr(fn, '__name__', fn)!r} is an async generator function: a tool "
+                "returns its result (an async def tool may await, then return it)"
             )
         self.fn = fn
-        self.name = name or fn.__name__
+        self.name: str = name or str(getattr(fn, "__name__", ""))
+        if not self.name:
+            raise UsageError(f"{fn!r} has no __name__: name the tool with @tool(name=...)")
         if (
             not self.name
             or len(self.name) > 64
@@ -152,12 +155,12 @@ class Tool(Generic[R]):
         if self.context_param:
             kwargs[self.context_param] = context
         value = self.fn(**kwargs)
-        if inspect.isawaitable(value):  # never a coroutine's repr as the tool's answer
-            if inspect.iscoroutine(value):
-                value.close()  # never awaited, on purpose: no RuntimeWarning
-            raise ToolError(
+        if inspect.iscoroutine(value):  # async def: awaited here, cancelled with the run
+            return run_coroutine(value, context._scope)  # type: ignore[no-any-return]
+        if inspect.isawaitable(value) or inspect.isasyncgen(value):
+            raise ToolError(  # never an awaitable's repr as the tool's answer
                 f"tool {self.name} returned {type(value).__name__} object instead of a "
-                "result: async tools are not supported yet"
+                "result: return the value (an async def tool is awaited for you)"
             )
         return value
 
@@ -215,13 +218,15 @@ def tool(
     ``@tool(requires_approval=True)`` (or a callable ``(tool_use, context) -> bool``)
     pauses the run before such a call until ``agent.resume(decisions)``;
     ``decision_schema=`` describes extra decision fields (see ``docs/approvals.md``).
+    An ``async def`` function is awaited on a private event loop in the tool's worker
+    thread, and a cancel of the run cancels its task at once.
     ``input_schema=`` gives the arguments' JSON schema yourself (the signature's types are
     then not used): the model's input is checked against it, every keyword, before the
     function is called with it as keyword arguments.
 
     Raises:
-        UsageError: An unsupported annotation, ``*args``, an invalid name, an ``async def``
-            function, a ``decision_schema`` or ``input_schema`` that is not a valid JSON
+        UsageError: An unsupported annotation, ``*args``, an invalid name, an async
+            generator function, a ``decision_schema`` or ``input_schema`` that is not a valid JSON
             schema, or an ``input_schema`` the function cannot be called with.
     """
     options: dict[str, Any] = {
@@ -238,15 +243,10 @@ def tool(
     return lambda f: Tool(f, **options)
 
 
-def _is_async(fn: object) -> bool:
-    """An ``async def`` (or async generator) function, a partial of one, or an object whose
-    ``__call__`` is one."""
+def _is_async_generator(fn: object) -> bool:
+    """An async generator function, or an object whose ``__call__`` is one."""
     call = getattr(fn, "__call__", None)  # noqa: B004 - the bound __call__, not callable()
-    return any(
-        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)
-        for f in (fn, call)
-        if f is not None
-    )
+    return any(inspect.isasyncgenfunction(f) for f in (fn, call) if f is not None)
 
 
 def _parameter_names(fn: Callable[..., Any], skip: set[str]) -> frozenset[str] | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent_sync import Agent, ToolContext, UsageError, tool
+from agent_sync import Agent, Approve, ToolContext, UsageError, tool
 from agent_sync.testing import ScriptedModel
 
 CALLS: list[dict[str, Any]] = []
@@ -131,3 +131,55 @@ def test_signature_tools_go_through_the_same_validator() -> None:
         "input.numbers[1]: expected integer, got string",
         "input: unknown parameter 'x' (expected: label, numbers)",
     ]
+
+
+@tool(
+    name="sign_off",
+    requires_approval=True,
+    decision_schema={
+        "type": "object",
+        "properties": {"ticket": {"type": "string", "pattern": "^T-[0-9]+$"}},
+        "required": ["ticket"],
+    },
+)
+def strict_sign_off(path: str) -> str:
+    """Sign a path off."""
+    CALLS.append({"path": path})
+    return "signed"
+
+
+@tool(name="sign_off", requires_approval=True, decision_schema={"type": "object"})
+def loose_sign_off(path: str) -> str:
+    """Sign a path off (a later version with a looser schema)."""
+    CALLS.append({"path": path})
+    return "signed"
+
+
+@pytest.mark.parametrize("tools", [[], [loose_sign_off]], ids=["tool-gone", "tool-changed"])
+def test_the_schema_stored_with_the_request_rules_a_resume_elsewhere(tools: list[Any]) -> None:
+    """Another agent (as in another process) resumes the paused run from the store: the
+    decision is checked against the schema the request was made with, every keyword."""
+    from agent_sync.errors import DecisionValidationError
+    from agent_sync.stores import MemoryRunStore
+
+    store = MemoryRunStore()
+    asks = {"tool_calls": [{"name": "sign_off", "input": {"path": "/r"}}]}
+    first = Agent(ScriptedModel([asks]), tools=[strict_sign_off], store=store, conversation_id="c")
+    (request,) = first.invoke("sign").approvals
+    other = Agent(ScriptedModel(["done"]), tools=tools, store=store, conversation_id="c")
+    assert other.is_paused
+    with pytest.raises(DecisionValidationError, match=r"data\.ticket: 'T-x' does not match"):
+        other.resume({request.id: Approve(data={"ticket": "T-x"})})
+    assert other.is_paused and CALLS == []
+
+
+def test_a_default_that_is_not_json_is_left_out_of_the_schema() -> None:
+    def scale(factor: float = float("nan"), limit: float = float("inf"), n: int = 2) -> str:
+        return str(factor)
+
+    made = tool(scale)  # was fine before the schema had to be plain JSON: still fine
+    assert made.input_schema["properties"] == {
+        "factor": {"type": "number"},
+        "limit": {"type": "number"},
+        "n": {"type": "integer", "default": 2},
+    }
