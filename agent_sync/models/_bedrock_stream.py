@@ -16,9 +16,13 @@ would have produced:
   for that stream (``EventStream._parser``), and an ``exception``/``error`` message raises
   botocore's ``EventStreamError``, which :mod:`._bedrock_errors` maps as before.
 
-If the ``EventStream`` lacks the attributes this needs (another botocore version), or the
-service model's delta shapes differ from what :func:`fast_delta` assumes, the stream is read
-the old way, through botocore, and only gets slower.
+A message that breaks the wire format raises botocore's ``ParserError`` (see
+:mod:`._eventstream`), mapped as before. Nothing in the client is hooked or patched (a
+user's ``client=`` is shared with other code): the ``EventStream`` is lazy, so leaving it
+unread is all it takes to skip botocore's decoding. If it lacks the attributes used here
+(another botocore version), it is iterated as is; if the service model's delta shapes
+differ from what :func:`fast_delta` assumes, every message goes through botocore's parser.
+Either way only speed is lost.
 """
 
 from __future__ import annotations

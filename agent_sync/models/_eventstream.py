@@ -49,7 +49,7 @@ _OVERHEAD = _PRELUDE_LENGTH + 4  # prelude + message CRC
 # botocore's limits (a real service stays far below them)
 MAX_HEADERS_LENGTH = 128 * 1024
 MAX_PAYLOAD_LENGTH = 24 * 1024 * 1024
-# header value type -> (struct of a fixed-size value, or None)
+# fixed-size header value types -> how their value is packed
 _FIXED: dict[int, struct.Struct] = {
     2: struct.Struct(">b"),  # byte
     3: struct.Struct(">h"),  # short
