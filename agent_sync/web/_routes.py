@@ -69,8 +69,8 @@ EVENT_STREAM: Final = "text/event-stream"
 _UI_HEADERS: Final = {k: v for k, v in UI_STREAM_HEADERS.items() if k != "Content-Type"}
 MAX_LIVE_RUNS: Final = 64
 """The default ``max_live_runs``: live runs one worker (one routes object) holds at once.
-Each holds two threads and its store connections (SQLite: two, about three descriptors
-each), so 64 stay far below the usual 1,024 descriptors per process."""
+Each holds two threads (and a tool's while it runs); the stores bound their descriptors per
+process, not per run."""
 WRITE_TIMEOUT_S: Final = 60.0
 """The default ``write_timeout``: seconds a stream waits for a client that does not read."""
 RETRY_AFTER_S: Final = 5
