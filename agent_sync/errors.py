@@ -27,6 +27,7 @@ construction, whichever provider builds it.
 
 from __future__ import annotations
 
+from ._encodable import clean_text
 from ._redact import redact
 
 __all__ = [
@@ -105,7 +106,7 @@ class ModelError(AgentSyncError):
     def __init__(
         self, message: str, *, provider: str | None = None, retryable: bool | None = None
     ) -> None:
-        message = redact(message)
+        message = clean_text(redact(message))  # text from outside: shown, logged, stored
         super().__init__(message)
         self.message = message
         self.provider = provider
@@ -136,7 +137,7 @@ class ModelHTTPError(ModelError):
             retryable = status in RETRYABLE_STATUSES
         super().__init__(message, provider=provider, retryable=retryable)
         self.status = status
-        self.body = redact(body) if body is not None else None
+        self.body = clean_text(redact(body)) if body is not None else None
         self.retry_after = retry_after
 
 

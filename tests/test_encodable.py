@@ -30,7 +30,8 @@ import pytest
 import redis
 
 from agent_sync import Agent, Deny, ToolContext, UsageError, tool, validate_history
-from agent_sync.events import AgentEvent
+from agent_sync.errors import ModelError
+from agent_sync.events import AgentEvent, Done
 from agent_sync.hooks import BeforeToolCall
 from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel
 from agent_sync.models.base import Model
@@ -41,7 +42,7 @@ from agent_sync.testing.anthropic_server import AnthropicServer
 from agent_sync.testing.bedrock_server import BedrockServer
 from agent_sync.testing.openai_server import OpenAIServer
 from agent_sync.testing.redis_server import RedisServer
-from agent_sync.web._records import native_frame, records_of
+from agent_sync.web._records import done_record, error_record, native_frame, records_of
 from tests.models._bedrock_fixtures import aws_session
 
 CONVERSATION = "c-encodable"
@@ -111,6 +112,7 @@ def _check(agent: Agent, store: RunStore, events: list[AgentEvent]) -> list[Any]
     _strict_utf8(history)
     assert list(store.load(CONVERSATION).messages) == history  # the store round trip
     records = [record for event in events for record in records_of(event, cycle=1)]
+    records += [done_record(event) for event in events if isinstance(event, Done)]
     frames_of = f"frames-{uuid.uuid4().hex}"
     if records:
         store.append_events(frames_of, records, after=0)
@@ -295,10 +297,45 @@ def _turns(bad: Bad) -> list[dict[str, Any]]:
     return [ask, {"text": f"done with {FILE_NAME}"}]
 
 
+def _wire_model(kind: str, specs: list[Any], closers: list[Callable[[], None]]) -> Model:
+    """A model of ``kind`` on its local wire server, playing ``specs``."""
+    model: Any
+    if kind == "anthropic":
+        server: Any = AnthropicServer(specs)
+        server.__enter__()
+        model = AnthropicModel(
+            "claude-test", client_args={"base_url": server.base_url, "api_key": "k-enc"}
+        )
+    elif kind == "openai":
+        server = OpenAIServer(specs)
+        server.__enter__()
+        model = OpenAIModel("gpt-test", base_url=server.url, api_key="k-enc")
+    else:
+        server = BedrockServer(specs)
+        server.__enter__()
+        model = BedrockModel(
+            "test-model",
+            endpoint_url=server.base_url,
+            boto_session=aws_session("AKIAENCODABLE", "secret-enc"),
+        )
+    closers.append(lambda: server.__exit__(None, None, None))
+    closers.append(model.close)
+    return model  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def closers() -> Iterator[list[Callable[[], None]]]:
+    to_close: list[Callable[[], None]] = []
+    yield to_close
+    for close in reversed(to_close):
+        close()
+
+
 @pytest.fixture(params=["anthropic", "openai", "bedrock", "scripted"])
-def provider(request: pytest.FixtureRequest) -> Iterator[Callable[[list[dict[str, Any]]], Model]]:
+def provider(
+    request: pytest.FixtureRequest, closers: list[Callable[[], None]]
+) -> Callable[[list[dict[str, Any]]], Model]:
     """Builds a model that plays the turns through the provider's real parser."""
-    closers: list[Callable[[], None]] = []
 
     def build(turns: list[dict[str, Any]]) -> Model:
         if request.param == "scripted":
@@ -312,32 +349,9 @@ def provider(request: pytest.FixtureRequest) -> Iterator[Callable[[list[dict[str
             {"tool_calls": t["tool_calls"], "raw_tool_input": {0: t["raw"]}} if "raw" in t else t
             for t in turns
         ]
-        model: Any
-        if request.param == "anthropic":
-            server: Any = AnthropicServer(specs)
-            server.__enter__()
-            model = AnthropicModel(
-                "claude-test", client_args={"base_url": server.base_url, "api_key": "k-enc"}
-            )
-        elif request.param == "openai":
-            server = OpenAIServer(specs)
-            server.__enter__()
-            model = OpenAIModel("gpt-test", base_url=server.url, api_key="k-enc")
-        else:
-            server = BedrockServer(specs)
-            server.__enter__()
-            model = BedrockModel(
-                "test-model",
-                endpoint_url=server.base_url,
-                boto_session=aws_session("AKIAENCODABLE", "secret-enc"),
-            )
-        closers.append(lambda: server.__exit__(None, None, None))
-        closers.append(model.close)
-        return model  # type: ignore[no-any-return]
+        return _wire_model(request.param, specs, closers)
 
-    yield build
-    for close in reversed(closers):
-        close()
+    return build
 
 
 @pytest.mark.parametrize("name", WIRE)
@@ -410,3 +424,22 @@ def test_a_store_holding_a_lone_surrogate_and_nan_still_loads(
     _strict_utf8(list(store.load(CONVERSATION).messages))
     if kind == "redis":
         client.close()
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai", "bedrock"])
+def test_a_providers_error_message_reaches_the_error_frame(
+    kind: str, store: RunStore, closers: list[Callable[[], None]]
+) -> None:
+    """The provider's error body is text from outside: its message goes into the error frame."""
+    model = _wire_model(kind, [{"status": 400, "error_message": f"bad {FILE_NAME}"}], closers)
+    agent = _agent(store, model)
+    with pytest.raises(ModelError) as caught:
+        _stream(agent, "go")
+    _check(agent, store, [])
+    record = error_record(caught.value)
+    assert (
+        record["message"].endswith("report-\ufffd.txt") or "report-\ufffd.txt" in record["message"]
+    )
+    store.append_events("failed-run", [record], after=0)
+    (stored,) = store.read_events("failed-run")
+    native_frame("failed-run", stored.seq, stored.data)
