@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import re
 import select
 import socket
@@ -12,12 +14,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from agent_sync import Agent
 from agent_sync.errors import UsageError
 from agent_sync.stores import MemoryRunStore
+from agent_sync.testing import ScriptedModel
 from agent_sync.web._local_log import HELD
 from agent_sync.web.flask import chat_blueprint
-from tests.run._gates import gate_call
+from tests.run._gates import Gate, gate_call
 
+from ._chat_sites import FRAMEWORKS, serve_routes
 from ._client import SSEConnection, frames_until, request_json
 from .test_chat_routes import chat_app
 
@@ -91,6 +96,34 @@ def test_a_decision_that_would_resume_a_run_past_the_cap_gets_503_and_it_stays_p
             thread.join(10)
         assert app.post(path, decision)[0] == 202
         assert frames_until(paused, "done")[-1].data["text"] == "deleted"
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_cap_and_its_retry_after_in_both_frameworks(framework: str) -> None:
+    store = MemoryRunStore()
+    gate = Gate()
+    model = ScriptedModel([{"tool_calls": [gate_call()]}, "done"])
+
+    def make_agent(cid: str) -> Agent:
+        return Agent(model, tools=[gate.tool], store=store, conversation_id=cid)
+
+    with serve_routes(framework, make_agent, store=store, max_live_runs=1) as port:
+        try:
+            first = SSEConnection(port, "/api/chat", {"conversation_id": "a", "message": "go"})
+            frames_until(first, "tool_start")
+            first.drop()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+            try:
+                body = json.dumps({"conversation_id": "b", "message": "go"})
+                conn.request("POST", "/api/chat", body, {"Content-Type": "application/json"})
+                answer = conn.getresponse()
+                assert answer.status == 503 and answer.getheader("Retry-After") == "5"
+                assert json.loads(answer.read())["error"] == "busy_worker"
+            finally:
+                conn.close()
+            assert store.load("b").run is None
+        finally:
+            gate.opened.set()
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "8"])
