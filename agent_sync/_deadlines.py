@@ -174,7 +174,8 @@ class _Scheduler:
         self._incoming: deque[_Entry] = deque()  # scheduled, not yet in the heap
         self._wake: SimpleQueue[object] = SimpleQueue()  # tokens: "look at _incoming"
         self._seq = itertools.count()
-        self._next_due = -math.inf  # when the thread plans to wake (it publishes it)
+        # When the thread plans to wake; -inf while it is awake (it publishes it, and only it).
+        self._next_due = -math.inf
         self._heap: list[_Entry] = []
         self._low = 0  # the heap's smallest size since the last rebuild
         self._thread: threading.Thread | None = None
@@ -191,7 +192,8 @@ class _Scheduler:
         deadline = Deadline(self, when, callback, self._generation)
         incoming = self._incoming
         incoming.append((when, next(self._seq), deadline))  # scheduled from here on
-        if when < self._next_due or len(incoming) > _BACKLOG:
+        next_due = self._next_due  # -inf while the thread is awake: it looks anyway
+        if when < next_due or (len(incoming) > _BACKLOG and next_due > -math.inf):
             self._wake.put(None)
         if self._thread is None and not self._booting:
             _thread.start_new_thread(self._boot, ())
@@ -263,11 +265,13 @@ class _Scheduler:
                     token = wake.get()
                 else:
                     token = wake.get(timeout=max(0.0, due - time.monotonic()))
-                while token is not _STOP:
-                    token = wake.get_nowait()  # one pass serves every token queued
             except Empty:
-                continue
-            return
+                token = None
+            self._next_due = -math.inf  # awake: schedule() need not wake us until we publish
+            while token is not _STOP and not wake.empty():
+                token = wake.get_nowait()  # one pass serves every token queued
+            if token is _STOP:
+                return
 
     def _fire(self, heap: list[_Entry]) -> None:
         deadline = heap[0][2]

@@ -1,6 +1,6 @@
 """Deadlines (``timeout=``) on one scheduler thread: threads per live timed run, and cost.
 
-    python bench/bench_deadlines.py [--runs 1000] [--pairs 100000]
+    python bench/bench_deadlines.py [--runs 1000] [--pairs 100000] [--timed 200]
 
 (a) Opens ``--runs`` ``agent.stream(prompt, timeout=60)`` on as many agents, each on a
     ScriptedModel that sends one delta and then stalls like a silent socket, and advances
@@ -12,12 +12,20 @@
 (b) ``schedule`` + ``Deadline.cancel`` cost per pair, for ``--pairs`` pairs, with an empty
     heap and with ``--runs`` live deadlines due earlier (so cancelled entries pile up behind
     them until a compaction), and the largest heap seen (lazy deletion must keep it
-    bounded); a ``threading.Timer`` start + cancel pair for comparison.
+    bounded); a ``threading.Timer`` start + cancel pair for comparison. The entries held are
+    the heap plus the backlog the thread has not taken in yet (``_incoming``, if any).
+(c) Firing lateness: 2,000 deadlines due at random in the next 0-50 ms, from 4 threads;
+    how long after its due time each callback ran (p50, p99, max).
+(d) Timeout latency: ``--timed`` runs ``agent.invoke(prompt, timeout=0.02)`` on a model that
+    stalls like a silent socket; how long after the timeout each run returned (p50, p99,
+    max), and that every one ended ``cancelled`` with reason ``timeout``.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
+import statistics
 import sys
 import threading
 import time
@@ -80,9 +88,23 @@ def live_timed_runs(runs: int) -> None:
     print(f"    for reference, a threading.Timer per run: delta during={during - before:+d}")
 
 
+def _held() -> int:
+    """Entries the scheduler holds: its heap, and its backlog (this tree's, if any)."""
+    scheduler = _deadlines._SCHEDULER
+    return len(scheduler._heap) + len(getattr(scheduler, "_incoming", ()))
+
+
+def _spread(values: list[float]) -> str:
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return (
+        f"p50={statistics.median(ordered) * 1e3:.3f} ms  p99={p99 * 1e3:.3f} ms  "
+        f"max={ordered[-1] * 1e3:.3f} ms"
+    )
+
+
 def schedule_cancel_cost(pairs: int, live: int) -> None:
     """(b): schedule + cancel cost per pair, and the largest heap seen meanwhile."""
-    heap = _deadlines._SCHEDULER._heap
     print(f"(b) schedule(60, f) + cancel(), {pairs} pairs")
     for background in (0, live):
         # Due before the churned ones: a cancelled entry is then never at the top of the
@@ -93,14 +115,14 @@ def schedule_cancel_cost(pairs: int, live: int) -> None:
         for i in range(pairs):
             schedule(60, _nothing).cancel()
             if i % 64 == 0:
-                largest = max(largest, len(heap))
+                largest = max(largest, _held())
         elapsed = time.perf_counter() - start
         for deadline in kept:
             deadline.cancel()
         per_pair = elapsed * 1e6 / pairs
         print(
             f"    with {background:>5} live deadlines: {per_pair:6.2f} us/pair  "
-            f"largest heap={largest}  heap after={len(heap)}"
+            f"largest held={largest}  held after={_held()}"
         )
     timer_pairs = min(pairs, 2000)
     start = time.perf_counter()
@@ -113,13 +135,57 @@ def schedule_cancel_cost(pairs: int, live: int) -> None:
     print(f"    for reference, threading.Timer start+cancel+join: {per_pair:6.2f} us/pair")
 
 
+def firing_lateness(count: int = 2000, threads: int = 4) -> None:
+    """(c): how late callbacks run after their due time."""
+    late: list[float] = []
+    done = threading.Event()
+
+    def fire(deadline_box: list[float]) -> None:
+        late.append(time.monotonic() - deadline_box[0])
+        if len(late) == count:
+            done.set()
+
+    def scheduler(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(count // threads):
+            box: list[float] = []
+            box.append(schedule(rng.uniform(0, 0.05), lambda box=box: fire(box)).when)
+
+    workers = [threading.Thread(target=scheduler, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert done.wait(60), f"only {len(late)} of {count} deadlines fired"
+    print(f"(c) {count} deadlines due within 50 ms, from {threads} threads: lateness")
+    print(f"    {_spread(late)}")
+
+
+def timeout_latency(runs: int, timeout: float = 0.02) -> None:
+    """(d): how long after ``timeout`` a run on a stalled model returns."""
+    stalled = {"text": "x", "stall_after": 1}
+    over: list[float] = []
+    reasons: set[str] = set()
+    for _ in range(runs):
+        agent = Agent(ScriptedModel([stalled]))
+        start = time.perf_counter()
+        result = agent.invoke("go", timeout=timeout)
+        over.append(time.perf_counter() - start - timeout)
+        reasons.add(f"{result.stop_reason}/{result.cancel_reason}")
+    print(f"(d) {runs} invoke(timeout={timeout}) on a stalled model: returned after the timeout")
+    print(f"    {_spread(over)}  outcomes={sorted(reasons)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--pairs", type=int, default=100_000)
+    parser.add_argument("--timed", type=int, default=200)
     args = parser.parse_args()
     live_timed_runs(args.runs)
     schedule_cancel_cost(args.pairs, args.runs)
+    firing_lateness()
+    timeout_latency(args.timed)
 
 
 if __name__ == "__main__":
