@@ -447,6 +447,9 @@ def json_problem(value: Any, what: str) -> str | None:
     try:
         _STRICT_JSON.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
+        found = encoding_problem(value)  # a NaN or an infinity, and where
+        if found is not None:
+            return f"{what} is not JSON-serialisable: {found}"
         return f"{what} is not JSON-serialisable ({type(exc).__name__})"
     return None
 

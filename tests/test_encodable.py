@@ -29,7 +29,15 @@ from typing import Any
 import pytest
 import redis
 
-from agent_sync import Agent, Deny, ToolContext, UsageError, tool, validate_history
+from agent_sync import (
+    Agent,
+    Deny,
+    ToolContext,
+    UsageError,
+    repair_history,
+    tool,
+    validate_history,
+)
 from agent_sync.errors import ModelError
 from agent_sync.events import AgentEvent, Done
 from agent_sync.hooks import BeforeToolCall
@@ -443,3 +451,24 @@ def test_a_providers_error_message_reaches_the_error_frame(
     store.append_events("failed-run", [record], after=0)
     (stored,) = store.read_events("failed-run")
     native_frame("failed-run", stored.seq, stored.data)
+
+
+# -- a caller's history (Agent(messages=...), agent.messages = ...) and repair_history --
+
+
+def _with_surrogate() -> list[Any]:
+    return [
+        {"role": "user", "content": [{"text": f"open {FILE_NAME}"}]},
+        {"role": "assistant", "content": [{"text": "opened"}]},
+    ]
+
+
+def test_validate_history_reports_what_no_store_can_encode() -> None:
+    problems = validate_history(_with_surrogate())
+    assert problems == [
+        'message 0 block 0: $["text"] holds a lone surrogate (not encodable as UTF-8)'
+    ]
+    repaired = repair_history(_with_surrogate())
+    assert validate_history(repaired) == [] and repaired[0]["content"] == [
+        {"text": "open report-\ufffd.txt"}
+    ]
