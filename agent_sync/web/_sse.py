@@ -13,7 +13,9 @@ the response iterable. ``SSEStream.close()`` cancels the agent, waits for the wo
 close the agent's iterator (which leaves the history valid) and joins it. Disconnect
 detection is therefore bounded by the keep-alive interval while the model is silent (the
 first write after the peer left may still succeed: allow up to two intervals), and by the
-event rate otherwise.
+event rate otherwise. A client that stops reading without leaving (its socket buffers
+full) is closed once a write has been blocked for :data:`WRITE_TIMEOUT_S`, when the server
+shows its socket: the events it did not take are not kept for ever.
 
 Threads: the worker thread is the only one that iterates and closes the run's event
 iterator (a generator cannot be closed from another thread while it runs); other threads
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 from ..errors import ModelError, ModelHTTPError, UsageError
 from ..events import AgentEvent, Done, ModelRetry, ReasoningDelta, TextDelta, ToolEnd, ToolStart
 from ._disconnect import DisconnectWatch
+from ._stall import StallGuard
 
 if TYPE_CHECKING:
     import socket
@@ -63,6 +66,9 @@ DISCONNECT_REASON: Final = "client disconnected"
 _OPEN_FRAME: Final = b": stream open\n\n"
 _KEEPALIVE_FRAME: Final = b": keep-alive\n\n"
 _JOIN_TIMEOUT_S: Final = 10.0
+WRITE_TIMEOUT_S: Final = 60.0
+"""Seconds a write may stay blocked (the client stopped reading) before the stream is
+closed and the run cancelled (with a client socket only; see :mod:`._stall`)."""
 _thread_ids = itertools.count(1)
 
 
@@ -215,6 +221,7 @@ class SSEStream:
         self._opened = False
         self._finished = False
         self._watch = None if client_socket is None else DisconnectWatch(client_socket)
+        self._guard = None if client_socket is None else StallGuard(client_socket, WRITE_TIMEOUT_S)
         self._thread = threading.Thread(
             target=self._pump, name=f"agent-sync-sse-{next(_thread_ids)}", daemon=True
         )
@@ -229,6 +236,15 @@ class SSEStream:
         return self
 
     def __next__(self) -> bytes:
+        guard = self._guard
+        if guard is None:
+            return self._next_frame()
+        guard.disarm()  # the server is back: the last frame was written
+        frame = self._next_frame()
+        guard.arm()  # a client that takes none of it for WRITE_TIMEOUT_S is closed
+        return frame
+
+    def _next_frame(self) -> bytes:
         if not self._opened:
             # Sent at once so the response headers go out (werkzeug and gunicorn send
             # them with the first body chunk) and the browser knows the stream is live.
@@ -289,6 +305,8 @@ class SSEStream:
                 return
             self._closed = True
         self._finished = True
+        if self._guard is not None:
+            self._guard.disarm()
         if not self._released.is_set():
             self._stop.set()
             # This run's own cancel: agent.cancel() would hit whatever the agent runs now,

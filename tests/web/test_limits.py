@@ -11,19 +11,22 @@ import select
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
+import flask
 import pytest
 
 from agent_sync import Agent
 from agent_sync.errors import UsageError
 from agent_sync.stores import MemoryRunStore
 from agent_sync.testing import ScriptedModel
+from agent_sync.web import _sse
 from agent_sync.web._local_log import HELD
-from agent_sync.web.flask import chat_blueprint
+from agent_sync.web.flask import chat_blueprint, sse_response
 from tests.run._gates import Gate, gate_call
 
 from ._chat_sites import FRAMEWORKS, serve_routes
-from ._client import SSEConnection, frames_until, request_json
+from ._client import SSEConnection, frames_until, request_json, serve
 from .test_chat_routes import chat_app
 
 ASKS = {"tool_calls": [{"name": "delete_file", "input": {"path": "/x"}}]}
@@ -177,3 +180,40 @@ def test_a_client_that_never_reads_is_closed_and_catches_up_with_last_event_id()
         text = "".join(f.data["text"] for f in frames if f.event == "text")
         assert len(text) == 4 << 20 and frames[-1].data["stop_reason"] == "end_turn"
         assert len(frames) > HELD  # more records than a worker keeps in memory per run
+
+
+def test_sse_response_closes_a_client_that_never_reads_and_cancels_its_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_sse, "WRITE_TIMEOUT_S", 0.2)
+    agent = Agent(ScriptedModel([{"text": "z" * (4 << 20), "chunk_size": 4096}]))
+    app = flask.Flask(__name__)
+    bodies: list[Any] = []
+
+    @app.post("/api/chat")
+    def chat() -> Any:
+        response = sse_response(agent, "go")
+        bodies.append(response.response)
+        return response
+
+    with serve(app) as server:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.server_port))
+        body = '{"conversation_id": "c1", "message": "go"}'
+        sock.sendall(
+            (
+                "POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                f"\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+            ).encode()
+        )
+        try:
+            poller = select.poll()
+            poller.register(sock, _CLOSED)
+            while not poller.poll(1000):  # closed once a write stays blocked 0.2 s
+                pass
+        finally:
+            sock.close()
+        bodies[0].worker.join(10)  # the run was cancelled, its thread is done
+        assert not agent.is_running
+        assert agent.messages[-1]["role"] == "assistant"
