@@ -79,7 +79,11 @@ class Interrupter:
             code = frame.f_code
             name = getattr(code, "co_qualname", code.co_name)  # 3.11+
             self.where = f"{name} line {frame.f_lineno} ({what})"
-            raise KeyboardInterrupt(f"injected at {self.where}")
+            self.interrupt()
+
+    def interrupt(self) -> None:
+        """What Ctrl-C's handler does: raise KeyboardInterrupt here."""
+        raise KeyboardInterrupt(f"injected at {self.where}")
 
     def trace(self, frame: FrameType, event: str, arg: object) -> Any:
         if event == "call":
@@ -454,7 +458,7 @@ def test_the_signal_safe_event_keeps_the_event_contract() -> None:
 # -- through invoke(timeout=...), in a child process: the issue's symptom ------------------
 
 CHILD = r"""
-import json, sys, threading
+import json, signal, sys, threading
 from agent_sync import Agent
 from agent_sync._deadlines import _Scheduler
 from agent_sync.testing import ScriptedModel
@@ -494,6 +498,12 @@ class InsideSchedule(Interrupter):
         return super().trace(frame, event, arg)
     def profile(self, frame, event, arg):
         pass
+    def interrupt(self):
+        if sys.argv[2] == "raise":
+            super().interrupt()
+        # A real Ctrl-C: SIGINT to this (the main) thread; Python's own handler raises
+        # KeyboardInterrupt at the next point it checks, at once (in this hook).
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
 timed_invoke("warm-up")  # the scheduler thread runs from here on
 counter = InsideSchedule(BYTECODE)
@@ -517,14 +527,16 @@ os._exit(0)
 
 
 @pytest.mark.timeout(180)
-def test_ctrl_c_in_a_timed_invoke_never_deadlocks_later_timed_calls() -> None:
+@pytest.mark.parametrize("how", ["raise", "sigint"])
+def test_ctrl_c_in_a_timed_invoke_never_deadlocks_later_timed_calls(how: str) -> None:
     """The issue, end to end: Ctrl-C inside the scheduler's ``schedule`` during
-    ``invoke(timeout=...)``; afterwards a timed invoke in another thread answers, and a
-    stalled one still times out. In a child process: today the child hangs for good."""
+    ``invoke(timeout=...)`` (raised by the hook, or a real SIGINT the hook sends to the main
+    thread); afterwards a timed invoke in another thread answers, and a stalled one still
+    times out. In a child process: today the child hangs for good."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(ROOT)],
+        [sys.executable, "-c", CHILD, str(ROOT), how],
         capture_output=True,
         text=True,
         timeout=150,
