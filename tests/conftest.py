@@ -54,11 +54,14 @@ def thread_baseline() -> Iterator[set[threading.Thread]]:
     """Threads alive before the test; the test checks nothing it started outlives it.
 
     The deadline scheduler's one thread lives as long as the process (it serves every
-    ``timeout=``): it is started here, so it never counts as left over.
+    ``timeout=``): it is started here (a boot thread starts it: wait until it has run a
+    deadline), so it never counts as left over.
     """
     from agent_sync import _deadlines
 
-    _deadlines.schedule(0, lambda: None)
+    started = threading.Event()
+    _deadlines.schedule(0, started.set)
+    assert started.wait(30), "the deadline scheduler thread did not start"
     yield set(threading.enumerate())
 
 
