@@ -113,6 +113,79 @@ def test_random_sigints_never_leave_the_agent_running(timeout: str) -> None:
     assert seen["interrupted"] + seen["returned"] == 400 - seen["stuck"] - seen["invalid"]
 
 
+# Real SIGINTs at random moments while the main thread schedules and cancels deadlines
+# (each lands somewhere in the scheduler's caller-side code); after each, another thread
+# checks that a due deadline still fires. Prints one JSON line.
+CHURN_CHILD = r"""
+import json, os, random, signal, sys, threading
+from agent_sync._deadlines import schedule
+
+count, seed = int(sys.argv[1]), int(sys.argv[2])
+rng = random.Random(seed)
+handled = 0
+
+def on_sigint(signum, frame):
+    global handled
+    handled += 1
+    raise KeyboardInterrupt
+
+read_end, write_end = os.pipe()
+os.set_blocking(write_end, False)
+signal.set_wakeup_fd(write_end)
+signal.signal(signal.SIGINT, on_sigint)
+pid = os.getpid()
+report = {"interrupts": 0, "wedged_after": None}
+for n in range(1, count + 1):
+    timer = threading.Timer(rng.uniform(0, 0.002), os.kill, (pid, signal.SIGINT))
+    try:
+        timer.start()
+        while True:  # until the SIGINT lands
+            schedule(rng.uniform(0, 60), int).cancel()
+    except KeyboardInterrupt:
+        report["interrupts"] += 1
+    while handled < n:
+        try:
+            os.read(read_end, 1)
+        except KeyboardInterrupt:
+            pass
+    timer.join(5)
+    fired = []
+    def probe():
+        event = threading.Event()
+        schedule(0, event.set)
+        fired.append(event.wait(10))
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    prober.join(20)
+    if fired != [True]:
+        report["wedged_after"] = n
+        break
+print(json.dumps(report))
+sys.stdout.flush()
+os._exit(0)  # a wedged scheduler's callers must not hold the exit up
+"""
+
+
+def test_random_sigints_while_scheduling_deadlines_never_wedge_the_scheduler() -> None:
+    """Ctrl-C in the middle of ``schedule``/``cancel`` (today: the first one that lands
+    inside ``Condition.__enter__`` leaves the scheduler's lock held, and every later
+    ``timeout=`` of the process hangs). Deterministic, bytecode by bytecode, in
+    tests/test_signal_safety.py; here with real signals."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(ROOT)) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", CHURN_CHILD, "200", "11"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"interrupts": 200, "wedged_after": None}
+
+
 def press_ctrl_c() -> None:
     """What a terminal's Ctrl-C does: SIGINT delivered to the main thread."""
     signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
