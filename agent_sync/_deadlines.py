@@ -18,14 +18,16 @@ code callers run here takes no lock that another thread takes; each step that ot
 see is one C-level operation, which a signal cannot split:
 
 * :func:`schedule` appends the entry to a ``deque`` (the thread takes it from there) and, when
-  the entry is due before the thread's planned wake-up (or a backlog built up), puts a token
-  on the thread's ``queue.SimpleQueue``. Otherwise the thread is not woken at all.
+  the thread sleeps and the entry is due before its planned wake-up (or a backlog of 256
+  built up), puts a token on the thread's ``queue.SimpleQueue``. Otherwise the thread is not
+  woken: it looks at the deque before it sleeps again. The backlog is bounded by what
+  callers schedule while the thread waits for the GIL (a switch interval, 5 ms).
 * :meth:`Deadline.cancel` is a flag on the entry: each deadline has a *claim* list, and the
   first of the thread (about to fire it) and a cancel to append to it wins. The thread never
   runs a callback whose claim it lost. Entries stay in the heap (lazy deletion): cancelled
-  ones at the top are dropped at once, and the heap is rebuilt without them when it has grown
-  past twice its size after the last rebuild (plus 256), so it stays bounded under any
-  schedule/cancel churn at amortised O(1).
+  ones at the top are dropped at once, cancelled ones still in the deque are never pushed,
+  and the heap is rebuilt without them when it has grown past twice its smallest size since
+  the last rebuild (plus 256): bounded under any schedule/cancel churn, at amortised O(1).
 * A cancel that finds the callback running waits on its own ``SimpleQueue``, which the thread
   fills when the callback returns.
 * The thread is started by a short-lived raw thread (``_thread.start_new_thread``, one C

@@ -3,16 +3,13 @@
 The rule (agent_sync/_signal_safe.py): a caller's thread takes no lock shared beyond its own
 run through Python-level code, because a signal handler's ``KeyboardInterrupt`` can land
 between any two bytecodes there. Each test runs one caller-side operation over and over,
-raising ``KeyboardInterrupt`` at its 1st, 2nd, ... n-th interruption point (a trace hook in
-the calling thread, so the point is exact and the test deterministic), then checks from
-another thread that everything the operation shares still works and that the process-wide
-objects' locks can still be taken. Two kinds of points:
-
-* ``BYTECODE``: before every bytecode of the operation and of everything it calls in Python
-  (stricter than real signals): for the deadline scheduler, which takes no lock at all;
-* ``SIGNAL``: where CPython runs signal handlers: at each function's entry, after each call
-  returns (Python or C) and at each backward jump: for code that may take plain locks with
-  ``with``, which a signal cannot split.
+raising ``KeyboardInterrupt`` at its 1st, 2nd, ... n-th interruption point
+(tests/fixtures/interrupt_points.py: a hook in the calling thread, so the point is exact and
+the test deterministic), then checks from another thread that everything the operation
+shares still works and that the process-wide objects' locks can still be taken. Every
+bytecode (``BYTECODE``) for the deadline scheduler, which takes no lock at all; every point
+where CPython runs signal handlers (``SIGNAL``) for code that may take plain locks with
+``with``, which a signal cannot split.
 
 A test in a child process does the same through ``agent.invoke(timeout=...)``, the call the
 issue saw deadlock, and checks that a timed call in another thread still completes.
@@ -20,7 +17,6 @@ issue saw deadlock, and checks that a timed call in another thread still complet
 
 from __future__ import annotations
 
-import dis
 import json
 import os
 import subprocess
@@ -28,10 +24,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
-from types import CodeType, FrameType
 from typing import Any
 
 import pytest
@@ -40,149 +33,16 @@ from agent_sync._deadlines import Deadline, _Scheduler
 from agent_sync._signal_safe import Event
 from agent_sync.cancel import CancelScope, CancelToken
 from agent_sync.tools import _abandoned
+from tests.fixtures.interrupt_points import (
+    BYTECODE,
+    SIGNAL,
+    WAIT,
+    assert_no_lock_held,
+    in_another_thread,
+    sweep,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-WAIT = 30.0  # a bound for what must happen at once; only reached when something hangs
-BYTECODE, SIGNAL = "bytecode", "signal"
-
-
-@cache
-def _backward_jumps(code: CodeType) -> frozenset[int]:
-    return frozenset(  # JUMP_BACKWARD*, or (3.10) a JUMP_ABSOLUTE to an earlier offset
-        i.offset
-        for i in dis.get_instructions(code)
-        if i.opname.startswith("JUMP_BACKWARD")
-        or (i.opname == "JUMP_ABSOLUTE" and isinstance(i.argval, int) and i.argval < i.offset)
-    )
-
-
-@dataclass
-class Interrupter:
-    """Raises ``KeyboardInterrupt`` at the ``at``-th point (``None``: only counts them).
-
-    ``on_block`` runs when the calling thread is about to call a C function that can block
-    (``get``, ``acquire``, ``wait``), so that a test can release what it would block on.
-    """
-
-    kind: str
-    at: int | None = None
-    on_block: Callable[[], None] | None = None
-    points: int = 0
-    where: str = ""
-    inside: bool = False  # only the operation's own points count, not the harness's
-
-    def _hit(self, frame: FrameType, what: str) -> None:
-        if not self.inside:
-            return
-        self.points += 1
-        if self.points == self.at:
-            code = frame.f_code
-            name = getattr(code, "co_qualname", code.co_name)  # 3.11+
-            self.where = f"{name} line {frame.f_lineno} ({what})"
-            self.interrupt()
-
-    def interrupt(self) -> None:
-        """What Ctrl-C's handler does: raise KeyboardInterrupt here."""
-        raise KeyboardInterrupt(f"injected at {self.where}")
-
-    def trace(self, frame: FrameType, event: str, arg: object) -> Any:
-        if event == "call":
-            frame.f_trace_opcodes = True
-            frame.f_trace_lines = False
-            return self.trace
-        if event == "opcode":
-            if self.kind == BYTECODE:
-                self._hit(frame, f"bytecode {frame.f_lasti}")
-            elif frame.f_lasti in _backward_jumps(frame.f_code):
-                self._hit(frame, "backward jump")
-        return self.trace
-
-    def profile(self, frame: FrameType, event: str, arg: object) -> None:
-        if event == "c_call" and self.on_block is not None:
-            if getattr(arg, "__name__", "") in ("get", "acquire", "wait"):
-                self.on_block()
-        if self.kind != SIGNAL:
-            return
-        if event == "call":
-            self._hit(frame, "function entry")
-        elif event in ("return", "c_return"):
-            self._hit(frame, f"{event} of {getattr(arg, '__qualname__', 'a call')}")
-
-
-def run_interrupted(interrupter: Interrupter, operation: Callable[[], object]) -> bool:
-    """Run ``operation`` under ``interrupter``; ``True`` if it was interrupted."""
-    previous_trace, previous_profile = sys.gettrace(), sys.getprofile()
-    sys.settrace(interrupter.trace)
-    sys.setprofile(interrupter.profile)
-    try:
-        interrupter.inside = True
-        operation()
-    except KeyboardInterrupt:
-        return True
-    finally:
-        interrupter.inside = False
-        sys.setprofile(previous_profile)
-        sys.settrace(previous_trace)
-    return False
-
-
-def points_in(
-    kind: str,
-    setup: Callable[[], Callable[[], object]],
-    on_block: Callable[[], None] | None = None,
-) -> int:
-    """How many interruption points the operation that ``setup`` returns goes through."""
-    counter = Interrupter(kind, on_block=on_block)
-    operation = setup()
-    assert not run_interrupted(counter, operation)
-    assert counter.points > 2, counter  # the hooks saw the operation
-    return counter.points
-
-
-def in_another_thread(check: Callable[[], None], what: str) -> None:
-    """Run ``check`` in a fresh thread; fail if it raises or has not returned in WAIT."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            check()
-        except BaseException as exc:  # reported below, in the test's thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="test-check", daemon=True)
-    thread.start()
-    thread.join(WAIT)
-    assert not thread.is_alive(), f"{what}: hangs (a lock left held?)"
-    if errors:
-        raise AssertionError(f"{what}: {errors[0]!r}") from errors[0]
-
-
-def locks_of(obj: object) -> Iterator[tuple[str, Any]]:
-    """The lock-like attributes of ``obj`` (and of the Conditions and Events it holds)."""
-    values = vars(obj).items() if hasattr(obj, "__dict__") else ()
-    slots = getattr(type(obj), "__slots__", ())
-    pairs = list(values) + [(name, getattr(obj, name, None)) for name in slots]
-    for name, value in pairs:
-        if isinstance(value, threading.Condition):
-            yield name, value
-        elif isinstance(value, threading.Event):
-            cond = getattr(value, "_cond", None)
-            if cond is not None:
-                yield f"{name}._cond", cond
-        elif hasattr(value, "acquire") and hasattr(value, "release"):
-            yield name, value
-
-
-def assert_no_lock_held(what: str, *objects: object) -> None:
-    """From another thread, take and give back every lock the objects hold."""
-
-    def take_all() -> None:
-        for obj in objects:
-            for name, lock in locks_of(obj):
-                assert lock.acquire(timeout=WAIT), f"{type(obj).__name__}.{name} is held"
-                lock.release()
-
-    in_another_thread(take_all, what)
 
 
 @contextmanager
@@ -208,33 +68,6 @@ def flush(scheduler: _Scheduler) -> None:
         assert far.cancelled
 
     in_another_thread(check, "the scheduler after the interrupt")
-
-
-def sweep(
-    kind: str,
-    setup: Callable[[], Callable[[], object]],
-    check: Callable[[], None],
-    on_block: Callable[[], None] | None = None,
-) -> int:
-    """Interrupt ``setup()``'s operation at each of its points in turn; ``check()`` after each.
-
-    Returns:
-        How many runs were interrupted (every point but those after the last one).
-    """
-    total = points_in(kind, setup, on_block)
-    check()
-    interrupted = 0
-    for at in range(1, total + 1):
-        operation = setup()
-        interrupter = Interrupter(kind, at, on_block)
-        if run_interrupted(interrupter, operation):
-            interrupted += 1
-        try:
-            check()
-        except AssertionError as exc:
-            raise AssertionError(f"interrupted at {interrupter.where}: {exc}") from exc
-    assert interrupted >= total // 2, (interrupted, total)  # the points were reached
-    return interrupted
 
 
 # -- the deadline scheduler: no lock at all, so every bytecode ---------------------------
@@ -463,7 +296,7 @@ from agent_sync import Agent
 from agent_sync._deadlines import _Scheduler
 from agent_sync.testing import ScriptedModel
 sys.path.insert(0, sys.argv[1])
-from tests.test_signal_safety import BYTECODE, Interrupter, run_interrupted
+from tests.fixtures.interrupt_points import BYTECODE, Interrupter, run_interrupted
 
 WAIT = 20.0
 schedule_code = _Scheduler.schedule.__code__
