@@ -221,24 +221,40 @@ class Agent:
         """The whole history, Converse-shaped and JSON-serialisable.
 
         This is the agent's own list: read it freely, but do not mutate it while the agent
-        is running. Assign a new history (only while idle) to replace it.
+        is running. Assign a new history (only while idle) to replace it: with a store, it
+        is written to the store as the conversation's history, which every worker then
+        reads (refused while a run of the conversation is live or paused, in this process
+        or another).
+
+        Raises (on assignment):
+            UsageError: An invalid history.
+            ConcurrentInvocationError: A run is live (this agent's, or the conversation's
+                in another worker); nothing changed.
+            PendingApprovalError: A run waits for approval; nothing changed.
+            StoreUnavailableError: The store could not be reached; nothing changed.
         """
         return self._slot.messages
 
     @messages.setter
     def messages(self, value: Sequence[Message]) -> None:
         checked = self._checked_history(value)
-        with self._slot.lock:
-            if self._slot.run is not None:
+        slot = self._slot
+        with slot.lock:  # held across the store write: no run of this agent starts meanwhile
+            if slot.run is not None:
                 raise ConcurrentInvocationError(
                     "cannot replace the history while the agent is running"
                 )
-            if self._slot.paused is not None:
+            if slot.paused is not None:
                 raise PendingApprovalError(
                     "cannot replace the history while a run waits for approval"
                 )
-            self._slot.messages = checked
-            self._slot.synced = 0  # no longer the stored log's
+            if self._store is None:
+                slot.messages = checked
+                return
+            assert self._settings.conversation_id is not None
+            generation = self._store.replace_log(self._settings.conversation_id, checked)
+            slot.messages = checked
+            slot.synced, slot.generation = len(checked), generation  # the stored log now
 
     @property
     def is_running(self) -> bool:
@@ -485,14 +501,14 @@ class Agent:
         assert self._store is not None and self._settings.conversation_id is not None
         slot = self._slot
         with slot.lock:
-            known, synced = slot.messages, slot.synced
+            known, synced, generation = slot.messages, slot.synced, slot.generation
         record, messages, mirrored = load_log(
-            self._store, self._settings.conversation_id, known, synced
+            self._store, self._settings.conversation_id, known, synced, generation
         )
         with slot.lock:
             if slot.run is not None or slot.messages is not known or slot.synced != synced:
                 return  # a run took the agent meanwhile (it loads for itself), or a new history
-            slot.synced = mirrored
+            slot.synced, slot.generation = mirrored, record.generation
             stored = record.run
             if stored is not None and stored.state.status == "paused":
                 slot.paused, slot.paused_version = stored.state, stored.version

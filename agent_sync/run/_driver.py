@@ -74,7 +74,7 @@ class RunSlot:
     replacing ``messages`` only while idle; freeing the slot is one store.
     """
 
-    __slots__ = ("lock", "messages", "paused", "paused_version", "run", "synced")
+    __slots__ = ("generation", "lock", "messages", "paused", "paused_version", "run", "synced")
 
     def __init__(self, messages: list[Message]) -> None:
         self.lock = threading.Lock()
@@ -83,6 +83,7 @@ class RunSlot:
         self.paused: RunState | None = None  # a run waiting for approval decisions
         self.paused_version = 0  # its version in the store, if there is one
         self.synced = 0  # with a store: messages[:synced] are the stored log's first ones
+        self.generation = 0  # ... of the log's generation (bumped when it is replaced)
 
 
 def new_run_id() -> str:
@@ -300,8 +301,9 @@ class RunDriver:
         assert self._link is not None
         slot = self._slot  # this run holds it: nobody else changes it meanwhile
         record, logged, slot.synced = load_log(
-            self._link.store, self._link.conversation_id, messages, slot.synced
+            self._link.store, self._link.conversation_id, messages, slot.synced, slot.generation
         )
+        slot.generation = record.generation
         messages[:] = logged
         stored = record.run
         self._slot.paused, self._slot.paused_version = None, 0  # the store knows better

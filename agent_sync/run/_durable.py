@@ -26,18 +26,26 @@ logger = logging.getLogger(__name__)
 
 
 def load_log(
-    store: RunStore, conversation_id: str, known: list[Message], synced: int
+    store: RunStore,
+    conversation_id: str,
+    known: list[Message],
+    synced: int,
+    generation: int = 0,
 ) -> tuple[ConversationRecord, list[Message], int]:
     """The conversation's stored record, its whole log as a list, and how many of the
     list's messages mirror the log; only what ``known[:synced]`` does not hold is read.
 
     The log never shrinks and only its last message is ever rewritten (a run extending
     the trailing user message), so the messages before the last one an agent synced are
-    the store's. The mirrored count stops at a paused run's start: after it, an agent
-    holds the paused run's own messages.
+    the store's, unless the log was replaced since (``record.generation`` is not the
+    ``generation`` they were read under): then it is read again from the start. The
+    mirrored count stops at a paused run's start: after it, an agent holds the paused
+    run's own messages.
     """
     since = synced - 1 if 0 < synced <= len(known) else 0
     record = store.load(conversation_id, since=since)
+    if record.start > 0 and record.generation != generation:
+        record = store.load(conversation_id)  # replaced: what we hold is not its prefix
     logged = [*known[: record.start], *record.messages]
     mirrored = record.log_length
     if record.run is not None and record.run.state.status == "paused":
