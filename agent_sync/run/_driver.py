@@ -42,12 +42,12 @@ from .._prompt import content_blocks
 from ..cancel import CancelledError, CancelMode, CancelScope
 from ..errors import ConcurrentInvocationError, PendingApprovalError, UsageError
 from ..events import AgentEvent, Done, InputInjected
-from ..messages import ContentBlock, Message
+from ..messages import CANCELLED_TEXT, ContentBlock, Message
 from ..result import AgentResult
 from ..stores._rules import check_mode
 from ._context import RunContext, RunSettings
 from ._durable import StoreLink, load_log
-from ._history import close_turn
+from ._history import add_user_blocks, close_turn
 from ._hooks import HookRunner
 from ._inbox import Inbox
 from ._state import RunSnapshot, RunState, RunStatus, Step
@@ -333,21 +333,36 @@ class RunDriver:
         if link is not None and self._ctx.status == "running":
             link.commit(self._ctx.state())
 
-    def _commit_final(self, *, strict: bool) -> None:
-        """Commit the end of the run; ``strict``: raise a failure, else log it."""
+    def _commit_final(self, *, strict: bool) -> list[ContentBlock]:
+        """Commit the end of the run; ``strict``: raise a failure, else log it.
+
+        Input injected through the store that the run has not answered yet (accepted just
+        before the end) stops a ``done`` end: nothing is committed and it is returned, for
+        one more model call. Any other end writes it to the history first (nothing
+        injected is lost)."""
         link = self._link
         if link is None or link.ended or self._ctx.status in ("running", "paused"):
-            return
+            return []
+        going_on = False
         try:
-            state = self._ctx.state()
-            link.commit(state)
-            self._slot.synced = state.history_start + len(state.messages)  # the log now
+            while True:
+                state = self._ctx.state()
+                late = link.commit_end(state)
+                if not late:
+                    self._slot.synced = state.history_start + len(state.messages)  # the log now
+                    return []
+                if self._ctx.status == "done":
+                    going_on = True
+                    return late
+                _write_late(self._ctx, late)
         except Exception:
             if strict:
                 raise
             logger.warning("run_id=<%s> | could not store the end of the run", self.run_id)
+            return []
         finally:
-            link.close()
+            if not going_on:
+                link.close()
 
     def _timed_out(self) -> None:
         self._scope.cancel("timeout")
@@ -361,36 +376,44 @@ class RunDriver:
         error: BaseException | None = None
         try:
             step = ctx.next_step
-            try:
-                while step is not None:
-                    ctx.next_step = step
-                    step = yield from STEPS[step](ctx)
-                    if step is not None:
-                        ctx.next_step = step  # the state names where it goes on
-                    self._checkpoint()
-            except CancelledError:
-                injected = end_cancelled(ctx)
-                self._commit_final(strict=True)
-                if injected:
-                    yield InputInjected(content=tuple(injected), run_id=self.run_id)
-            except GeneratorExit:  # the caller abandoned the stream: that is a cancel
-                self._scope.cancel(STREAM_CLOSED)
-                end_cancelled(ctx)
-                self._commit_final(strict=False)
-                raise
-            except BaseException as exc:  # a model or hook error, or Ctrl-C
-                error = exc
-                if not isinstance(exc, Exception):
-                    # Ctrl-C (KeyboardInterrupt) and the like end the run as cancel() does:
-                    # running tools are told, and the turn is closed.
-                    self._scope.cancel("interrupted")
-                if self._scope.cancelled:
+            late: list[ContentBlock] = []  # input the store accepted while the run ended
+            while True:
+                try:
+                    if late:  # answered as input queued at the end is: one more model call
+                        _reopen(ctx, late)
+                        yield InputInjected(content=tuple(late), run_id=self.run_id)
+                        step = ctx.next_step
+                    while step is not None:
+                        ctx.next_step = step
+                        step = yield from STEPS[step](ctx)
+                        if step is not None:
+                            ctx.next_step = step  # the state names where it goes on
+                        self._checkpoint()
+                except CancelledError:
+                    injected = end_cancelled(ctx)
+                    self._commit_final(strict=True)
+                    if injected:
+                        yield InputInjected(content=tuple(injected), run_id=self.run_id)
+                except GeneratorExit:  # the caller abandoned the stream: that is a cancel
+                    self._scope.cancel(STREAM_CLOSED)
                     end_cancelled(ctx)
-                else:
-                    end_failed(ctx)
-                self._commit_final(strict=False)
-                raise
-            self._commit_final(strict=True)
+                    self._commit_final(strict=False)
+                    raise
+                except BaseException as exc:  # a model or hook error, or Ctrl-C
+                    error = exc
+                    if not isinstance(exc, Exception):
+                        # Ctrl-C (KeyboardInterrupt) and the like end the run as cancel() does:
+                        # running tools are told, and the turn is closed.
+                        self._scope.cancel("interrupted")
+                    if self._scope.cancelled:
+                        end_cancelled(ctx)
+                    else:
+                        end_failed(ctx)
+                    self._commit_final(strict=False)
+                    raise
+                late = self._commit_final(strict=True)
+                if not late:
+                    break
             result = ctx.result
             assert result is not None
             yield Done(result=result, run_id=self.run_id)
@@ -489,6 +512,26 @@ class RunDriver:
                     finally:
                         if self._link is not None:
                             self._link.close()
+
+
+def _reopen(ctx: RunContext, blocks: list[ContentBlock]) -> None:
+    """A ``done`` run given input the store accepted before its end was stored: it goes on
+    (DESIGN section 5: input queued when the model ends its turn gets one more model call)."""
+    ctx.inbox = Inbox()  # the closed one refused local input meanwhile; this one takes more
+    add_user_blocks(ctx.messages, blocks)
+    ctx.result = None
+    ctx.stop_reason = None
+    ctx.ended = None
+    ctx.next_step = "model"
+    ctx.status = "running"
+
+
+def _write_late(ctx: RunContext, blocks: list[ContentBlock]) -> None:
+    """A cancelled or failed run given input the store accepted before its end was stored:
+    the input goes into the history (a cancelled run's turn closed again after it)."""
+    add_user_blocks(ctx.messages, blocks)
+    if ctx.status == "cancelled":
+        close_turn(ctx.messages, CANCELLED_TEXT)
 
 
 def _restore(ctx: RunContext, state: RunState, decisions: dict[str, Approve | Deny]) -> None:

@@ -5,6 +5,13 @@ The driver calls it at fixed points (see ``_driver.py``): ``begin``/``claim`` wh
 the agent, ``checkpoint`` after every step of a running run, ``commit`` for the pause
 (before the pause is announced) and for the end. A commit that fails stops the run (fail
 closed: nothing goes on that could not be recorded).
+
+Injects from other processes (``store.inject``) reach the run through the link: the watcher
+hands each to :meth:`StoreLink.inject`, which counts it and puts it in the run's inbox, or,
+once the run's inbox is closed (it is ending), keeps it. The final commit says how many it
+received, and the store refuses it while it accepted more (``InputPending``): so an inject
+accepted just before the end is answered by the run (:meth:`StoreLink.commit_end` hands it
+back), never dropped with the run's queue.
 """
 
 from __future__ import annotations
@@ -13,10 +20,15 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 
-from ..messages import Message
+from .._prompt import content_blocks
+from ..cancel import CancelMode
+from ..errors import UsageError
+from ..messages import ContentBlock, Message
 from ..stores._protocol import ConversationRecord, RunStore
+from ..stores._rules import InputPending
 from ..stores._watcher import Watched, watch
 from ._state import RunState
 
@@ -70,6 +82,10 @@ class StoreLink:
         self.version = 0
         self.ended = False
         self._run_id: str | None = None
+        self._run: Watched | None = None
+        self._arrived = threading.Condition()  # guards the two below
+        self._received = 0  # injects the watcher handed this run
+        self._late: list[ContentBlock] = []  # ... after its inbox closed, not yet answered
 
     def begin(self, state: RunState, run: Watched, *, expected_length: int) -> None:
         """Record the run as running (see ``RunStore.begin`` for what it raises)."""
@@ -97,6 +113,63 @@ class StoreLink:
         if state.status != "running":
             self.close()
 
+    def commit_end(self, state: RunState) -> list[ContentBlock]:
+        """Commit a final state, unless input injected through the store has not been
+        answered: then commit nothing and return that input (the run answers it, or writes
+        it to its history, and calls again). Waits for an accepted inject the watcher has
+        not handed over yet (at most ``lease_s``).
+
+        Raises:
+            InputPending: The watcher did not hand over the store's injects in time.
+        """
+        if self.ended:
+            return []
+        waited_until: float | None = None
+        while True:
+            with self._arrived:
+                late, self._late = self._late, []
+                received = self._received
+            if late:
+                return late
+            try:
+                self.version = self.store.commit(
+                    state, owner=self.owner, version=self.version, injects_received=received
+                )
+            except InputPending:  # accepted, on its way: the watcher brings it
+                now = time.monotonic()
+                waited_until = waited_until or now + self.lease_s
+                if now >= waited_until:
+                    raise
+                with self._arrived:
+                    if not self._late:
+                        self._arrived.wait(min(waited_until - now, _RECHECK_S))
+                continue
+            self.close()
+            return []
+
+    # -- the watcher's side (a Watched) --
+
+    def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
+        """A cancel from another process: the run's."""
+        run = self._run
+        return run is not None and run.cancel(reason, mode=mode)
+
+    def inject(self, content: object) -> None:
+        """An inject from another process: into the run's inbox, or kept for
+        :meth:`commit_end` if the inbox is closed (the run is ending); counted either way."""
+        run = self._run
+        with self._arrived:
+            if run is None or self.ended:
+                raise UsageError("the run is over: nothing more can be injected into it")
+            self._received += 1
+            try:
+                run.inject(content)
+                return
+            except UsageError:  # its inbox is closed: the run is ending
+                pass
+            self._late.extend(content_blocks(content, what="injected input"))
+            self._arrived.notify_all()
+
     def close(self) -> None:
         """Stop watching (idempotent); the run is paused or over."""
         self.ended = True
@@ -105,5 +178,9 @@ class StoreLink:
             self._run_id = None
 
     def _watch(self, run_id: str, run: Watched) -> None:
-        self._run_id = run_id
-        watch(self.store).add(run_id, run, owner=self.owner, lease_s=self.lease_s)
+        self._run_id, self._run = run_id, run
+        watch(self.store).add(run_id, self, owner=self.owner, lease_s=self.lease_s)
+
+
+_RECHECK_S = 0.5
+"""While an accepted inject is on its way, how often the final commit is tried again."""
