@@ -3,11 +3,16 @@
 Not a CI test (it runs for a while and sends real SIGINTs to itself). Part 1 runs ``--n``
 invokes, each with a SIGINT at a random moment (``threading.Timer(uniform(0, 2 ms),
 os.kill, (pid, SIGINT))``), half of them with ``timeout=``; part 2 runs ``--n`` streams
-iterated by the main thread and closed by another thread at a random moment. After each
-run: is the agent stuck (still running), is its history invalid, does the next invoke
-work, and did any thread raise where it should not. Prints the counts; all must be 0.
+iterated by the main thread and closed by another thread at a random moment; part 3 runs
+``--n`` rounds of timed work with a SIGINT at a random moment: ``invoke(timeout=...)`` whose
+timeout fires (a model that stalls, timeouts of 0.5-2 ms) or does not (30 s), or
+``schedule``/``cancel`` on the deadline scheduler until the SIGINT lands; after each round,
+another thread checks that a timed invoke still completes and a due deadline still fires (a
+*deadlock* otherwise: the soak stops there, since the process is wedged). After each run:
+is the agent stuck (still running), is its history invalid, does the next invoke work, and
+did any thread raise where it should not. Prints the counts; all must be 0.
 
-    python bench/soak_interrupts.py            # 5,000 + 5,000
+    python bench/soak_interrupts.py            # 5,000 + 5,000 + 5,000
     python bench/soak_interrupts.py --n 500
 """
 
@@ -33,8 +38,11 @@ from agent_sync import (  # noqa: E402
     tool,
     validate_history,
 )
+from agent_sync._deadlines import schedule  # noqa: E402
 from agent_sync.messages import CANCELLED_TEXT, Message  # noqa: E402
 from agent_sync.testing import ScriptedModel  # noqa: E402
+
+PROBE_WAIT = 20.0  # a healthy probe answers in milliseconds; past this the process is wedged
 
 
 @tool
@@ -166,6 +174,85 @@ def soak_closes(n: int, rng: random.Random, seen: Counter[str]) -> None:
         sys.setswitchinterval(previous)
 
 
+def stalled_agent() -> Agent:
+    return Agent(ScriptedModel([{"text": "x", "stall_after": 1}], repeat=True))
+
+
+def _nothing() -> None:
+    return None
+
+
+def timed_work(kind: str, agent: Agent, rng: random.Random, seen: Counter[str]) -> None:
+    if kind == "churn":  # until the SIGINT lands, somewhere in the scheduler's code
+        while True:
+            schedule(rng.uniform(0, 60), _nothing).cancel()
+    timeout = 30.0 if kind == "quick" else rng.uniform(0.0005, 0.002)
+    result = agent.invoke("question", timeout=timeout)
+    seen[f"timed: {kind} ended {result.stop_reason}/{result.cancel_reason}"] += 1
+
+
+def probe_timed_calls() -> bool:
+    """From another thread: a timed invoke answers and a due deadline fires."""
+    ok: list[bool] = []
+
+    def probe() -> None:
+        fired = threading.Event()
+        schedule(0, fired.set)
+        answered = quick_agent().invoke("ping", timeout=PROBE_WAIT).stop_reason == "end_turn"
+        stuck = stalled_agent().invoke("ping", timeout=0.001).cancel_reason == "timeout"
+        ok.append(fired.wait(PROBE_WAIT) and answered and stuck)
+
+    thread = threading.Thread(target=probe, name="soak-probe", daemon=True)
+    thread.start()
+    thread.join(PROBE_WAIT * 2)
+    return ok == [True]
+
+
+def soak_timed(n: int, rng: random.Random, seen: Counter[str]) -> bool:
+    """Part 3; ``False`` if a probe found the process wedged (the soak stops)."""
+    counter = SigintCounter()
+    pid = os.getpid()
+    agents = {"quick": quick_agent(), "stalled": stalled_agent()}
+    try:
+        for number in range(1, n + 1):
+            kind = rng.choice(["quick", "stalled", "churn"])
+            timer = threading.Timer(rng.uniform(0, 0.002), os.kill, (pid, signal.SIGINT))
+            try:
+                timer.start()
+                timed_work(kind, agents.get(kind, agents["quick"]), rng, seen)
+            except KeyboardInterrupt:
+                seen["timed: KeyboardInterrupt propagated"] += 1
+            counter.wait_for(number)
+            timer.join(5)
+            if kind != "churn":
+                agents[kind] = check_timed(agents[kind], kind, seen)
+            if not probe_timed_calls():
+                seen["deadlocks"] += 1
+                return False
+        return True
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.set_wakeup_fd(-1)
+
+
+def check_timed(agent: Agent, kind: str, seen: Counter[str]) -> Agent:
+    """``check`` for timed runs: the next call has a timeout too (a stalled model)."""
+    fresh = quick_agent if kind == "quick" else stalled_agent
+    if agent.is_running:
+        seen["stuck agents"] += 1
+        return fresh()
+    if validate_history(agent.messages):
+        seen["invalid histories"] += 1
+        return fresh()
+    try:
+        agent.invoke("next", timeout=0.05)
+    except ConcurrentInvocationError:
+        seen["next invoke refused"] += 1
+    if agent.is_running or validate_history(agent.messages):
+        seen["invalid histories"] += 1
+    return agent if len(agent.messages) < 200 else fresh()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=5000, help="runs per part (default 5000)")
@@ -178,12 +265,19 @@ def main() -> None:
     started = time.perf_counter()
     soak_sigints(args.n, rng, seen)
     soak_closes(args.n, rng, seen)
+    if not soak_timed(args.n, rng, seen):
+        print("a probe hung: the process is wedged, stopping here")
+    totals = ("stuck agents", "invalid histories", "deadlocks")  # printed last, even if 0
     for key in sorted(seen):
-        print(f"{key}: {seen[key]}")
+        if key not in totals:
+            print(f"{key}: {seen[key]}")
     print(f"exceptions in other threads: {len(wrong_thread)} {wrong_thread[:3]}")
     print(f"stuck agents: {seen['stuck agents']}")
     print(f"invalid histories: {seen['invalid histories']}")
+    print(f"deadlocks: {seen['deadlocks']}")
     print(f"elapsed: {time.perf_counter() - started:.1f} s")
+    sys.stdout.flush()
+    os._exit(0)  # a wedged run's threads must not hold the exit up
 
 
 if __name__ == "__main__":
