@@ -49,7 +49,7 @@ __all__ = [
     "loads_stored",
 ]
 
-MAX_DEPTH = 500
+MAX_DEPTH = 200
 """Deepest nesting copied (a deeper value, or a cycle, is :class:`Unencodable`)."""
 
 _FAST = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
@@ -170,7 +170,8 @@ class _Walk:
         self._path_ids: set[int] = set()
 
     def _refuse(self, where: str, why: str) -> Unencodable:
-        place = self._what if where == "$" else f"{self._what} at {where}"
+        shown = where if len(where) <= 80 else "$..." + where[-60:]
+        place = self._what if where == "$" else f"{self._what} at {shown}"
         return Unencodable(f"{place} {why}")
 
     def copy(self, value: Any, where: str, depth: int) -> Any:

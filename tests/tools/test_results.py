@@ -171,6 +171,19 @@ def test_a_str_subclass_is_stored_as_a_plain_str() -> None:
 # --- issue 22 items 1 and 23: a return value JSON cannot carry is encoded or refused ---
 
 
+def _cycle() -> list[Any]:
+    loop: list[Any] = [decimal.Decimal(1)]  # not plain JSON: the walk, not the fast path
+    loop.append(loop)
+    return [loop]
+
+
+def _deep(levels: int) -> list[Any]:
+    value: list[Any] = [datetime.date(2026, 1, 1)]
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 @dataclasses.dataclass
 class _Row:
     when: datetime.datetime
@@ -237,6 +250,8 @@ def test_values_with_a_standard_json_form_are_encoded(value: Any, expected: list
         ({"raw": bytearray(b"x")}, 'at $["raw"] is bytes'),
         (_Unprintable(), "is of type _Unprintable, which has no JSON form"),
         ({"obj": object()}, 'at $["obj"] is of type object'),
+        (_cycle(), "at $[0][1] contains itself (a cycle)"),
+        (_deep(300), "is nested deeper than 200 levels"),
         ({"content": [{"json": float("nan")}], "extra": 1}, 'at $["content"][0]["json"] is NaN'),
     ],
     ids=lambda value: type(value).__name__,
