@@ -9,7 +9,10 @@ its tool finally returns. When the slots would run out, the run does not abandon
 for its tools (the grace period no longer applies), and a warning says so, once per
 process (until the limit is changed).
 
-The lock is held only for counter arithmetic, never while waiting or logging.
+The lock is held only for counter arithmetic, never while waiting or logging, and always
+with ``with`` around code that calls nothing: the cap is process-wide, and a Ctrl-C in a
+run's thread cannot leave the lock held (see ``agent_sync._signal_safe``; tested at every
+point where a signal handler can run, tests/test_signal_safety.py).
 """
 
 from __future__ import annotations
