@@ -82,6 +82,21 @@ def test_a_cancelled_anthropic_call_counts_the_input_tokens_and_the_first_token(
     assert 0 < result.metrics.time_to_first_token_s <= result.metrics.duration_s
 
 
+def test_a_cancelled_openai_call_times_its_first_token() -> None:
+    """OpenAI reports usage only in its last chunk (nothing to count before a cancel), but
+    the text that streamed still times the first token."""
+    stalls = {"text": "Hello there, never ends", "chunk_size": 6, "stall_after": 2}
+    with OpenAIServer([stalls]) as server:
+        model = OpenAIModel("gpt-test", base_url=server.url, api_key="sk-first-hour")
+        try:
+            done, deltas = _cancel_mid_answer(model)
+        finally:
+            model.close()
+    result = done.result
+    assert (deltas, result.stop_reason, result.text) == (["Hello "], "cancelled", "Hello ")
+    assert result.metrics.time_to_first_token_s is not None
+
+
 def test_a_finished_anthropic_call_still_counts_the_final_usage_once(
     anthropic_server: AnthropicServer,
 ) -> None:
