@@ -71,6 +71,7 @@ class Publisher:
     Raises:
         RunConflictError, StoreUnavailableError: ``first`` could not be appended; the
             stream was closed (the run cancelled, the agent released).
+        RuntimeError: No thread could be started; the stream was closed.
     """
 
     def __init__(
@@ -114,8 +115,18 @@ class Publisher:
         self._thread = threading.Thread(
             target=self._pump, name=f"agent-sync-run-{number}", daemon=True
         )
-        self._writer.start()
-        self._thread.start()
+        try:
+            self._writer.start()
+        except BaseException:  # no thread left (RuntimeError): release the agent
+            self._local.end()
+            stream.close()
+            raise
+        try:
+            self._thread.start()
+        except BaseException:
+            self._outbox.put(_END)  # the writer ends the local log
+            stream.close()
+            raise
 
     @property
     def run_id(self) -> str:
