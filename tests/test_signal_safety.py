@@ -32,6 +32,10 @@ import pytest
 from agent_sync._deadlines import Deadline, _Scheduler
 from agent_sync._signal_safe import Event
 from agent_sync.cancel import CancelScope, CancelToken
+from agent_sync.errors import AgentSyncError, UsageError
+from agent_sync.run._durable import StoreLink
+from agent_sync.run._state import RunState
+from agent_sync.stores import MemoryRunStore
 from agent_sync.tools import _abandoned
 from tests.fixtures.interrupt_points import (
     BYTECODE,
@@ -382,6 +386,38 @@ def test_ctrl_c_in_a_timed_invoke_never_deadlocks_later_timed_calls(how: str) ->
     # The points differ a little from run to run (whether schedule wakes the thread).
     assert report["points"] > 5 and report["interrupted"] >= report["points"] // 2, report
     assert report["timed_out_ok"] == report["points"], report
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_in_a_durable_runs_final_commit_never_wedges_the_store_watcher() -> None:
+    """A durable run's final commit (its thread) and the store's watcher thread, which
+    serves every run of the store in the process, share the run's inject lock; a Ctrl-C in
+    the commit must not leave the watcher stuck when it hands that run an inject."""
+    store = MemoryRunStore()
+    box: list[StoreLink] = []
+    ended = RunState(
+        run_id="run_ctrl_c", status="done", next_step=None, cycle=0, messages=(), history_start=0
+    )
+
+    def setup() -> Callable[[], object]:
+        box[:] = [StoreLink(store, "conversation_ctrl_c", lease_s=30)]
+        return lambda: _ignore_store_errors(box[0].commit_end, ended)
+
+    def check() -> None:
+        def watcher_hands_an_inject() -> None:
+            with pytest.raises(UsageError):  # no run: refused, after taking the lock
+                box[0].inject("late input")
+
+        in_another_thread(watcher_hands_an_inject, "the store watcher")
+
+    sweep(SIGNAL, setup, check)
+
+
+def _ignore_store_errors(commit_end: Callable[[RunState], object], state: RunState) -> None:
+    try:
+        commit_end(state)
+    except AgentSyncError:  # no such run in the store: the commit fails, after the lock
+        pass
 
 
 # -- stores: one store object serves every run of the process -----------------------------

@@ -83,7 +83,11 @@ class StoreLink:
         self.ended = False
         self._run_id: str | None = None
         self._run: Watched | None = None
-        self._arrived = threading.Condition()  # guards the two below
+        # Guards the two below. Shared with the store's watcher thread (every run of the
+        # store): taken with ``with`` on the plain lock, whose C ``__enter__`` a Ctrl-C in
+        # this run's thread cannot split (Condition.__enter__ is Python: see _signal_safe).
+        self._arrived_lock = threading.RLock()
+        self._arrived = threading.Condition(self._arrived_lock)
         self._received = 0  # injects the watcher handed this run
         self._late: list[ContentBlock] = []  # ... after its inbox closed, not yet answered
 
@@ -126,7 +130,7 @@ class StoreLink:
             return []
         waited_until: float | None = None
         while True:
-            with self._arrived:
+            with self._arrived_lock:
                 late, self._late = self._late, []
                 received = self._received
             if late:
@@ -140,7 +144,7 @@ class StoreLink:
                 waited_until = waited_until or now + self.lease_s
                 if now >= waited_until:
                     raise
-                with self._arrived:
+                with self._arrived_lock:
                     if not self._late:
                         self._arrived.wait(min(waited_until - now, _RECHECK_S))
                 continue
@@ -158,7 +162,7 @@ class StoreLink:
         """An inject from another process: into the run's inbox, or kept for
         :meth:`commit_end` if the inbox is closed (the run is ending); counted either way."""
         run = self._run
-        with self._arrived:
+        with self._arrived_lock:
             if run is None or self.ended:
                 raise UsageError("the run is over: nothing more can be injected into it")
             self._received += 1
