@@ -447,7 +447,7 @@ def check():
         events = store.read_events("run_a")
         state["after"] = events[-1].seq if events else 0
         state["after"] = store.append_events("run_a", [{"n": 2}], after=state["after"])
-    in_another_thread(other_run, "another thread on the store", wait=15)
+    in_another_thread(other_run, "another thread on the store", wait=10)
 
 try:
     print("ok", sweep(SIGNAL, setup, check))
