@@ -49,8 +49,8 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -66,6 +66,7 @@ from ._rules import (
     bad_conversation_id,
     cancelled_while_paused,
     check_mode,
+    check_reason,
     conversation_busy,
     conversation_paused,
     decode_messages,
@@ -331,8 +332,9 @@ class SQLiteRunStore:
             running = replace(state, status="running")
             db.execute(
                 "UPDATE runs SET state = ?, status = 'running', version = ?, owner = ?,"
-                f" lease_s = ?, lease_expires_at = {_NOW} + ?, updated_at = ?"  # noqa: S608
-                " WHERE run_id = ?",
+                f" lease_s = ?, lease_expires_at = {_NOW} + ?, updated_at = ?,"  # noqa: S608
+                " injects = (SELECT COUNT(*) FROM signals WHERE run_id = runs.run_id"
+                " AND kind = 'inject') WHERE run_id = ?",  # the new owner receives those
                 (encode_state(running), version + 1, owner, lease_s, lease_s, now, run_id),
             )
             return version + 1
@@ -370,6 +372,7 @@ class SQLiteRunStore:
 
     def cancel(self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         check_mode(mode)
+        reason = check_reason(reason)
         if not storable_id(run_id):
             return False
         with self._write() as db:
@@ -667,47 +670,14 @@ class SQLiteRunStore:
 
     # -- transactions --
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction on the writer connection; sqlite3 errors ->
         StoreUnavailableError (rolled back: nothing changed)."""
-        with self._connections.writer() as db:
-            with _transaction(db, "BEGIN IMMEDIATE"):
-                yield db
+        return self._connections.transaction(write=True)
 
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        """One deferred (read) transaction on a reader connection: a WAL snapshot that
-        never waits for a writer."""
-        with self._connections.reader() as db:
-            with _transaction(db, "BEGIN"):
-                yield db
-
-
-@contextmanager
-def _transaction(db: sqlite3.Connection, begin: str) -> Iterator[None]:
-    try:
-        db.execute(begin)
-    except sqlite3.Error as exc:
-        raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
-    try:
-        yield
-    except BaseException as exc:
-        try:
-            db.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
-        if isinstance(exc, sqlite3.Error):
-            raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
-        raise
-    try:
-        db.execute("COMMIT")
-    except sqlite3.Error as exc:
-        try:
-            db.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
-        raise StoreUnavailableError(f"the SQLite store could not commit: {exc}") from exc
+    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One deferred (read) transaction: a WAL snapshot that never waits for a writer."""
+        return self._connections.transaction(write=False)
 
 
 def _add_missing_columns(db: sqlite3.Connection) -> None:

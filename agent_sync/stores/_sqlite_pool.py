@@ -1,16 +1,18 @@
 """The SQLite connections of one :class:`~agent_sync.stores.SQLiteRunStore` in one process.
 
 * **One writer connection.** SQLite lets one connection write at a time per file, so a
-  process's writes queue on a Python lock (fair, no busy polling between its own threads)
-  and only the connection holding it waits for other processes (the busy timeout).
-* **A few reader connections** (:data:`READERS`), taken from an idle list: a read never
-  queues behind a write (WAL: a reader sees the last committed snapshot), and the number of
-  descriptors is bounded per store and process (about 3 per connection: the file, its WAL
-  and its shared memory), not per thread.
+  process's writes queue on a Python lock (no busy polling between its own threads) and
+  only the connection holding it waits for other processes (the busy timeout). A read uses
+  it too when no write holds it (its page cache stays current after this process's writes).
+* **A few reader connections** (:data:`READERS`), taken from an idle list while a write
+  holds the writer: a read never queues behind a write (WAL: a reader sees the last
+  committed snapshot), and the number of descriptors is bounded per store and process
+  (about 3 per connection: the file, its WAL and its shared memory), not per thread.
 * **The file this store opened, and no other.** Connections open it with ``mode=rw`` (they
-  never create it), and every use checks that the path still names the file opened: a file
-  deleted or replaced under a running store fails closed with an error that names it,
-  instead of a new, empty file with the default mode.
+  never create it), and every write and new connection checks that the path still names
+  the file opened: a file deleted or replaced under a running store fails closed with an
+  error that names it, instead of a new, empty file with the default mode (a read on an
+  open connection may still see the deleted file's last state: it loses nothing).
 * **Fork.** A fork waits until no thread of the process is inside SQLite (a fork taken
   while one is would copy SQLite's mutexes held, and the child's first ``connect`` would
   wait forever); the child neither uses nor closes the parent's connections (closing one
@@ -74,8 +76,8 @@ class Connections:
         self._writer: sqlite3.Connection | None = None
         self._idle: list[sqlite3.Connection] = []
         self._opened = 0  # reader connections open (idle or in use)
-        self._freed = threading.Condition()
-        self._gate = threading.Condition()  # counts threads inside SQLite; a fork waits
+        self._freed = threading.Condition(threading.Lock())
+        self._gate = threading.Condition(threading.Lock())  # threads inside SQLite; fork waits
         self._inside = 0
         self._forking = False
 
@@ -85,31 +87,57 @@ class Connections:
 
     @contextmanager
     def writer(self) -> Iterator[sqlite3.Connection]:
-        """The process's writer connection, for one transaction."""
-        with self._entered():
-            if not self._write_lock.acquire(timeout=self._busy_timeout_s):
-                raise StoreUnavailableError(
-                    "the SQLite store is unavailable: this process's other writes held it "
-                    f"past the busy timeout ({self._busy_timeout_s} s)"
-                )
-            try:
-                if self._writer is None:
-                    self._writer = self._connect()
-                yield self._writer
-            finally:
-                self._write_lock.release()
-
-    @contextmanager
-    def reader(self) -> Iterator[sqlite3.Connection]:
-        """A reader connection, for one read (never the writer's)."""
-        with self._entered():
-            connection = self._take_reader()
+        """The process's writer connection, outside any transaction (the schema script)."""
+        self._enter()
+        try:
+            connection = self._take_writer(block=True)
+            assert connection is not None
             try:
                 yield connection
             finally:
-                with self._freed:
-                    self._idle.append(connection)
-                    self._freed.notify()
+                self._write_lock.release()
+        finally:
+            self._leave()
+
+    @contextmanager
+    def transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+        """One transaction: ``BEGIN IMMEDIATE`` on the writer connection (``write``), or a
+        deferred read (a WAL snapshot) on the writer's if no write holds it (its page cache
+        is current after this process's writes), else on a reader's: a read never waits.
+        sqlite3 errors become StoreUnavailableError, rolled back: nothing changed."""
+        self._enter()  # one flat manager: every store operation goes through it
+        try:
+            if write:  # a write to a deleted file would be lost: checked (3-4 us) each time
+                self._check_file()
+            writer = self._take_writer(block=True) if write else self._take_writer(block=False)
+            connection = writer if writer is not None else self._take_reader()
+            try:
+                _run(connection, "BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    yield connection
+                except BaseException as exc:
+                    _rollback(connection)
+                    if isinstance(exc, sqlite3.Error):
+                        raise StoreUnavailableError(
+                            f"the SQLite store is unavailable: {exc}"
+                        ) from exc
+                    raise
+                try:
+                    connection.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    _rollback(connection)
+                    raise StoreUnavailableError(
+                        f"the SQLite store could not commit: {exc}"
+                    ) from exc
+            finally:
+                if writer is not None:
+                    self._write_lock.release()
+                else:
+                    with self._freed:
+                        self._idle.append(connection)
+                        self._freed.notify()
+        finally:
+            self._leave()
 
     def close(self) -> None:
         """Close the idle connections (those in use close when given back and dropped)."""
@@ -123,6 +151,24 @@ class Connections:
             connection.close()
 
     # -- inside --
+
+    def _take_writer(self, *, block: bool) -> sqlite3.Connection | None:
+        """The writer connection, its lock held (``None``: not ``block`` and it is busy)."""
+        if not block:
+            if not self._write_lock.acquire(blocking=False):
+                return None
+        elif not self._write_lock.acquire(timeout=self._busy_timeout_s):
+            raise StoreUnavailableError(
+                "the SQLite store is unavailable: this process's other writes held it "
+                f"past the busy timeout ({self._busy_timeout_s} s)"
+            )
+        try:
+            if self._writer is None:
+                self._writer = self._connect()
+        except BaseException:
+            self._write_lock.release()
+            raise
+        return self._writer
 
     def _take_reader(self) -> sqlite3.Connection:
         with self._freed:
@@ -142,6 +188,7 @@ class Connections:
             raise
 
     def _connect(self) -> sqlite3.Connection:
+        self._check_file()
         try:
             connection = sqlite3.connect(
                 self._uri,
@@ -156,22 +203,20 @@ class Connections:
             raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
         return connection
 
-    @contextmanager
-    def _entered(self) -> Iterator[None]:
+    def _enter(self) -> None:
+        """Count this thread inside SQLite (a fork waits for none to be)."""
         if self._pid != os.getpid():  # forked without the at-fork hook (it always runs)
             self._inherit()
         with self._gate:
             while self._forking:
                 self._gate.wait()
             self._inside += 1
-        try:
-            self._check_file()
-            yield
-        finally:
-            with self._gate:
-                self._inside -= 1
-                if not self._inside:
-                    self._gate.notify_all()
+
+    def _leave(self) -> None:
+        with self._gate:
+            self._inside -= 1
+            if not self._inside:
+                self._gate.notify_all()
 
     def _check_file(self) -> None:
         if self._identity is not None and self._stat() != self._identity:
@@ -202,6 +247,20 @@ class Connections:
         with self._gate:
             self._forking = False
             self._gate.notify_all()
+
+
+def _run(connection: sqlite3.Connection, statement: str) -> None:
+    try:
+        connection.execute(statement)
+    except sqlite3.Error as exc:
+        raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
+
+
+def _rollback(connection: sqlite3.Connection) -> None:
+    try:
+        connection.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
 
 
 _POOLS: weakref.WeakSet[Connections] = weakref.WeakSet()

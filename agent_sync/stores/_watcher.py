@@ -6,7 +6,10 @@ ends. The thread loops on ``store.wait_signals(owned, timeout)``: the store bloc
 (a condition, pub/sub, or a short poll), so an idle process costs little. The timeout is at
 most :data:`TICK_S`, which bounds how late a newly registered run is first watched and how
 often leases are checked; each lease is renewed every third of its length.
-A signal for a run that has just ended is dropped (its driver is gone, nothing to stop).
+A signal for a run that has just ended is dropped (its driver is gone, nothing to stop):
+an inject never is, because a run's final commit is refused while the store accepted
+injects its owner has not received (``InputPending``; the run's ``StoreLink`` is what is
+registered here, and it keeps an inject that reaches an ending run for that run to answer).
 """
 
 from __future__ import annotations

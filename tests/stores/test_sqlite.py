@@ -204,16 +204,16 @@ def test_readers_never_wait_for_another_connections_write(tmp_path: Path) -> Non
 # -- a deleted file (issue 22/14) --
 
 
-def _load_in_a_new_thread(store: SQLiteRunStore) -> BaseException | None:
+def _begin_in_a_new_thread(store: SQLiteRunStore) -> BaseException | None:
     caught: list[BaseException | None] = [None]
 
-    def load() -> None:
+    def begin() -> None:
         try:
-            store.load("c1")
+            store.begin("c2", make_state(), owner="o", lease_s=30, expected_length=0)
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             caught[0] = exc
 
-    thread = threading.Thread(target=load)
+    thread = threading.Thread(target=begin)
     thread.start()
     thread.join(30)
     return caught[0]
@@ -225,11 +225,14 @@ def test_a_deleted_file_fails_closed_and_names_it(tmp_path: Path) -> None:
     store.begin("c1", make_state(), owner="o", lease_s=30, expected_length=0)
     for name in ("s.db", "s.db-wal", "s.db-shm"):
         (tmp_path / name).unlink(missing_ok=True)  # an operator cleans up under a live worker
-    for failure in (_load_in_a_new_thread(store), _load_in_a_new_thread(store)):
+    for failure in (_begin_in_a_new_thread(store), _begin_in_a_new_thread(store)):
         assert isinstance(failure, StoreUnavailableError)
         assert str(path) in str(failure) and "deleted" in str(failure)
     with pytest.raises(StoreUnavailableError, match="deleted"):
-        store.begin("c2", make_state(), owner="o", lease_s=30, expected_length=0)
+        store.inject("run_x", "x")
+    store.close()  # its connections: a read now needs a new one, which is refused too
+    with pytest.raises(StoreUnavailableError, match="deleted"):
+        store.load("c1")
     assert not path.exists()  # no empty 0644 file without tables in its place
     fresh = SQLiteRunStore(path)  # a restart: created as on first open
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
