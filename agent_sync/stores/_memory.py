@@ -209,6 +209,7 @@ class MemoryRunStore:
                 raise not_paused(run_id, state.status)
             run.version += 1
             run.owner = owner
+            run.injects = sum(1 for signal in run.signals if signal.kind == "inject")
             run.lease_s = lease_s
             run.lease_expires_at = now + lease_s
             run.updated_at = now

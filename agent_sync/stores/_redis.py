@@ -253,7 +253,13 @@ if ARGV[11] ~= '' and status ~= 'running' and status ~= 'paused' then
   local accepted = tonumber(redis.call('HGET', key, 'injects') or '0')
   if accepted > tonumber(ARGV[11]) then return {'injects', accepted} end
 end
-if ARGV[9] ~= '' then redis.call('HSET', key, 'owner', ARGV[9], 'lease_s', ARGV[10]) end
+if ARGV[9] ~= '' then  -- a claim: the new owner receives the injects still queued
+  local queued = 0
+  for _, item in ipairs(redis.call('LRANGE', signals_key(prefix, run_id), 0, -1)) do
+    if cjson.decode(item).kind == 'inject' then queued = queued + 1 end
+  end
+  redis.call('HSET', key, 'owner', ARGV[9], 'lease_s', ARGV[10], 'injects', queued)
+end
 local msgs = {}
 for i = 12, #ARGV do msgs[#msgs + 1] = ARGV[i] end
 local version = write_state(prefix, key, run_id, ARGV[5], ARGV[6], tonumber(ARGV[7]),

@@ -31,11 +31,13 @@ from typing import Any
 
 import pytest
 
+from ..agent import Agent
 from ..errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
 from ..messages import ContentBlock, Message
 from ..run._state import RunState
 from ..stores._protocol import RunStore
 from ..stores._rules import WORKER_STOPPED_TEXT, InputPending
+from .scripted import ScriptedModel
 
 __all__ = ["LEASE_S", "TURNS", "RunStoreContract", "make_state", "take_turns"]
 
@@ -425,6 +427,56 @@ class RunStoreContract:
         store.begin("c2", other, owner=OWNER, lease_s=30, expected_length=0)
         store.inject(other.run_id, "x")
         assert store.commit(replace(other, cycle=1), owner=OWNER, version=1, injects_received=0)
+
+    @pytest.mark.parametrize("where", ["delivered", "queued"])
+    def test_an_inject_accepted_as_the_run_ends_is_answered(
+        self, store: RunStore, where: str
+    ) -> None:
+        """``store.inject`` answered (the route's 202 "queued") while the run is about to
+        store its end: the run answers it with one more model call, whether the owner's
+        watcher already handed it to the ending run (``delivered``) or it is still queued
+        in the store when the final commit comes (``queued``); never dropped (issue 22/3)."""
+        held = _EndHeld(store, hold_signals=where == "queued")
+        model = ScriptedModel(["first answer", "the late question, answered"])
+        agent = Agent(model, store=held, conversation_id="c1")
+        results: list[Any] = []
+        runner = threading.Thread(target=lambda: results.append(agent.invoke("hello")))
+        runner.start()
+        try:
+            assert held.ending.wait(30), "the run never reached its final commit"
+            assert held.run_id is not None
+            held.inject(held.run_id, "one more thing")  # accepted: the caller heard "queued"
+            if where == "delivered":
+                assert held.taken.wait(30), "the watcher never took the inject"
+            held.go.set()  # the final commit goes on
+            if where == "queued":
+                assert held.refused.wait(30), "the final commit did not see the inject"
+                held.release_signals()  # now the watcher may take it
+        finally:
+            held.go.set()
+            held.release_signals()
+            runner.join(30)
+        (result,) = results
+        assert result.text == "the late question, answered"
+        asked = model.calls[1].messages[-1]
+        assert asked["role"] == "user" and {"text": "one more thing"} in asked["content"]
+        logged = list(store.load("c1").messages)
+        assert [m["role"] for m in logged] == ["user", "assistant", "user", "assistant"]
+        assert {"text": "one more thing"} in logged[2]["content"]
+        with pytest.raises(UsageError):  # over now: refused, never queued and lost
+            store.inject(held.run_id, "after the end")
+
+    def test_a_claimed_run_counts_only_the_injects_its_new_owner_can_receive(
+        self, store: RunStore
+    ) -> None:
+        state = make_state()
+        store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
+        store.inject(state.run_id, "answered by the first owner")
+        assert len(store.wait_signals([state.run_id], timeout=5)) == 1
+        store.commit(replace(state, status="paused", next_step="tools"), owner=OWNER, version=1)
+        version = store.claim(state.run_id, owner=OTHER, lease_s=30, version=2)
+        done = _answered(state)
+        assert store.commit(done, owner=OTHER, version=version, injects_received=0)
 
     def test_crafted_ids_name_nothing(self, store: RunStore) -> None:
         """No id reaches another key or row: ``<run id>:signals`` (a Redis list while a signal
@@ -890,3 +942,45 @@ class _GrowingIds(Collection[str]):
     def __len__(self) -> int:
         with self._lock:
             return len(self._ids)
+
+
+class _EndHeld:
+    """A store that holds a run's ``done`` commit until ``go`` is set (``ending`` says it
+    is there), and says when the watcher takes an inject (``taken``) or a final commit is
+    refused for one (``refused``). With ``hold_signals``, ``wait_signals`` takes nothing
+    until :meth:`release_signals`: the inject stays queued in the store at the commit."""
+
+    def __init__(self, store: RunStore, *, hold_signals: bool) -> None:
+        self._store = store
+        self.lease_s = getattr(store, "lease_s", 30.0)
+        self.run_id: str | None = None
+        self.ending, self.go = threading.Event(), threading.Event()
+        self.taken, self.refused = threading.Event(), threading.Event()
+        self._signals_free = threading.Event()
+        if not hold_signals:
+            self._signals_free.set()
+
+    def release_signals(self) -> None:
+        self._signals_free.set()
+
+    def commit(self, state: RunState, **options: Any) -> int:
+        if state.status == "done" and not self.go.is_set():
+            self.run_id = state.run_id
+            self.ending.set()
+            self.go.wait(30)
+        try:
+            return self._store.commit(state, **options)
+        except InputPending:
+            self.refused.set()
+            raise
+
+    def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[Any]:
+        if not self._signals_free.wait(timeout):
+            return []
+        taken = self._store.wait_signals(run_ids, timeout)
+        if any(signal.kind == "inject" for signal in taken):
+            self.taken.set()
+        return taken
+
+    def __getattr__(self, name: str) -> Any:  # every other method: the store's own
+        return getattr(self._store, name)
