@@ -12,17 +12,17 @@ finished run (``False``/``UsageError``), never the next invocation.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, Union
 
 from ._decisions import ApprovalRequest, Approve, Decision, Deny
+from ._prompt import history_copy
 from .cancel import CancelToken
 from .errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
 from .events import AgentEvent
-from .messages import CANCELLED_TEXT, ContentBlock, Message, validate_history
+from .messages import CANCELLED_TEXT, ContentBlock, Message
 from .models.base import CacheMode, Model
 from .result import AgentResult
 from .retry import RetryPolicy
@@ -590,15 +590,8 @@ class Agent:
 
     @staticmethod
     def _checked_history(messages: Sequence[Message]) -> list[Message]:
-        """A private copy of ``messages``; ``UsageError`` naming the first problem."""
-        problems = validate_history(messages)
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise UsageError(f"invalid history: {problems[0]}{more}")
-        try:
-            return copy.deepcopy(list(messages))
-        except Exception as exc:
-            raise UsageError(f"the history cannot be copied ({type(exc).__name__})") from exc
+        """A private, encodable copy of ``messages``; ``UsageError`` naming the first problem."""
+        return history_copy(messages)
 
     def __repr__(self) -> str:
         state = "running" if self.is_running else "idle"

@@ -472,3 +472,68 @@ def test_validate_history_reports_what_no_store_can_encode() -> None:
     assert validate_history(repaired) == [] and repaired[0]["content"] == [
         {"text": "open report-\ufffd.txt"}
     ]
+
+
+# -- a cancel reason is caller text too: it reaches the store's state and the done frame --
+
+
+@pytest.mark.parametrize("how", ["context.cancel", "agent.cancel after_turn", "store.cancel"])
+def test_a_cancel_reason(how: str, store: RunStore) -> None:
+    holder: dict[str, Agent] = {}
+
+    @tool
+    def stop(context: ToolContext) -> str:
+        """Stop the run."""
+        if how == "context.cancel":
+            context.cancel(FILE_NAME)
+        elif how == "agent.cancel after_turn":
+            holder["agent"].cancel(FILE_NAME, mode="after_turn")
+        else:
+            assert context.run_id is not None and store.cancel(context.run_id, FILE_NAME)
+            while not context.cancelled:  # the owner's watcher delivers it
+                assert not context.wait(0.005)
+        return "stopping"
+
+    model = ScriptedModel([{"tool_calls": [{"name": "stop", "input": {}}]}, "never"])
+    agent = holder["agent"] = _agent(store, model, tools=[stop])
+    events = _stream(agent, "go")
+    _check(agent, store, events)
+    done = events[-1]
+    assert isinstance(done, Done) and done.result.stop_reason == "cancelled"
+    assert done.result.cancel_reason == "report-\ufffd.txt"
+    run = store.get(done.run_id)
+    assert run is not None and run.cancel_reason == "report-\ufffd.txt"
+
+
+def test_a_paused_run_cancelled_through_the_store_keeps_an_encodable_reason(
+    store: RunStore,
+) -> None:
+    asks = {"tool_calls": [{"name": "wipe", "input": {"path": "/data"}}]}
+    agent = _agent(store, ScriptedModel([asks]), tools=[wipe])
+    paused = agent.invoke("wipe it")
+    assert store.cancel(paused.run_id, FILE_NAME) is True
+    run = store.get(paused.run_id)
+    assert run is not None and run.cancel_reason == "report-\ufffd.txt"
+    _strict_utf8(list(store.load(CONVERSATION).messages))
+
+
+def test_a_callers_history_is_copied_encodable_or_refused() -> None:
+    agent = Agent(ScriptedModel(["ok"]), messages=_with_surrogate())
+    assert agent.messages[0]["content"] == [{"text": "open report-\ufffd.txt"}]
+    agent.messages = _with_surrogate()
+    assert agent.messages[0]["content"] == [{"text": "open report-\ufffd.txt"}]
+    agent.invoke("go on")
+    _strict_utf8(agent.messages)
+    with_nan = [
+        {"role": "user", "content": [{"text": "count"}]},
+        {
+            "role": "assistant",
+            "content": [{"toolUse": {"toolUseId": "t1", "name": "n", "input": {"n": math.nan}}}],
+        },
+        {
+            "role": "user",
+            "content": [{"toolResult": {"toolUseId": "t1", "content": [{"text": "ok"}]}}],
+        },
+    ]
+    with pytest.raises(UsageError, match="NaN"):
+        Agent(ScriptedModel(["ok"]), messages=with_nan)

@@ -38,6 +38,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 from .._decisions import Approve, Deny
+from .._encodable import clean_text
 from .._prompt import content_blocks
 from ..cancel import CancelledError, CancelMode, CancelScope
 from ..errors import ConcurrentInvocationError, PendingApprovalError, UsageError
@@ -179,7 +180,7 @@ class RunDriver:
             return False
         ctx = self._ctx
         if not ctx.after_turn_requested:
-            ctx.after_turn = reason
+            ctx.after_turn = clean_text(reason) if isinstance(reason, str) else reason
             ctx.after_turn_requested = True  # after the reason: the loop reads them in order
         logger.debug("run_id=<%s> | cancel after the current turn requested", self.run_id)
         return not self._scope.closed

@@ -26,6 +26,7 @@ from ._rules import (
     bad_conversation_id,
     cancelled_while_paused,
     check_mode,
+    check_reason,
     conversation_busy,
     conversation_paused,
     decode_messages,
@@ -243,7 +244,7 @@ class MemoryRunStore:
     # -- signals --
 
     def cancel(self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
-        mode = check_mode(mode)
+        mode, reason = check_mode(mode), check_reason(reason)
         if not storable_id(run_id):
             return False
         now = self._now()

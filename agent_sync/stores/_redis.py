@@ -75,6 +75,7 @@ from ._rules import (
     bad_conversation_id,
     cancelled_while_paused,
     check_mode,
+    check_reason,
     conversation_busy,
     conversation_paused,
     decode_messages,
@@ -546,6 +547,7 @@ class RedisRunStore:
     # -- signals --
 
     def cancel(self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
+        reason = check_reason(reason)
         payload = json.dumps({"reason": reason, "mode": check_mode(mode)})
         if not storable_id(run_id):
             return False

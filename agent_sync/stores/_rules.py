@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from .._encodable import loads_stored
+from .._encodable import clean_text, loads_stored
 from ..cancel import CancelMode
 from ..errors import (
     ConcurrentInvocationError,
@@ -37,6 +37,7 @@ __all__ = [
     "InputPending",
     "bad_conversation_id",
     "check_mode",
+    "check_reason",
     "input_pending",
     "storable_id",
     "encode_events",
@@ -221,6 +222,12 @@ def input_pending(run_id: str, accepted: int, received: int) -> InputPending:
         f"run {run_id!r}: {accepted - received} injected input(s) accepted by the store "
         "have not reached the run yet; it answers them before it ends"
     )
+
+
+def check_reason(reason: str | None) -> str | None:
+    """A cancel's reason, made encodable at the edge (a store's ``cancel``): it is stored
+    and shown in frames, and a lone surrogate would be refused by both."""
+    return clean_text(reason) if isinstance(reason, str) else reason
 
 
 def check_mode(mode: str) -> CancelMode:

@@ -66,6 +66,7 @@ from ._rules import (
     bad_conversation_id,
     cancelled_while_paused,
     check_mode,
+    check_reason,
     conversation_busy,
     conversation_paused,
     decode_messages,
@@ -371,6 +372,7 @@ class SQLiteRunStore:
 
     def cancel(self, run_id: str, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         check_mode(mode)
+        reason = check_reason(reason)
         if not storable_id(run_id):
             return False
         with self._write() as db:
