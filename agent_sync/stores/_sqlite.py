@@ -522,12 +522,11 @@ class SQLiteRunStore:
 
     def _take_signals(self, run_ids: list[str]) -> list[RunSignal]:
         marks = ",".join("?" * len(run_ids))
-        with self._read() as db:  # a read first (WAL: takes no lock a writer waits for)
-            queued = db.execute(
-                f"SELECT 1 FROM signals WHERE run_id IN ({marks}) LIMIT 1",  # noqa: S608
-                run_ids,
-            ).fetchone()
-        if queued is None:
+        queued = self._connections.rows(  # a read first (WAL: no lock a writer waits for)
+            f"SELECT 1 FROM signals WHERE run_id IN ({marks}) LIMIT 1",  # noqa: S608
+            run_ids,
+        )
+        if not queued:
             return []  # the usual poll: nothing queued, no write lock taken
         with self._write() as db:
             rows = db.execute(
@@ -554,14 +553,13 @@ class SQLiteRunStore:
     def _events_after(self, run_id: str, after: int) -> list[RunEvent]:
         """The live log's events above ``after``: one read (WAL: no lock a writer waits
         for), which a complete log past its time answers with nothing."""
-        with self._read() as db:
-            rows = db.execute(
-                "SELECT e.seq, e.data FROM event_logs AS l JOIN events AS e"
-                " ON e.run_id = l.run_id AND e.seq > ?"
-                " WHERE l.run_id = ? AND l.last_seq > ?"
-                " AND (l.expires_at IS NULL OR l.expires_at > ?) ORDER BY e.seq",
-                (after, run_id, after, time.time()),
-            ).fetchall()
+        rows = self._connections.rows(
+            "SELECT e.seq, e.data FROM event_logs AS l JOIN events AS e"
+            " ON e.run_id = l.run_id AND e.seq > ?"
+            " WHERE l.run_id = ? AND l.last_seq > ?"
+            " AND (l.expires_at IS NULL OR l.expires_at > ?) ORDER BY e.seq",
+            (after, run_id, after, time.time()),
+        )
         return [RunEvent(seq=seq, data=json.loads(data)) for seq, data in rows]
 
     def _event_log_end(self, db: sqlite3.Connection, run_id: str, now: float) -> int:

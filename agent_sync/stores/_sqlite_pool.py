@@ -27,8 +27,9 @@ import sqlite3
 import threading
 import urllib.request
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from ..errors import StoreUnavailableError
 
@@ -129,6 +130,27 @@ class Connections:
                     raise StoreUnavailableError(
                         f"the SQLite store could not commit: {exc}"
                     ) from exc
+            finally:
+                if writer is not None:
+                    self._write_lock.release()
+                else:
+                    with self._freed:
+                        self._idle.append(connection)
+                        self._freed.notify()
+        finally:
+            self._leave()
+
+    def rows(self, sql: str, parameters: Sequence[object]) -> list[Any]:
+        """One read statement, in autocommit (its own snapshot): the cheapest read, for
+        polls. On the writer connection if no write holds it, else a reader's."""
+        self._enter()
+        try:
+            writer = self._take_writer(block=False)
+            connection = writer if writer is not None else self._take_reader()
+            try:
+                return connection.execute(sql, parameters).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
             finally:
                 if writer is not None:
                     self._write_lock.release()
