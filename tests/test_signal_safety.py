@@ -457,18 +457,11 @@ sys.stdout.flush()
 os._exit(0)  # a wedged store's threads (and its at-fork hooks) must not outlive the child
 """
 
-SQLITE_GAPS = (
-    "issue 22 item 2 audit, stores/_sqlite_pool.py (not this helper's file): `with "
-    "self._gate`/`self._freed` are Conditions (Python __enter__/__exit__), `_enter()` and "
-    "`_take_writer()`/`BEGIN IMMEDIATE` run before the `try` that undoes them; a Ctrl-C there "
-    "leaves the pool's lock, its inside-count or an open write transaction behind"
-)
-
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "kind",
-    ["memory", pytest.param("sqlite", marks=pytest.mark.xfail(strict=True, reason=SQLITE_GAPS))],
+    ["memory", "sqlite"],
 )
 @pytest.mark.parametrize("operation", ["append", "read"])
 def test_ctrl_c_in_a_store_call_leaves_the_store_usable_by_other_threads(

@@ -29,7 +29,7 @@ Design:
   ``event_logs`` (its last number, and once complete the time it is dropped). An append is
   one ``BEGIN IMMEDIATE`` transaction: it checks the last number (compare-and-set) and the
   complete mark, inserts the rows and moves the last number. ``read_events`` waits on a
-  condition this store object notifies after each of its appends (a reader in the same
+  event this store object sets after each of its appends (a reader in the same
   process wakes at once), and polls every ``_EVENT_POLL_S`` for other processes' appends:
   each poll is one indexed read, never the write lock. A complete log past its time reads
   as empty; ``prune`` (or the next append to it) deletes it. A database file written before
@@ -55,6 +55,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._prompt import content_blocks
+from .._signal_safe import Event
 from ..cancel import CancelMode
 from ..errors import StoreUnavailableError
 from ..messages import ContentBlock, Message
@@ -167,8 +168,7 @@ class SQLiteRunStore:
         self.path = os.fspath(path)
         self.lease_s = lease_s
         self._connections = Connections(self.path, busy_timeout_s)
-        self._appended = threading.Condition()  # notified after each append of this object
-        self._appends = 0  # how many (under _appended): a reader sees whether it missed one
+        self._appended = Event()  # set, and replaced, after each append of this object
         _STORES.add(self)
         create_private(self.path)
         with self._connections.writer() as db:
@@ -453,9 +453,8 @@ class SQLiteRunStore:
                     (run_id, after + len(texts), None if keep_s is None else now + keep_s),
                 )
         if texts:
-            with self._appended:
-                self._appends += 1
-                self._appended.notify_all()
+            appended, self._appended = self._appended, Event()  # lock-free (_signal_safe)
+            appended.set()
         return after + len(texts)
 
     def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
@@ -463,15 +462,12 @@ class SQLiteRunStore:
         if not storable_id(run_id):
             return []
         while True:
-            with self._appended:
-                seen = self._appends  # before the read: an append after it is not missed
+            appended = self._appended  # before the read: an append after it sets this one
             events = self._events_after(run_id, after)
             remaining = deadline - time.monotonic()
             if events or remaining <= 0:
                 return events
-            with self._appended:
-                if self._appends == seen:  # polling is SQLite's only cross-process wake
-                    self._appended.wait(min(_EVENT_POLL_S, remaining))
+            appended.wait(min(_EVENT_POLL_S, remaining))  # polls: other processes' appends
 
     def prune(self, *, older_than: float) -> int:
         now = time.time()
@@ -690,8 +686,8 @@ _STORES: weakref.WeakSet[SQLiteRunStore] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    for store in list(_STORES):  # a condition copied while a parent thread held it
-        store._appended = threading.Condition()
+    for store in list(_STORES):  # no waiter of the parent's threads is the child's
+        store._appended = Event()
 
 
 if hasattr(os, "register_at_fork"):

@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from .._signal_safe import Event
 from ..errors import StoreUnavailableError
 
 __all__ = ["READERS", "Connections", "create_private"]
@@ -61,7 +62,15 @@ def create_private(path: str) -> None:
 
 
 class Connections:
-    """One writer and up to :data:`READERS` readers on ``path``, per process. Thread-safe."""
+    """One writer and up to :data:`READERS` readers on ``path``, per process. Thread-safe.
+
+    Signal-safe (the rule of :mod:`agent_sync._signal_safe`): the pool's state is guarded by
+    a plain lock taken only with ``with``, each block records what a thread took in call-free
+    statements at its end, and each thing taken has its own ``finally`` that gives it back;
+    waits are on lock-free events with a short timeout (a wake-up lost to a signal costs at
+    most :data:`_WAKE_S`). A ``KeyboardInterrupt`` anywhere in a store call leaves no lock,
+    count, connection or open transaction behind for the other threads.
+    """
 
     def __init__(self, path: str, busy_timeout_s: float) -> None:
         self.path = path
@@ -73,14 +82,17 @@ class Connections:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._write_lock = threading.Lock()
+        # An RLock: its owner-checked release undoes an acquire a signal interrupted on return.
+        self._write_lock = threading.RLock()
         self._writer: sqlite3.Connection | None = None
+        self._lock = threading.Lock()  # everything below; only ever `with self._lock:`
         self._idle: list[sqlite3.Connection] = []
         self._opened = 0  # reader connections open (idle or in use)
-        self._freed = threading.Condition(threading.Lock())
-        self._gate = threading.Condition(threading.Lock())  # threads inside SQLite; fork waits
-        self._inside = 0
+        self._inside = 0  # threads inside SQLite (a fork waits for none to be)
         self._forking = False
+        self._reader_waiters: list[Event] = []  # woken when a reader comes back
+        self._quiet_waiters: list[Event] = []  # woken when no thread is inside
+        self._fork_waiters: list[Event] = []  # woken when the fork is done
 
     def opened(self) -> None:
         """Remember which file the path names now (after the store created or found it)."""
@@ -89,16 +101,11 @@ class Connections:
     @contextmanager
     def writer(self) -> Iterator[sqlite3.Connection]:
         """The process's writer connection, outside any transaction (the schema script)."""
-        self._enter()
+        lease = _Lease(self)
         try:
-            connection = self._take_writer(block=True)
-            assert connection is not None
-            try:
-                yield connection
-            finally:
-                self._write_lock.release()
+            yield lease.take(write=True)
         finally:
-            self._leave()
+            lease.give_back()
 
     @contextmanager
     def transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
@@ -106,108 +113,64 @@ class Connections:
         deferred read (a WAL snapshot) on the writer's if no write holds it (its page cache
         is current after this process's writes), else on a reader's: a read never waits.
         sqlite3 errors become StoreUnavailableError, rolled back: nothing changed."""
-        self._enter()  # one flat manager: every store operation goes through it
+        lease = _Lease(self)  # one flat manager: every store operation goes through it
         try:
-            if write:  # a write to a deleted file would be lost: checked (3-4 us) each time
-                self._check_file()
-            writer = self._take_writer(block=True) if write else self._take_writer(block=False)
-            connection = writer if writer is not None else self._take_reader()
+            connection = lease.take(write=write)
+            try:  # BEGIN inside: giving the lease back rolls back whatever is still open
+                connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                yield connection
+            except sqlite3.Error as exc:
+                raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
             try:
-                _run(connection, "BEGIN IMMEDIATE" if write else "BEGIN")
-                try:
-                    yield connection
-                except BaseException as exc:
-                    _rollback(connection)
-                    if isinstance(exc, sqlite3.Error):
-                        raise StoreUnavailableError(
-                            f"the SQLite store is unavailable: {exc}"
-                        ) from exc
-                    raise
-                try:
-                    connection.execute("COMMIT")
-                except sqlite3.Error as exc:
-                    _rollback(connection)
-                    raise StoreUnavailableError(
-                        f"the SQLite store could not commit: {exc}"
-                    ) from exc
-            finally:
-                if writer is not None:
-                    self._write_lock.release()
-                else:
-                    with self._freed:
-                        self._idle.append(connection)
-                        self._freed.notify()
+                connection.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StoreUnavailableError(f"the SQLite store could not commit: {exc}") from exc
         finally:
-            self._leave()
+            lease.give_back()
 
     def rows(self, sql: str, parameters: Sequence[object]) -> list[Any]:
         """One read statement, in autocommit (its own snapshot): the cheapest read, for
         polls. On the writer connection if no write holds it, else a reader's."""
-        self._enter()
+        lease = _Lease(self)
         try:
-            writer = self._take_writer(block=False)
-            connection = writer if writer is not None else self._take_reader()
-            try:
-                return connection.execute(sql, parameters).fetchall()
-            except sqlite3.Error as exc:
-                raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
-            finally:
-                if writer is not None:
-                    self._write_lock.release()
-                else:
-                    with self._freed:
-                        self._idle.append(connection)
-                        self._freed.notify()
+            return lease.take(write=False).execute(sql, parameters).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
         finally:
-            self._leave()
+            lease.give_back()
 
     def close(self) -> None:
         """Close the idle connections (those in use close when given back and dropped)."""
-        with self._gate:
-            while self._inside:
-                self._gate.wait()
-            connections, self._idle = self._idle, []
-            writer, self._writer = self._writer, None
-            self._opened = 0
+        while True:
+            quiet = Event()
+            with self._lock:
+                if not self._inside:
+                    connections, self._idle = self._idle, []
+                    writer, self._writer = self._writer, None
+                    self._opened = 0
+                    break
+                self._quiet_waiters.append(quiet)
+            quiet.wait(_WAKE_S)
         for connection in [*connections, *([writer] if writer is not None else [])]:
             connection.close()
 
     # -- inside --
 
-    def _take_writer(self, *, block: bool) -> sqlite3.Connection | None:
-        """The writer connection, its lock held (``None``: not ``block`` and it is busy)."""
-        if not block:
-            if not self._write_lock.acquire(blocking=False):
-                return None
-        elif not self._write_lock.acquire(timeout=self._busy_timeout_s):
-            raise StoreUnavailableError(
-                "the SQLite store is unavailable: this process's other writes held it "
-                f"past the busy timeout ({self._busy_timeout_s} s)"
-            )
-        try:
-            if self._writer is None:
-                self._writer = self._connect()
-        except BaseException:
-            self._write_lock.release()
-            raise
-        return self._writer
+    def _wait_out_fork(self) -> None:
+        forked = Event()
+        with self._lock:
+            if not self._forking:
+                return
+            self._fork_waiters.append(forked)
+        forked.wait(_WAKE_S)
 
-    def _take_reader(self) -> sqlite3.Connection:
-        with self._freed:
-            while not self._idle:
-                if self._opened < READERS:
-                    self._opened += 1
-                    break
-                self._freed.wait()
-            else:
-                return self._idle.pop()
-        try:
-            return self._connect()
-        except BaseException:
-            with self._freed:
-                self._opened -= 1
-                self._freed.notify()
-            raise
+    def _wait_for_reader(self) -> None:
+        freed = Event()
+        with self._lock:
+            if self._idle or self._opened < READERS:
+                return
+            self._reader_waiters.append(freed)
+        freed.wait(_WAKE_S)
 
     def _connect(self) -> sqlite3.Connection:
         self._check_file()
@@ -224,21 +187,6 @@ class Connections:
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
         return connection
-
-    def _enter(self) -> None:
-        """Count this thread inside SQLite (a fork waits for none to be)."""
-        if self._pid != os.getpid():  # forked without the at-fork hook (it always runs)
-            self._inherit()
-        with self._gate:
-            while self._forking:
-                self._gate.wait()
-            self._inside += 1
-
-    def _leave(self) -> None:
-        with self._gate:
-            self._inside -= 1
-            if not self._inside:
-                self._gate.notify_all()
 
     def _check_file(self) -> None:
         if self._identity is not None and self._stat() != self._identity:
@@ -260,22 +208,129 @@ class Connections:
         self._reset()
 
     def _before_fork(self) -> None:
-        with self._gate:
+        with self._lock:
             self._forking = True
-            while self._inside:
-                self._gate.wait()
+        while True:
+            quiet = Event()
+            with self._lock:
+                if not self._inside:
+                    return
+                self._quiet_waiters.append(quiet)
+            quiet.wait(_WAKE_S)
 
     def _after_fork(self) -> None:
-        with self._gate:
+        with self._lock:
             self._forking = False
-            self._gate.notify_all()
+            waiters, self._fork_waiters = self._fork_waiters, []
+        _wake(waiters)
 
 
-def _run(connection: sqlite3.Connection, statement: str) -> None:
-    try:
-        connection.execute(statement)
-    except sqlite3.Error as exc:
-        raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
+class _Lease:
+    """What one store call took from a pool: :meth:`take` records each thing in call-free
+    statements right after taking it (so a signal never separates the two), and
+    :meth:`give_back` undoes exactly what is recorded, each step reset before its one C call.
+    A signal that skips the ``finally`` calling it (or a generator ended at its ``yield``)
+    leaves the record to ``__del__``, when the frame holding the lease goes."""
+
+    __slots__ = ("pool", "inside", "maybe_writer", "slot", "connection")
+
+    def __init__(self, pool: Connections) -> None:
+        self.pool = pool
+        self.inside = False  # counted in pool._inside (taken first, given back last)
+        self.maybe_writer = False  # the write lock may be held: released owner-checked
+        self.slot = False  # a reader slot counted in pool._opened
+        self.connection: sqlite3.Connection | None = None
+
+    def take(self, *, write: bool) -> sqlite3.Connection:
+        """``write``: the writer connection (waiting for this process's other writes); else
+        the writer's if no write holds it, else a reader's."""
+        pool = self.pool
+        if pool._pid != os.getpid():  # forked without the at-fork hook (it always runs)
+            pool._inherit()
+        while True:
+            with pool._lock:
+                if not pool._forking:
+                    pool._inside += 1
+                    self.inside = True
+                    break
+            pool._wait_out_fork()
+        if write:  # a write to a deleted file would be lost: checked (3-4 us) each time
+            pool._check_file()
+        self.maybe_writer = True
+        if write:
+            if not pool._write_lock.acquire(timeout=pool._busy_timeout_s):
+                self.maybe_writer = False
+                raise StoreUnavailableError(
+                    "the SQLite store is unavailable: this process's other writes held it "
+                    f"past the busy timeout ({pool._busy_timeout_s} s)"
+                )
+        elif not pool._write_lock.acquire(blocking=False):
+            self.maybe_writer = False
+            while True:
+                with pool._lock:
+                    if pool._idle:
+                        self.connection = pool._idle[-1]
+                        del pool._idle[-1]
+                        self.slot = True
+                        break
+                    if pool._opened < READERS:
+                        pool._opened += 1
+                        self.slot = True
+                        break
+                pool._wait_for_reader()
+            if self.connection is None:
+                self.connection = pool._connect()
+            return self.connection
+        if pool._writer is None:
+            pool._writer = pool._connect()
+        self.connection = pool._writer
+        return self.connection
+
+    def give_back(self) -> None:
+        """Roll back what is still open, then give back what :meth:`take` recorded."""
+        pool = self.pool
+        connection = self.connection
+        if connection is not None and connection.in_transaction:
+            _rollback(connection)
+        self.connection = None  # before it goes back: a retry never touches it again
+        if self.maybe_writer:
+            self.maybe_writer = False
+            try:
+                pool._write_lock.release()
+            except RuntimeError:  # a signal on the acquire's return: it had not taken it
+                pass
+        if self.slot:
+            waiters: list[Event] = []
+            with pool._lock:
+                self.slot = False
+                if connection is not None:
+                    pool._idle.append(connection)
+                else:  # the reader could not be opened: its slot is free again
+                    pool._opened -= 1
+                if pool._reader_waiters:
+                    waiters, pool._reader_waiters = pool._reader_waiters, []
+            _wake(waiters)
+        if self.inside:
+            quiet: list[Event] = []
+            with pool._lock:
+                self.inside = False
+                pool._inside -= 1
+                if not pool._inside and pool._quiet_waiters:
+                    quiet, pool._quiet_waiters = pool._quiet_waiters, []
+            _wake(quiet)
+
+    def __del__(self) -> None:
+        if self.inside:  # given back last: anything taken is still recorded
+            self.give_back()
+
+
+_WAKE_S = 0.05
+"""The longest a waiting thread sleeps before it looks again (a wake-up a signal lost)."""
+
+
+def _wake(waiters: list[Event]) -> None:
+    for waiter in waiters:
+        waiter.set()
 
 
 def _rollback(connection: sqlite3.Connection) -> None:
