@@ -322,10 +322,16 @@ class RunDriver:
         return logged
 
     def _commit_pause(self, state: RunState) -> None:
+        """Store the pause before anyone is told of it (fail closed). Input the store
+        accepted while the run was pausing is carried by the paused state (answered in the
+        first user message after the resume), never dropped with the run's queue."""
         version = 0
-        if self._link is not None:  # stored before anyone is told of it (fail closed)
-            self._link.commit(state)
-            version = self._link.version
+        link = self._link
+        if link is not None:
+            while late := link.commit_end(state):
+                self._ctx.inbox.requeue(late)
+                state = self._ctx.state()
+            version = link.version
         self._slot.paused, self._slot.paused_version = state, version
 
     def _checkpoint(self) -> None:

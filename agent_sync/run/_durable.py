@@ -118,9 +118,10 @@ class StoreLink:
             self.close()
 
     def commit_end(self, state: RunState) -> list[ContentBlock]:
-        """Commit a final state, unless input injected through the store has not been
-        answered: then commit nothing and return that input (the run answers it, or writes
-        it to its history, and calls again). Waits for an accepted inject the watcher has
+        """Commit a final or paused state (the run's last look at its input), unless input
+        injected through the store has not been answered: then commit nothing and return
+        that input (the run answers it, writes it to its history, or carries it in its
+        paused state, and calls again). Waits for an accepted inject the watcher has
         not handed over yet (at most ``lease_s``).
 
         Raises:

@@ -65,6 +65,12 @@ class Inbox:
         with self._lock:
             self._closed = True
 
+    def requeue(self, blocks: list[ContentBlock]) -> None:
+        """Queue input that reached the run after :meth:`seal` (the run's own thread, as it
+        pauses): the paused state carries it, like input queued before."""
+        with self._lock:
+            self._items.append(blocks)
+
     def queued(self) -> tuple[tuple[ContentBlock, ...], ...]:
         """The queued inputs, oldest first (a copy of the queue, not of the blocks)."""
         with self._lock:

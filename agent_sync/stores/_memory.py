@@ -189,7 +189,7 @@ class MemoryRunStore:
             if run.version != version or run.owner != owner:
                 raise stale_write(state.run_id, moved_on(run.version, version))
             if (
-                state.status in FINAL_STATUSES
+                state.status != "running"  # the run's last look at its input: end or pause
                 and injects_received is not None
                 and run.injects > injects_received
             ):

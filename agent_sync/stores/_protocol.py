@@ -193,13 +193,14 @@ class RunStore(Protocol):
         one (``done``/``cancelled``/``failed``) writes the log and ends the run.
 
         ``injects_received``: how many inputs accepted by :meth:`inject` for this run its
-        owner has received (``None``: not checked). A final commit is refused while the
-        store has accepted more, so an inject accepted just before the end is answered by
-        the run, never dropped with its queue.
+        owner has received (``None``: not checked). A final or paused commit (the run's
+        last look at its input) is refused while the store has accepted more, so an inject
+        accepted just before the end or the pause is answered by the run (or carried by
+        the paused state), never dropped with its queue.
 
         Raises:
-            InputPending: (a ``RunConflictError``) a final commit while accepted injects
-                have not reached the owner; nothing changed.
+            InputPending: (a ``RunConflictError``) a final or paused commit while accepted
+                injects have not reached the owner; nothing changed.
             RunConflictError: Another version, another owner, or the run is over.
         """
         ...

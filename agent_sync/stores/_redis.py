@@ -250,7 +250,7 @@ if tonumber(fields[2]) ~= tonumber(ARGV[3]) or (ARGV[4] ~= '' and fields[3] ~= A
   return {'conflict', fields[2]}
 end
 local status = ARGV[6]
-if ARGV[11] ~= '' and status ~= 'running' and status ~= 'paused' then
+if ARGV[11] ~= '' and status ~= 'running' then  -- an end or a pause: its last look
   local accepted = tonumber(redis.call('HGET', key, 'injects') or '0')
   if accepted > tonumber(ARGV[11]) then return {'injects', accepted} end
 end

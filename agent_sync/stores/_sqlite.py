@@ -304,7 +304,7 @@ class SQLiteRunStore:
             if current_version != version or current_owner != owner:
                 raise stale_write(state.run_id, moved_on(current_version, version))
             if (
-                state.status in FINAL_STATUSES
+                state.status != "running"  # the run's last look at its input: end or pause
                 and injects_received is not None
                 and injects > injects_received
             ):

@@ -466,6 +466,56 @@ class RunStoreContract:
         with pytest.raises(UsageError):  # over now: refused, never queued and lost
             store.inject(held.run_id, "after the end")
 
+    @pytest.mark.parametrize("where", ["delivered", "queued"])
+    def test_an_inject_accepted_as_the_run_pauses_is_answered_after_the_resume(
+        self, store: RunStore, where: str
+    ) -> None:
+        """``store.inject`` answered while the run is about to store its pause for
+        approval: the paused state carries the input (the watcher handed it over after the
+        run sealed its inbox, or it is still queued in the store at the pause commit) and
+        the first model call after the resume answers it; never dropped (issue 22/3)."""
+        from ..tools.decorator import tool
+
+        ran: list[str] = []
+
+        @tool(requires_approval=True)
+        def delete_file(path: str) -> str:
+            """Delete a file."""
+            ran.append(path)
+            return f"deleted {path}"
+
+        held = _EndHeld(store, hold_signals=where == "queued", hold_status="paused")
+        model = ScriptedModel(
+            [{"tool_calls": [{"name": "delete_file", "input": {"path": "a.txt"}}]}, "all done"]
+        )
+        agent = Agent(model, tools=[delete_file], store=held, conversation_id="c1")
+        results: list[Any] = []
+        runner = threading.Thread(target=lambda: results.append(agent.invoke("clean up")))
+        runner.start()
+        try:
+            assert held.ending.wait(30), "the run never reached its pause commit"
+            assert held.run_id is not None
+            held.inject(held.run_id, "and tidy the logs")  # accepted: the caller heard "queued"
+            if where == "delivered":
+                assert held.taken.wait(30), "the watcher never took the inject"
+            held.go.set()  # the pause commit goes on
+            if where == "queued":
+                assert held.refused.wait(30), "the pause commit did not see the inject"
+                held.release_signals()  # now the watcher may take it
+        finally:
+            held.go.set()
+            held.release_signals()
+            runner.join(30)
+        (paused,) = results
+        assert paused.stop_reason == "paused"
+        snapshot = store.get(held.run_id)
+        assert snapshot is not None and snapshot.status == "paused"
+        assert snapshot.queued_inputs == (({"text": "and tidy the logs"},),)
+        result = agent.resume({paused.approvals[0].id: True})
+        assert result.text == "all done" and ran == ["a.txt"]
+        asked = model.calls[1].messages[-1]
+        assert asked["role"] == "user" and {"text": "and tidy the logs"} in asked["content"]
+
     def test_a_claimed_run_counts_only_the_injects_its_new_owner_can_receive(
         self, store: RunStore
     ) -> None:
@@ -945,13 +995,14 @@ class _GrowingIds(Collection[str]):
 
 
 class _EndHeld:
-    """A store that holds a run's ``done`` commit until ``go`` is set (``ending`` says it
-    is there), and says when the watcher takes an inject (``taken``) or a final commit is
-    refused for one (``refused``). With ``hold_signals``, ``wait_signals`` takes nothing
-    until :meth:`release_signals`: the inject stays queued in the store at the commit."""
+    """A store that holds a run's ``hold_status`` (``done``) commit until ``go`` is set
+    (``ending`` says it is there), and says when the watcher takes an inject (``taken``) or
+    such a commit is refused for one (``refused``). With ``hold_signals``, ``wait_signals``
+    takes nothing until :meth:`release_signals`: the inject stays queued at the commit."""
 
-    def __init__(self, store: RunStore, *, hold_signals: bool) -> None:
+    def __init__(self, store: RunStore, *, hold_signals: bool, hold_status: str = "done") -> None:
         self._store = store
+        self._hold_status = hold_status
         self.lease_s = getattr(store, "lease_s", 30.0)
         self.run_id: str | None = None
         self.ending, self.go = threading.Event(), threading.Event()
@@ -964,7 +1015,7 @@ class _EndHeld:
         self._signals_free.set()
 
     def commit(self, state: RunState, **options: Any) -> int:
-        if state.status == "done" and not self.go.is_set():
+        if state.status == self._hold_status and not self.go.is_set():
             self.run_id = state.run_id
             self.ending.set()
             self.go.wait(30)
