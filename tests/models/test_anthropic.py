@@ -88,8 +88,10 @@ def test_tool_use_input_is_assembled_from_json_deltas(
 ) -> None:
     tool_input = {"city": "Oslo", "days": [1, 2, 3], "units": "metric"}
     server.add_turns(
-        {"text": "Let me check.", "tool_calls": [{"id": "toolu_1", "name": "get_weather",
-                                                  "input": tool_input}]}  # fmt: skip
+        {
+            "text": "Let me check.",
+            "tool_calls": [{"id": "toolu_1", "name": "get_weather", "input": tool_input}],
+        }  # fmt: skip
     )
     events = collect(model, ModelRequest(messages=HELLO, tool_specs=[WEATHER]))
     starts = [e["contentBlockStart"] for e in events if "contentBlockStart" in e]
@@ -117,8 +119,10 @@ def test_invalid_tool_json_is_passed_on_for_the_loop_to_answer(
     server: AnthropicServer, model: AnthropicModel
 ) -> None:
     server.add_turns(
-        {"tool_calls": [{"id": "toolu_bad", "name": "get_weather", "input": {}}],
-         "raw_tool_input": {0: '{"city": "Osl'}}  # fmt: skip
+        {
+            "tool_calls": [{"id": "toolu_bad", "name": "get_weather", "input": {}}],
+            "raw_tool_input": {0: '{"city": "Osl'},
+        }  # fmt: skip
     )
     result = assemble(collect(model, ModelRequest(messages=HELLO, tool_specs=[WEATHER])))
     assert result.message["content"] == [
@@ -131,8 +135,11 @@ def test_thinking_with_signature_becomes_reasoning_content(
     server: AnthropicServer, model: AnthropicModel
 ) -> None:
     server.add_turns(
-        {"reasoning": "The user greets me; greet back warmly.", "signature": "sig-abc",
-         "text": "Hello!"}  # fmt: skip
+        {
+            "reasoning": "The user greets me; greet back warmly.",
+            "signature": "sig-abc",
+            "text": "Hello!",
+        }  # fmt: skip
     )
     result = assemble(collect(model))
     assert result.message["content"] == [

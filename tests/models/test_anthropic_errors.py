@@ -70,9 +70,7 @@ def test_auth_errors_are_clear_and_never_show_the_key(
     )
 
 
-def test_429_is_throttled_with_retry_after(
-    server: AnthropicServer, model: AnthropicModel
-) -> None:
+def test_429_is_throttled_with_retry_after(server: AnthropicServer, model: AnthropicModel) -> None:
     server.add_turns({"status": 429, "retry_after": 7, "error_message": "slow down"})
     with pytest.raises(ModelThrottledError) as info:
         collect(model)
