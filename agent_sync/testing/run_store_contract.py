@@ -439,24 +439,9 @@ class RunStoreContract:
         held = _EndHeld(store, hold_signals=where == "queued")
         model = ScriptedModel(["first answer", "the late question, answered"])
         agent = Agent(model, store=held, conversation_id="c1")
-        results: list[Any] = []
-        runner = threading.Thread(target=lambda: results.append(agent.invoke("hello")))
-        runner.start()
-        try:
-            assert held.ending.wait(30), "the run never reached its final commit"
-            assert held.run_id is not None
-            held.inject(held.run_id, "one more thing")  # accepted: the caller heard "queued"
-            if where == "delivered":
-                assert held.taken.wait(30), "the watcher never took the inject"
-            held.go.set()  # the final commit goes on
-            if where == "queued":
-                assert held.refused.wait(30), "the final commit did not see the inject"
-                held.release_signals()  # now the watcher may take it
-        finally:
-            held.go.set()
-            held.release_signals()
-            runner.join(30)
-        (result,) = results
+        (result,) = held.inject_at_the_held_commit(
+            lambda: agent.invoke("hello"), "one more thing", where
+        )
         assert result.text == "the late question, answered"
         asked = model.calls[1].messages[-1]
         assert asked["role"] == "user" and {"text": "one more thing"} in asked["content"]
@@ -464,7 +449,7 @@ class RunStoreContract:
         assert [m["role"] for m in logged] == ["user", "assistant", "user", "assistant"]
         assert {"text": "one more thing"} in logged[2]["content"]
         with pytest.raises(UsageError):  # over now: refused, never queued and lost
-            store.inject(held.run_id, "after the end")
+            store.inject(result.run_id, "after the end")
 
     @pytest.mark.parametrize("where", ["delivered", "queued"])
     def test_an_inject_accepted_as_the_run_pauses_is_answered_after_the_resume(
@@ -489,26 +474,11 @@ class RunStoreContract:
             [{"tool_calls": [{"name": "delete_file", "input": {"path": "a.txt"}}]}, "all done"]
         )
         agent = Agent(model, tools=[delete_file], store=held, conversation_id="c1")
-        results: list[Any] = []
-        runner = threading.Thread(target=lambda: results.append(agent.invoke("clean up")))
-        runner.start()
-        try:
-            assert held.ending.wait(30), "the run never reached its pause commit"
-            assert held.run_id is not None
-            held.inject(held.run_id, "and tidy the logs")  # accepted: the caller heard "queued"
-            if where == "delivered":
-                assert held.taken.wait(30), "the watcher never took the inject"
-            held.go.set()  # the pause commit goes on
-            if where == "queued":
-                assert held.refused.wait(30), "the pause commit did not see the inject"
-                held.release_signals()  # now the watcher may take it
-        finally:
-            held.go.set()
-            held.release_signals()
-            runner.join(30)
-        (paused,) = results
+        (paused,) = held.inject_at_the_held_commit(
+            lambda: agent.invoke("clean up"), "and tidy the logs", where
+        )
         assert paused.stop_reason == "paused"
-        snapshot = store.get(held.run_id)
+        snapshot = store.get(paused.run_id)
         assert snapshot is not None and snapshot.status == "paused"
         assert snapshot.queued_inputs == (({"text": "and tidy the logs"},),)
         result = agent.resume({paused.approvals[0].id: True})
@@ -1013,6 +983,31 @@ class _EndHeld:
 
     def release_signals(self) -> None:
         self._signals_free.set()
+
+    def inject_at_the_held_commit(
+        self, call: Callable[[], Any], text: str, where: str
+    ) -> list[Any]:
+        """Run ``call`` in a thread; once its run reaches the held commit, inject ``text``
+        (accepted: the caller heard "queued"), ``delivered`` to the owner or still
+        ``queued`` in the store when the commit goes on. Returns what ``call`` returned."""
+        results: list[Any] = []
+        runner = threading.Thread(target=lambda: results.append(call()))
+        runner.start()
+        try:
+            assert self.ending.wait(30), f"the run never reached its {self._hold_status} commit"
+            assert self.run_id is not None
+            self.inject(self.run_id, text)
+            if where == "delivered":
+                assert self.taken.wait(30), "the watcher never took the inject"
+            self.go.set()  # the commit goes on
+            if where == "queued":
+                assert self.refused.wait(30), "the commit did not see the inject"
+                self.release_signals()  # now the watcher may take it
+        finally:
+            self.go.set()
+            self.release_signals()
+            runner.join(30)
+        return results
 
     def commit(self, state: RunState, **options: Any) -> int:
         if state.status == self._hold_status and not self.go.is_set():
