@@ -28,6 +28,7 @@ from agent_sync.errors import (
     StoreUnavailableError,
     UsageError,
 )
+from agent_sync.hooks import BeforeModelCall
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.stores import RunStore, SQLiteRunStore
 from agent_sync.stores._rules import WORKER_STOPPED_TEXT
@@ -92,13 +93,24 @@ WAITS = {"tool_calls": [{"name": "wait_for_cancel", "input": {}}]}
 SILENT = {"text": "thinking", "chunk_size": 1, "stall_after": 1}
 
 
-def _report_run_id(agent: Agent, ready: Any, started: str | None) -> None:
+class _ReportsRunId:
+    """Puts the run id on ``ready`` at the run's first model call: the run is stored as
+    running and watched by then, so a cancel from another process finds it (``active_run``
+    is set before the store has the run: reporting it then let a cancel find no run)."""
+
+    def __init__(self, ready: Any) -> None:
+        self._ready, self._sent = ready, False
+
+    def before_model_call(self, event: BeforeModelCall) -> None:
+        if not self._sent:
+            self._sent = True
+            self._ready.put(event.run_id)
+
+
+def _report_run_id(agent: Agent, ready: Any, started: str) -> None:
     pause = threading.Event()
-    while agent.active_run is None:
+    while not os.path.exists(started):  # the tool is running (so the run is stored)
         pause.wait(0.001)
-    if started is not None:  # the tool is running: its file says so
-        while not os.path.exists(started):
-            pause.wait(0.001)
     ready.put(agent.active_run.run_id)  # type: ignore[union-attr]
 
 
@@ -112,12 +124,10 @@ def owner(spec: Spec, state: str, lease_s: float, ready: Any, out: Any, folder: 
         tools=[wait_for_cancel],
         store=open_store(spec, lease_s),
         conversation_id="c1",
+        hooks=[] if state == "tool" else [_ReportsRunId(ready)],
     )
-    threading.Thread(
-        target=_report_run_id,
-        args=(agent, ready, started if state == "tool" else None),
-        daemon=True,
-    ).start()
+    if state == "tool":
+        threading.Thread(target=_report_run_id, args=(agent, ready, started), daemon=True).start()
     result = agent.invoke("go")
     out.put((result.stop_reason, result.cancel_reason, repr(agent.messages)))
 
@@ -148,8 +158,9 @@ def resumer(spec: Spec, log: str, loaded: Any, go: Any, out: Any) -> None:
 
 def forked_owner(store: RunStore, ready: Any, out: Any) -> None:
     """A forked worker (as under gunicorn --preload): uses the store object it inherited."""
-    agent = Agent(ScriptedModel([SILENT]), store=store, conversation_id="forked")
-    threading.Thread(target=_report_run_id, args=(agent, ready, None), daemon=True).start()
+    agent = Agent(
+        ScriptedModel([SILENT]), store=store, conversation_id="forked", hooks=[_ReportsRunId(ready)]
+    )
     result = agent.invoke("go")
     out.put((result.stop_reason, result.cancel_reason))
 
