@@ -434,6 +434,40 @@ def test_a_store_holding_a_lone_surrogate_and_nan_still_loads(
         client.close()
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_an_event_log_holding_a_lone_surrogate_and_nan_still_replays(
+    kind: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """A run's event log appended before the edge rule (a lone surrogate escaped, NaN as
+    such) replays: each record reads back encodable and its native frame encodes."""
+    record = {"type": "text", "text": "PLACEHOLDER", "n": 12345}
+    if kind == "sqlite":
+        path = tmp_path / "old.db"
+        store: RunStore = SQLiteRunStore(path)
+        store.append_events("run_old", [record], after=0)
+        store.close()  # type: ignore[attr-defined]
+        with sqlite3.connect(path) as db:
+            (data,) = db.execute("SELECT data FROM events WHERE run_id = 'run_old'").fetchone()
+            old = _old_writes(data.encode()).decode()
+            db.execute("UPDATE events SET data = ? WHERE run_id = 'run_old'", (old,))
+        store = SQLiteRunStore(path)
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        client = redis.Redis(port=server.port)
+        prefix = f"old{uuid.uuid4().hex[:10]}:"
+        store = RedisRunStore(client, prefix=prefix)
+        store.append_events("run_old", [record], after=0)
+        (key,) = [k for k in client.keys(prefix + "*") if client.type(k) == b"stream"]
+        ((entry_id, fields),) = client.xrange(key)  # type: ignore[misc]
+        client.delete(key)
+        client.xadd(key, {b"d": _old_writes(fields[b"d"])}, id=entry_id)
+    (event,) = store.read_events("run_old")
+    assert event.data == {"type": "text", "text": "report-\ufffd.txt", "n": None}
+    assert native_frame("run_old", event.seq, event.data).decode("utf-8")
+    if kind == "redis":
+        client.close()
+
+
 @pytest.mark.parametrize("kind", ["anthropic", "openai", "bedrock"])
 def test_a_providers_error_message_reaches_the_error_frame(
     kind: str, store: RunStore, closers: list[Callable[[], None]]

@@ -8,7 +8,6 @@ never reach the store, exactly as with the stores that serialise.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -29,6 +28,7 @@ from ._rules import (
     check_reason,
     conversation_busy,
     conversation_paused,
+    decode_event,
     decode_messages,
     decode_state,
     encode_events,
@@ -324,7 +324,7 @@ class MemoryRunStore:
                 if log is not None and len(log.events) > after:
                     start = max(0, after)
                     return [
-                        RunEvent(seq=start + offset + 1, data=json.loads(text))
+                        RunEvent(seq=start + offset + 1, data=decode_event(text))
                         for offset, text in enumerate(log.events[start:])
                     ]
                 remaining = deadline - time.monotonic()

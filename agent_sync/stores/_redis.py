@@ -78,6 +78,7 @@ from ._rules import (
     check_reason,
     conversation_busy,
     conversation_paused,
+    decode_event,
     decode_messages,
     decode_state,
     encode_events,
@@ -824,7 +825,7 @@ def _events(entries: Any) -> list[RunEvent]:
     events = []
     for entry_id, fields in entries:
         data = fields.get("d", fields.get(b"d"))
-        events.append(RunEvent(seq=int(_text(entry_id).partition("-")[0]), data=json.loads(data)))
+        events.append(RunEvent(seq=int(_text(entry_id).partition("-")[0]), data=decode_event(data)))
     return events
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "check_reason",
     "input_pending",
     "storable_id",
+    "decode_event",
     "encode_events",
     "events_moved_on",
     "events_complete",
@@ -312,6 +313,13 @@ def encode_events(events: Sequence[dict[str, Any]], after: int, keep_s: float | 
             raise UsageError(f"an event is not JSON-serialisable: {exc}") from None
         texts.append(text)
     return texts
+
+
+def decode_event(text: str | bytes) -> dict[str, Any]:
+    """One stored event, made encodable (:func:`~agent_sync._encodable.loads_stored`): a
+    record appended before the edge rule (a lone surrogate, a ``NaN``) still replays."""
+    event: dict[str, Any] = loads_stored(text)
+    return event
 
 
 def events_moved_on(run_id: str, last: int, after: int) -> RunConflictError:

@@ -43,7 +43,6 @@ The rules shared with every store come from :mod:`._rules`.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -70,6 +69,7 @@ from ._rules import (
     check_reason,
     conversation_busy,
     conversation_paused,
+    decode_event,
     decode_messages,
     decode_state,
     encode_events,
@@ -556,7 +556,7 @@ class SQLiteRunStore:
             " AND (l.expires_at IS NULL OR l.expires_at > ?) ORDER BY e.seq",
             (after, run_id, after, time.time()),
         )
-        return [RunEvent(seq=seq, data=json.loads(data)) for seq, data in rows]
+        return [RunEvent(seq=seq, data=decode_event(data)) for seq, data in rows]
 
     def _event_log_end(self, db: sqlite3.Connection, run_id: str, now: float) -> int:
         """The live log's last number (0: no log; one past its time is dropped first).
