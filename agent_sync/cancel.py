@@ -88,7 +88,17 @@ class CancelScope:
         run_id: The run's id, or ``None``.
     """
 
-    __slots__ = ("_callbacks", "_closed", "_lock", "_next_key", "_reason", "event", "run_id")
+    __slots__ = (
+        "_after_turn",
+        "_after_turn_reason",
+        "_callbacks",
+        "_closed",
+        "_lock",
+        "_next_key",
+        "_reason",
+        "event",
+        "run_id",
+    )
 
     def __init__(self, run_id: str | None = None) -> None:
         self.run_id = run_id
@@ -98,6 +108,8 @@ class CancelScope:
         self._closed = False
         self._callbacks: dict[int, AbortCallback] = {}
         self._next_key = 0
+        self._after_turn = False  # a cancel(mode="after_turn") waits for the turn's end
+        self._after_turn_reason: str | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -135,6 +147,30 @@ class CancelScope:
         for callback in callbacks:
             self._run_callback(callback)
         return True
+
+    def cancel_after_turn(self, reason: str | None = None) -> bool:
+        """Ask for a cancel at the end of the turn in flight (``mode="after_turn"``): the
+        model call and the tools it asked for finish, and :meth:`end_of_turn` (the loop's
+        checkpoint before the next model call) cancels. From any thread; the first request's
+        reason wins, and a cancel now (:meth:`cancel`) still cuts the turn short.
+
+        Returns:
+            ``True`` if the scope is live (its invocation has not finished), else ``False``.
+        """
+        with self._lock:
+            if self._closed:
+                return False
+            if not self._after_turn:
+                self._after_turn_reason = reason
+                self._after_turn = True
+            return True
+
+    def end_of_turn(self) -> None:
+        """The loop's checkpoint between turns: a pending after-turn request cancels now."""
+        with self._lock:
+            asked, reason = self._after_turn, self._after_turn_reason
+        if asked and not self.event.is_set():
+            self.cancel(reason)
 
     def register_abort(self, callback: AbortCallback) -> Callable[[], None]:
         """Register ``callback`` to run once when the scope is cancelled.

@@ -442,3 +442,29 @@ def test_a_stream_that_stops_quietly_after_the_abort_is_cancelled_not_an_answer(
         "content": [{"text": "Half an"}, {"text": CANCELLED_TEXT}],
     }
     assert_valid(agent)
+
+
+def test_an_after_turn_request_lives_in_the_scope_and_cancels_at_the_end_of_the_turn() -> None:
+    """``cancel(mode="after_turn")`` from any thread is the scope's state, under its lock:
+    the first reason wins, nothing is cancelled until the loop's end-of-turn checkpoint, a
+    cancel now still cuts the turn short, and a finished scope refuses the request."""
+    scope = CancelScope("run_1")
+    requests = [threading.Thread(target=scope.cancel_after_turn, args=("first",))]
+    requests[0].start()
+    requests[0].join(10)
+    assert scope.cancel_after_turn("second") is True
+    assert not scope.cancelled  # the turn in flight goes on
+    scope.end_of_turn()
+    assert scope.cancelled and scope.reason == "first"
+
+    escalated = CancelScope("run_2")
+    escalated.cancel_after_turn("later")
+    assert escalated.cancel("now") is True
+    escalated.end_of_turn()
+    assert escalated.reason == "now"
+
+    finished = CancelScope("run_3")
+    finished.close()
+    assert finished.cancel_after_turn("too late") is False
+    finished.end_of_turn()
+    assert not finished.cancelled

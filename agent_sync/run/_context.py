@@ -81,8 +81,6 @@ class RunContext:
         self.cache = cache
         self.hooks = hooks
         self.inbox = Inbox()
-        self.after_turn: str | None = None  # reason of a pending cancel(mode="after_turn")
-        self.after_turn_requested = False
         # what snapshot() reads: each written with one store of an immutable value
         self.status: RunStatus = "running"
         self.phase: RunPhase = "idle"

@@ -38,7 +38,6 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 from .._decisions import Approve, Deny
-from .._encodable import clean_text
 from .._prompt import content_blocks
 from ..cancel import CancelledError, CancelMode, CancelScope
 from ..errors import ConcurrentInvocationError, PendingApprovalError, UsageError
@@ -176,14 +175,10 @@ class RunDriver:
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         if check_mode(mode) == "now":
             return self._scope.cancel(reason)
-        if self._scope.closed:
-            return False
-        ctx = self._ctx
-        if not ctx.after_turn_requested:
-            ctx.after_turn = clean_text(reason) if isinstance(reason, str) else reason
-            ctx.after_turn_requested = True  # after the reason: the loop reads them in order
-        logger.debug("run_id=<%s> | cancel after the current turn requested", self.run_id)
-        return not self._scope.closed
+        accepted = self._scope.cancel_after_turn(reason)
+        if accepted:
+            logger.debug("run_id=<%s> | cancel after the current turn requested", self.run_id)
+        return accepted
 
     def inject(self, content: object) -> None:
         self._ctx.inbox.put(content_blocks(content, what="injected input"))

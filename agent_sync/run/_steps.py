@@ -169,10 +169,8 @@ def _count_call(ctx: RunContext, assembler: MessageAssembler) -> None:
 
 def _before_model_call(ctx: RunContext) -> None:
     """The checkpoint before a model call: a cancel, now or after the turn, stops here."""
-    scope = ctx.scope
-    if ctx.after_turn_requested and not scope.cancelled:
-        scope.cancel(ctx.after_turn)
-    scope.raise_if_cancelled()
+    ctx.scope.end_of_turn()
+    ctx.scope.raise_if_cancelled()
 
 
 def _open_stream(
