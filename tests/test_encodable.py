@@ -381,6 +381,14 @@ def test_the_models_tool_input(name: str, store: RunStore, provider: Any) -> Non
 # -- a store written before the rule: it must still load, and load encodable --
 
 
+def _fresh_redis_store(request: pytest.FixtureRequest) -> tuple[Any, str, RunStore]:
+    """A client of the session's redis-server, a fresh key prefix and a store on both."""
+    server: RedisServer = request.getfixturevalue("redis_server")
+    client = redis.Redis(port=server.port)
+    prefix = f"old{uuid.uuid4().hex[:10]}:"
+    return client, prefix, RedisRunStore(client, prefix=prefix)
+
+
 def _old_writes(text: bytes) -> bytes:
     """What an earlier version stored: a lone surrogate escaped, NaN written as such."""
     return text.replace(b"PLACEHOLDER", b"report-\\udcff.txt").replace(b"12345", b"NaN")
@@ -412,16 +420,13 @@ def test_a_store_holding_a_lone_surrogate_and_nan_still_loads(
                 db.execute("UPDATE log SET message = ? WHERE rowid = ?", (old, rowid))
         store = SQLiteRunStore(path)
     else:
-        server: RedisServer = request.getfixturevalue("redis_server")
-        client = redis.Redis(port=server.port)
-        prefix = f"old{uuid.uuid4().hex[:10]}:"
-        store = RedisRunStore(client, prefix=prefix)
+        client, prefix, store = _fresh_redis_store(request)
         _agent(store, ScriptedModel(turns), tools=[count]).invoke("PLACEHOLDER")
         lists = [key for key in client.keys(prefix + "*") if client.type(key) == b"list"]
         for key in lists:
-            items: list[bytes] = client.lrange(key, 0, -1)  # type: ignore[assignment]
+            items: list[bytes] = client.lrange(key, 0, -1)
             for position, item in enumerate(items):
-                client.lset(key, position, _old_writes(item))  # type: ignore[arg-type]
+                client.lset(key, position, _old_writes(item))
     stored = list(store.load(CONVERSATION).messages)
     assert validate_history(stored) == []
     _strict_utf8(stored)  # the old code loaded the surrogate: every writer of it failed
@@ -452,13 +457,10 @@ def test_an_event_log_holding_a_lone_surrogate_and_nan_still_replays(
             db.execute("UPDATE events SET data = ? WHERE run_id = 'run_old'", (old,))
         store = SQLiteRunStore(path)
     else:
-        server: RedisServer = request.getfixturevalue("redis_server")
-        client = redis.Redis(port=server.port)
-        prefix = f"old{uuid.uuid4().hex[:10]}:"
-        store = RedisRunStore(client, prefix=prefix)
+        client, prefix, store = _fresh_redis_store(request)
         store.append_events("run_old", [record], after=0)
         (key,) = [k for k in client.keys(prefix + "*") if client.type(k) == b"stream"]
-        ((entry_id, fields),) = client.xrange(key)  # type: ignore[misc]
+        ((entry_id, fields),) = client.xrange(key)
         client.delete(key)
         client.xadd(key, {b"d": _old_writes(fields[b"d"])}, id=entry_id)
     (event,) = store.read_events("run_old")
