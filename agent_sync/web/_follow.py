@@ -116,13 +116,9 @@ class Follower:
         return self
 
     def __next__(self) -> bytes:
-        guard = self._guard
-        if guard is None:
+        if self._guard is None:
             return next(self._frames)
-        guard.disarm()  # the server is back: the last chunk was written
-        chunk = next(self._frames)
-        guard.arm()  # until the server asks again (a client that does not read: closed)
-        return chunk
+        return self._guard.next_chunk(self._frames.__next__)
 
     def close(self) -> None:
         """End the response; a client that left before the end triggers ``on_gone``."""

@@ -236,13 +236,9 @@ class SSEStream:
         return self
 
     def __next__(self) -> bytes:
-        guard = self._guard
-        if guard is None:
+        if self._guard is None:
             return self._next_frame()
-        guard.disarm()  # the server is back: the last frame was written
-        frame = self._next_frame()
-        guard.arm()  # a client that takes none of it for WRITE_TIMEOUT_S is closed
-        return frame
+        return self._guard.next_chunk(self._next_frame)
 
     def _next_frame(self) -> bytes:
         if not self._opened:

@@ -24,7 +24,10 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Final
+
+from .._signal_safe import Event
 
 __all__ = ["StallGuard"]
 
@@ -36,25 +39,30 @@ _RESET: Final = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a re
 
 class _Watchdog:
     """Deadlines of armed guards (one per response being written: at most the server's
-    threads); shuts down the socket of each one that passes."""
+    threads); shuts down the socket of each one that passes.
+
+    Request threads share it, so they take its lock only with ``with`` on a plain lock and
+    wake the thread through a lock-free event (the rule of :mod:`agent_sync._signal_safe`)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()  # the three below; only ever `with self._lock:`
         self._armed: dict[int, tuple[float, socket.socket, float]] = {}
         self._waiting_until: float | None = None  # the thread's next wake-up (None: never)
         self._thread: threading.Thread | None = None
+        self._wake = Event()
 
     def arm(self, key: int, client: socket.socket, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        started: threading.Thread | None = None
         with self._lock:
             self._armed[key] = (deadline, client, timeout)
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="agent-sync-stall-watch", daemon=True
-                )
-                self._thread.start()
-            if self._waiting_until is None or deadline < self._waiting_until:
-                self._lock.notify()
+                self._thread = started = _new_thread(self._run)
+            wake = self._waiting_until is None or deadline < self._waiting_until
+        if started is not None:  # started outside the lock: start() waits on the new thread
+            started.start()
+        elif wake:
+            self._wake.set()
 
     def disarm(self, key: int) -> None:
         """After this returns, the guard's socket is not shut down (until armed again)."""
@@ -62,15 +70,17 @@ class _Watchdog:
             self._armed.pop(key, None)
 
     def _run(self) -> None:
-        with self._lock:
-            while True:
+        while True:
+            with self._lock:
+                self._wake.clear()  # an arm() after this sets it again: its wait ends
                 now = time.monotonic()
-                for key in [k for k, armed in self._armed.items() if armed[0] <= now]:
-                    _, client, timeout = self._armed.pop(key)
-                    self._shut(client, timeout)
+                passed = [key for key, armed in self._armed.items() if armed[0] <= now]
+                expired = [self._armed.pop(key) for key in passed]
                 nearest = min((armed[0] for armed in self._armed.values()), default=None)
                 self._waiting_until = nearest
-                self._lock.wait(None if nearest is None else nearest - now)
+            for _, client, timeout in expired:
+                self._shut(client, timeout)
+            self._wake.wait(None if nearest is None else nearest - now)
 
     @staticmethod
     def _shut(client: socket.socket, timeout: float) -> None:
@@ -87,11 +97,15 @@ class _Watchdog:
             pass
 
 
+def _new_thread(target: Callable[[], None]) -> threading.Thread:
+    return threading.Thread(target=target, name="agent-sync-stall-watch", daemon=True)
+
+
 _watchdog: Final[list[_Watchdog]] = [_Watchdog()]
 
 
 class StallGuard:
-    """One response's guard: ``armed()`` while the server writes a chunk.
+    """One response's guard: armed while the server writes a chunk.
 
     Args:
         client: The client's socket.
@@ -106,6 +120,14 @@ class StallGuard:
     def arm(self) -> None:
         """A chunk goes to the server now."""
         _watchdog[0].arm(self._key, self._client, self._timeout)
+
+    def next_chunk(self, produce: Callable[[], bytes]) -> bytes:
+        """The server asks for the next chunk: the last one was written (disarmed), and the
+        one ``produce`` returns goes to the server now (armed until it asks again)."""
+        self.disarm()
+        chunk = produce()
+        self.arm()
+        return chunk
 
     def disarm(self) -> None:
         """The server came back for more (the chunk was written), or the response ended."""
