@@ -101,14 +101,14 @@ class RunContext:
         self.tool_calls = 0
         self.retries = 0
         self.started = time.perf_counter()
-        self.ended: float | None = None
+        self.ended_at: float | None = None
         self.model_time = 0.0
         self.tool_time = 0.0
         self.first_token: float | None = None
 
     def elapsed(self) -> float:
         """Seconds since the run started, or its length once it is over."""
-        end = self.ended if self.ended is not None else time.perf_counter()
+        end = self.ended_at if self.ended_at is not None else time.perf_counter()
         return end - self.started
 
     def add_usage(self, usage: Usage | None) -> None:
@@ -122,7 +122,7 @@ class RunContext:
 
     def finish(self, status: RunStatus, stop_reason: str, cancel_reason: str | None) -> None:
         """Record the outcome and build the result (the history is already closed)."""
-        self.ended = time.perf_counter()
+        self.ended_at = time.perf_counter()
         message = self.messages[-1]  # a run always has its user message, at least
         self.stop_reason = stop_reason
         self.result = AgentResult(
@@ -135,7 +135,7 @@ class RunContext:
                 cycles=self.cycle,
                 tool_calls=self.tool_calls,
                 retries=self.retries,
-                duration_s=self.ended - self.started,
+                duration_s=self.ended_at - self.started,
                 model_duration_s=self.model_time,
                 tool_duration_s=self.tool_time,
                 time_to_first_token_s=self.first_token,
@@ -156,7 +156,7 @@ class RunContext:
 
     def fail(self) -> None:
         """Record that the run ended with an exception (no result)."""
-        self.ended = time.perf_counter()
+        self.ended_at = time.perf_counter()
         self.pending_tool_ids = ()
         self.phase = "idle"
         self.next_step = None
