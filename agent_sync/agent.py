@@ -212,11 +212,12 @@ class Agent:
     def messages(self) -> list[Message]:
         """The whole history, Converse-shaped and JSON-serialisable.
 
-        This is the agent's own list: read it freely, but do not mutate it while the agent
-        is running. Assign a new history (only while idle) to replace it: with a store, it
-        is written to the store as the conversation's history, which every worker then
-        reads (refused while a run of the conversation is live or paused, in this process
-        or another).
+        This is the agent's own list: read it freely, but do not change it or its messages
+        in place (with a store, agents of the same conversation in this process share the
+        messages they read from it). Assign a new history (only while idle) to replace it:
+        with a store, it is written to the store as the conversation's history, which every
+        worker then reads (refused while a run of the conversation is live or paused, in
+        this process or another).
 
         Raises (on assignment):
             UsageError: An invalid history.

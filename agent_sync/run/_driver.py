@@ -474,7 +474,7 @@ def release_surely(driver: RunDriver) -> None:
 
 def _reopen(ctx: RunContext, blocks: list[ContentBlock]) -> None:
     """A ``done`` run given input the store accepted before its end was stored: it goes on
-    (DESIGN section 5: input queued when the model ends its turn gets one more model call)."""
+    (as for input queued when the model ends its turn: one more model call answers it)."""
     ctx.inbox = Inbox()  # the closed one refused local input meanwhile; this one takes more
     add_user_blocks(ctx.messages, blocks)
     ctx.result = None
