@@ -19,7 +19,7 @@ from typing import Any, TypeVar, Union
 
 from ._decisions import ApprovalRequest, Approve, Decision, Deny
 from ._prompt import history_copy
-from .cancel import CancelToken
+from .cancel import CancelToken, check_mode
 from .errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
 from .events import AgentEvent
 from .messages import CANCELLED_TEXT, ContentBlock, Message
@@ -33,7 +33,6 @@ from .run._driver import RunDriver, RunSlot
 from .run._durable import StoreLink, load_log
 from .run._history import add_user_blocks, close_turn
 from .stores._protocol import RunStore
-from .stores._rules import check_mode
 from .tools._registry import collect_tools
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind

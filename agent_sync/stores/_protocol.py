@@ -59,9 +59,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from .._run_state import RunSnapshot, RunState
 from ..cancel import CancelMode
 from ..messages import ContentBlock, Message
-from ..run._state import RunSnapshot, RunState
 
 __all__ = ["ConversationRecord", "RunEvent", "RunSignal", "RunStore", "StoredRun"]
 

@@ -60,21 +60,20 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._prompt import content_blocks
-from ..cancel import CancelMode
+from .._run_state import RunSnapshot, RunState
+from ..cancel import CancelMode, check_mode
 from ..errors import (
     RunConflictError,
     StoreUnavailableError,
     UsageError,
 )
 from ..messages import ContentBlock, Message
-from ..run._state import RunSnapshot, RunState
 from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
     bad_conversation_id,
     cancelled_while_paused,
-    check_mode,
     check_reason,
     conversation_busy,
     conversation_paused,

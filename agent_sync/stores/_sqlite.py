@@ -54,18 +54,17 @@ from dataclasses import replace
 from typing import Any
 
 from .._prompt import content_blocks
+from .._run_state import RunSnapshot, RunState
 from .._signal_safe import Event
-from ..cancel import CancelMode
+from ..cancel import CancelMode, check_mode
 from ..errors import StoreUnavailableError
 from ..messages import ContentBlock, Message
-from ..run._state import RunSnapshot, RunState
 from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
     bad_conversation_id,
     cancelled_while_paused,
-    check_mode,
     check_reason,
     conversation_busy,
     conversation_paused,

@@ -31,10 +31,10 @@ from typing import Any
 
 import pytest
 
+from .._run_state import RunState
 from ..agent import Agent
 from ..errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
 from ..messages import ContentBlock, Message
-from ..run._state import RunState
 from ..stores._protocol import RunStore
 from ..stores._rules import WORKER_STOPPED_TEXT, InputPending
 from .scripted import ScriptedModel

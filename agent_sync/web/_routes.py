@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .._decisions import Approve, Decision, Deny
 from .._prompt import content_blocks
+from .._run_state import RunSnapshot, json_ready
 from ..errors import (
     ConcurrentInvocationError,
     DecisionValidationError,
@@ -28,7 +29,6 @@ from ..errors import (
     StoreUnavailableError,
     UsageError,
 )
-from ..run._state import RunSnapshot, _encode
 from ..stores import RunStore
 from ._disconnect import no_delay, socket_from_environ
 from ._encoders import NativeEncoder, StreamEncoder
@@ -349,7 +349,7 @@ class ChatRoutes:
         conversation_id = check_id(request.query.get("conversation_id", ""), "conversation_id")
         self._check_allowed(request, conversation_id)
         record = self._store.load(conversation_id)
-        return json_response(200, {"messages": _encode(list(record.messages))})
+        return json_response(200, {"messages": json_ready(list(record.messages))})
 
     # -- the AI SDK (UI message stream protocol v1) --
 
