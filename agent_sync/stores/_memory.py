@@ -18,7 +18,8 @@ from .._prompt import content_blocks
 from .._run_state import RunSnapshot, RunState, RunStatus
 from ..cancel import CancelMode, check_mode
 from ..messages import ContentBlock, Message
-from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
+from ._event_log import RunEvent
+from ._protocol import ConversationRecord, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,

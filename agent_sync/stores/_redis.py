@@ -68,7 +68,8 @@ from ..errors import (
     UsageError,
 )
 from ..messages import ContentBlock, Message
-from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
+from ._event_log import RunEvent
+from ._protocol import ConversationRecord, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,

@@ -59,7 +59,8 @@ from .._signal_safe import Event
 from ..cancel import CancelMode, check_mode
 from ..errors import StoreUnavailableError
 from ..messages import ContentBlock, Message
-from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
+from ._event_log import RunEvent
+from ._protocol import ConversationRecord, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,

@@ -29,7 +29,8 @@ from ..errors import (
     StoreUnavailableError,
     UsageError,
 )
-from ..stores import RunStore
+from ..stores import RunEventLog, RunStore
+from ..stores._event_log import EventLogStore
 from ._disconnect import no_delay, socket_from_environ
 from ._encoders import NativeEncoder, StreamEncoder
 from ._follow import Follower, close_log
@@ -105,6 +106,10 @@ class ChatRoutes:
     ) -> None:
         if not isinstance(store, RunStore):
             raise UsageError(f"store must be a RunStore, got {type(store).__name__}")
+        if not isinstance(store, RunEventLog):
+            raise UsageError(
+                f"store must keep event logs (a RunEventLog), got {type(store).__name__}"
+            )
         if on_disconnect not in ("continue", "cancel"):
             raise UsageError(f'on_disconnect must be "continue" or "cancel", got {on_disconnect!r}')
         if keepalive is not None and not keepalive > 0:
@@ -120,7 +125,7 @@ class ChatRoutes:
         if write_timeout is not None and not write_timeout > 0:
             raise UsageError("write_timeout must be a positive number of seconds, or None")
         self._make_agent = make_agent
-        self._store = store
+        self._store: EventLogStore = store
         self._on_disconnect = on_disconnect
         self._timeout = timeout
         self._keepalive = keepalive
