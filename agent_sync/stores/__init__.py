@@ -1,4 +1,5 @@
-"""Run stores: conversations and runs that outlive a process (DESIGN.md section 6).
+"""Run stores: conversations and runs that outlive a process, shared by every process
+that opens the same store.
 
 - :class:`RunStore`: the protocol (the rules are in its module's docstring);
 - :class:`RunEventLog`: the protocol of a run's event log (what the web layer uses);

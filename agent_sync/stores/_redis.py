@@ -55,7 +55,6 @@ from ..errors import (
     UsageError,
 )
 from ..messages import ContentBlock, Message
-from ._event_log import RunEvent
 from ._protocol import ConversationRecord, RunSignal, StoredRun
 from ._redis_client import RedisScripts, text
 from ._redis_events import RedisEventLog
@@ -91,7 +90,7 @@ __all__ = ["RedisRunStore"]
 _CAS_ATTEMPTS = 20  # cancel of a paused run racing other writers
 
 
-class RedisRunStore:
+class RedisRunStore(RedisEventLog):
     """A :class:`~agent_sync.stores.RunStore` on a Redis server, for processes on many hosts.
 
     Args:
@@ -129,9 +128,9 @@ class RedisRunStore:
         self.prefix = prefix
         self.lease_s = lease_s
         self._ttl = 0 if finished_ttl_s is None else int(finished_ttl_s)
-        self._scripts = RedisScripts(client)
-        self._signals = RedisSignals(client, self._scripts, prefix=prefix)
-        self._events = RedisEventLog(client, self._scripts, prefix=prefix, ttl_s=self._ttl)
+        scripts = RedisScripts(client)
+        super().__init__(client, scripts, prefix=prefix, ttl_s=self._ttl)  # its event log
+        self._signals = RedisSignals(client, scripts, prefix=prefix)
 
     def __repr__(self) -> str:
         return f"<RedisRunStore prefix={self.prefix!r}>"
@@ -292,21 +291,6 @@ class RedisRunStore:
 
     def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
         return self._signals.wait(run_ids, timeout)
-
-    # -- event logs --
-
-    def append_events(
-        self,
-        run_id: str,
-        events: Sequence[dict[str, Any]],
-        *,
-        after: int,
-        keep_s: float | None = None,
-    ) -> int:
-        return self._events.append(run_id, events, after=after, keep_s=keep_s)
-
-    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
-        return self._events.read(run_id, after=after, timeout=timeout)
 
     def prune(self, *, older_than: float) -> int:
         return int(self._run("prune", self.prefix, repr(float(older_than))))

@@ -37,17 +37,19 @@ _KEEP_FOR_EVER_S = 1e12  # a keep_s this long (31,000 years) sets no expiry (PEX
 
 
 class RedisEventLog:
-    """The event logs under ``prefix`` on the store's client. Thread-safe."""
+    """The event logs under ``prefix`` on the store's client: the
+    :class:`~agent_sync.stores.RunEventLog` half of :class:`~agent_sync.stores.RedisRunStore`,
+    which inherits it. Thread-safe."""
 
     def __init__(
         self, client: redis.Redis, scripts: RedisScripts, *, prefix: str, ttl_s: int
     ) -> None:
         self._client = client
         self._scripts = scripts
-        self._prefix = prefix
-        self._ttl_s = ttl_s  # an open log's expiry after its last append (0: none)
+        self._events_prefix = prefix
+        self._events_ttl_s = ttl_s  # an open log's expiry after its last append (0: none)
 
-    def append(
+    def append_events(
         self,
         run_id: str,
         events: Sequence[dict[str, Any]],
@@ -55,11 +57,10 @@ class RedisEventLog:
         after: int,
         keep_s: float | None = None,
     ) -> int:
-        """:meth:`~agent_sync.stores.RunEventLog.append_events`."""
         texts = encode_events(events, after, keep_s)
         keep_ms = "" if keep_s is None else str(_keep_ms(keep_s))
         reply = self._scripts.run(
-            "append", self._prefix, run_id, after, self._ttl_s * 1000, keep_ms, *texts
+            "append", self._events_prefix, run_id, after, self._events_ttl_s * 1000, keep_ms, *texts
         )
         outcome = text(reply[0])
         if outcome == "ok":
@@ -68,12 +69,11 @@ class RedisEventLog:
             raise events_complete(run_id)
         raise events_moved_on(run_id, int(reply[1]), after)
 
-    def read(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
-        """:meth:`~agent_sync.stores.RunEventLog.read_events`."""
+    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
         deadline = time.monotonic() + max(0.0, timeout)
         if not storable_id(run_id):
             return []
-        key = f"{self._prefix}events:{run_id}"
+        key = f"{self._events_prefix}events:{run_id}"
         start = max(0, after)
         client: Any = self._client  # redis-py's stream commands are loosely typed
         block_s = self._block_s()

@@ -65,7 +65,7 @@ FINAL_STATUSES = frozenset({"done", "cancelled", "failed"})
 
 WORKER_STOPPED_TEXT = "The worker stopped while running this call; effect unknown."
 """The error result of a tool call whose owner died (its lease expired) mid-run: it contains
-"worker stopped" and "effect unknown", the words the durable contract pins (DESIGN section 6)."""
+"worker stopped" and "effect unknown", the words the durable-run contract promises users."""
 
 
 def abandoned(state: RunState) -> RunState:
@@ -90,7 +90,7 @@ def abandoned(state: RunState) -> RunState:
 
 def cancelled_while_paused(state: RunState, reason: str | None) -> RunState:
     """A paused run cancelled: pending calls answered "Cancelled by user", queued input
-    written, a closing assistant message (DESIGN.md section 3)."""
+    written, a closing assistant message (the rule of every cancel)."""
     messages = [_copy(message) for message in state.messages]
     add_user_blocks(messages, _queued(state))
     close_turn(messages, CANCELLED_TEXT)

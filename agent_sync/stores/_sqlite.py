@@ -45,13 +45,11 @@ import time
 from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Any
 
 from .._prompt import content_blocks
 from .._run_state import RunSnapshot, RunState
 from ..cancel import CancelMode, check_mode
 from ..messages import ContentBlock, Message
-from ._event_log import RunEvent
 from ._protocol import ConversationRecord, RunSignal
 from ._rules import (
     FINAL_STATUSES,
@@ -88,7 +86,7 @@ __all__ = ["SQLiteRunStore"]
 _POLL_S = 0.005  # wait_signals: one indexed read per poll
 
 
-class SQLiteRunStore:
+class SQLiteRunStore(SQLiteEventLog):
     """A :class:`~agent_sync.stores.RunStore` in one SQLite file. Thread- and process-safe.
 
     Args:
@@ -105,8 +103,7 @@ class SQLiteRunStore:
     ) -> None:
         self.path = os.fspath(path)
         self.lease_s = lease_s
-        self._connections = open_database(self.path, busy_timeout_s)
-        self._events = SQLiteEventLog(self._connections)
+        super().__init__(open_database(self.path, busy_timeout_s))  # and its event log
 
     def __repr__(self) -> str:
         return f"<SQLiteRunStore {self.path!r}>"
@@ -336,21 +333,6 @@ class SQLiteRunStore:
                 return taken
             pause.wait(min(_POLL_S, remaining))  # polling is SQLite's only cross-process wake
 
-    # -- event logs --
-
-    def append_events(
-        self,
-        run_id: str,
-        events: Sequence[dict[str, Any]],
-        *,
-        after: int,
-        keep_s: float | None = None,
-    ) -> int:
-        return self._events.append(run_id, events, after=after, keep_s=keep_s)
-
-    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
-        return self._events.read(run_id, after=after, timeout=timeout)
-
     def prune(self, *, older_than: float) -> int:
         now = time.time()
         cutoff = now - older_than
@@ -365,8 +347,8 @@ class SQLiteRunStore:
             for run_id in old:
                 db.execute("DELETE FROM signals WHERE run_id = ?", (run_id,))
                 db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
-                self._events.drop(db, run_id)
-            self._events.drop_expired(db, now)
+                self._drop_event_log(db, run_id)
+            self._drop_expired_event_logs(db, now)
             return len(old)
 
     # -- helpers --

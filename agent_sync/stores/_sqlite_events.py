@@ -35,14 +35,16 @@ _EVENT_POLL_S = 0.01  # read_events, for other processes' appends: one indexed r
 
 
 class SQLiteEventLog:
-    """The event logs in one store file, through the store's connections. Thread-safe."""
+    """The event logs in one store file, through the store's connections: the
+    :class:`~agent_sync.stores.RunEventLog` half of :class:`~agent_sync.stores.SQLiteRunStore`,
+    which inherits it. Thread-safe."""
 
     def __init__(self, connections: Connections) -> None:
         self._connections = connections
         self._appended = Event()  # set, and replaced, after each append of this object
         _LOGS.add(self)
 
-    def append(
+    def append_events(
         self,
         run_id: str,
         events: Sequence[dict[str, Any]],
@@ -50,11 +52,10 @@ class SQLiteEventLog:
         after: int,
         keep_s: float | None = None,
     ) -> int:
-        """:meth:`~agent_sync.stores.RunEventLog.append_events`."""
         texts = encode_events(events, after, keep_s)
         now = time.time()
         with self._connections.transaction(write=True) as db:
-            last = self._end(db, run_id, now)
+            last = self._event_log_end(db, run_id, now)
             if last != after:
                 raise events_moved_on(run_id, last, after)
             if texts:
@@ -74,8 +75,7 @@ class SQLiteEventLog:
             appended.set()
         return after + len(texts)
 
-    def read(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
-        """:meth:`~agent_sync.stores.RunEventLog.read_events`."""
+    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
         deadline = time.monotonic() + max(0.0, timeout)
         if not storable_id(run_id):
             return []
@@ -87,16 +87,16 @@ class SQLiteEventLog:
                 return events
             appended.wait(min(_EVENT_POLL_S, remaining))  # polls: other processes' appends
 
-    def drop(self, db: sqlite3.Connection, run_id: str) -> None:
+    def _drop_event_log(self, db: sqlite3.Connection, run_id: str) -> None:
         """Delete a run's log (inside the caller's write transaction)."""
         db.execute("DELETE FROM events WHERE run_id = ?", (run_id,))
         db.execute("DELETE FROM event_logs WHERE run_id = ?", (run_id,))
 
-    def drop_expired(self, db: sqlite3.Connection, now: float) -> None:
+    def _drop_expired_event_logs(self, db: sqlite3.Connection, now: float) -> None:
         """Delete the complete logs past their time (inside the caller's write transaction)."""
         dropped = db.execute("SELECT run_id FROM event_logs WHERE expires_at <= ?", (now,))
         for (run_id,) in dropped.fetchall():
-            self.drop(db, run_id)
+            self._drop_event_log(db, run_id)
 
     def _events_after(self, run_id: str, after: int) -> list[RunEvent]:
         """The live log's events above ``after``: one read (WAL: no lock a writer waits
@@ -110,7 +110,7 @@ class SQLiteEventLog:
         )
         return [RunEvent(seq=seq, data=decode_event(data)) for seq, data in rows]
 
-    def _end(self, db: sqlite3.Connection, run_id: str, now: float) -> int:
+    def _event_log_end(self, db: sqlite3.Connection, run_id: str, now: float) -> int:
         """The live log's last number (0: no log; one past its time is dropped first).
 
         Raises:
@@ -125,7 +125,7 @@ class SQLiteEventLog:
         if expires_at is None:
             return int(last)
         if expires_at <= now:
-            self.drop(db, run_id)
+            self._drop_event_log(db, run_id)
             return 0
         raise events_complete(run_id)
 
