@@ -2,10 +2,9 @@
 monitor reads) and :class:`Step` (what ``agent.steps()`` yields), and the JSON codec of
 their contents (:func:`json_ready`, :func:`from_json_ready`).
 
-This module sits below the run (``agent_sync.run``), the stores (``agent_sync.stores``) and
-the web layer, which all use it and import nothing of each other through it: the run
-imports the stores, never the reverse. The public names are exported by ``agent_sync`` and
-``agent_sync.run``.
+It sits below the run (``agent_sync.run``), the stores (``agent_sync.stores``) and the web
+layer, which all use it, so that the run may import the stores and the stores never import
+the run. The public names are exported by ``agent_sync`` and ``agent_sync.run``.
 
 A :class:`RunState` holds only what a run *is*, never what a process has: the messages this
 run added to the conversation, the tool calls it still owes results for, the input queued
