@@ -18,7 +18,7 @@ from typing import Any, TypeVar, Union
 
 from ._decisions import ApprovalRequest, Approve, Decision, Deny
 from ._prompt import history_copy
-from .cancel import CancelToken
+from .cancel import CancelToken, check_mode
 from .errors import RunConflictError, UsageError
 from .messages import ContentBlock, Message
 from .models.base import CacheMode, Model
@@ -32,7 +32,6 @@ from .run._durable import StoreLink, load_log
 from .run._handle import AgentStream, StepsRun
 from .run._slot import RunSlot
 from .stores._protocol import RunStore
-from .stores._rules import check_mode
 from .tools._registry import collect_tools
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind

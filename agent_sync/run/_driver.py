@@ -43,12 +43,11 @@ from typing import TYPE_CHECKING
 
 from .._decisions import Approve, Deny
 from .._prompt import content_blocks
-from ..cancel import CancelledError, CancelMode, CancelScope
+from ..cancel import CancelledError, CancelMode, CancelScope, check_mode
 from ..errors import UsageError
 from ..events import AgentEvent, Done, InputInjected
 from ..messages import CANCELLED_TEXT, ContentBlock, Message
 from ..result import AgentResult
-from ..stores._rules import check_mode
 from ._context import RunContext, RunSettings
 from ._durable import StoreLink, load_log
 from ._history import add_user_blocks, close_turn

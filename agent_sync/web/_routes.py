@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .._decisions import Approve, Decision, Deny
 from .._prompt import content_blocks
+from .._run_state import RunSnapshot, json_ready
 from ..errors import (
     ConcurrentInvocationError,
     DecisionValidationError,
@@ -28,8 +29,8 @@ from ..errors import (
     StoreUnavailableError,
     UsageError,
 )
-from ..run._state import RunSnapshot, _encode
-from ..stores import RunStore
+from ..stores import RunEventLog, RunStore
+from ..stores._event_log import EventLogStore
 from ._disconnect import no_delay, socket_from_environ
 from ._encoders import NativeEncoder, StreamEncoder
 from ._follow import Follower, close_log
@@ -105,6 +106,10 @@ class ChatRoutes:
     ) -> None:
         if not isinstance(store, RunStore):
             raise UsageError(f"store must be a RunStore, got {type(store).__name__}")
+        if not isinstance(store, RunEventLog):
+            raise UsageError(
+                f"store must keep event logs (a RunEventLog), got {type(store).__name__}"
+            )
         if on_disconnect not in ("continue", "cancel"):
             raise UsageError(f'on_disconnect must be "continue" or "cancel", got {on_disconnect!r}')
         if keepalive is not None and not keepalive > 0:
@@ -120,7 +125,7 @@ class ChatRoutes:
         if write_timeout is not None and not write_timeout > 0:
             raise UsageError("write_timeout must be a positive number of seconds, or None")
         self._make_agent = make_agent
-        self._store = store
+        self._store: EventLogStore = store
         self._on_disconnect = on_disconnect
         self._timeout = timeout
         self._keepalive = keepalive
@@ -349,7 +354,7 @@ class ChatRoutes:
         conversation_id = check_id(request.query.get("conversation_id", ""), "conversation_id")
         self._check_allowed(request, conversation_id)
         record = self._store.load(conversation_id)
-        return json_response(200, {"messages": _encode(list(record.messages))})
+        return json_response(200, {"messages": json_ready(list(record.messages))})
 
     # -- the AI SDK (UI message stream protocol v1) --
 
