@@ -15,7 +15,7 @@ Two directions, no I/O:
   A whole ``Message`` (a server that answers ``stream: true`` with JSON) goes through the
   same translator as the events it stands for: :func:`message_events`.
 
-Prompt caching (``request.cache``, DESIGN.md 4b): ``cache_control`` on the system prompt,
+Prompt caching (``request.cache``, ``"short"``/``"long"``): ``cache_control`` on the system prompt,
 the last tool spec and the last block of the message before the new prompt; ``"ttl": "1h"``
 for ``"long"``. Usage keeps Anthropic's meaning of ``input_tokens`` (the uncached rest of the
 prompt) and adds ``cacheReadInputTokens``/``cacheWriteInputTokens`` when the server reports

@@ -14,7 +14,8 @@ rejected request is a dead conversation. :func:`build_request` therefore
 
 With ``cache`` set, :func:`build_request` adds ``cachePoint`` blocks after the system
 prompt, after the last tool spec and at the end of the last message before the newest
-user message (DESIGN.md 4b); ``"long"`` asks for the one-hour ``ttl``.
+user message (the prefix that stays the same from call to call); ``"long"`` asks for the
+one-hour ``ttl``.
 
 Stream events from botocore already have the agent's :data:`StreamEvent` shapes;
 :func:`normalize_event` keeps the known keys, and :func:`converse_to_events` turns a

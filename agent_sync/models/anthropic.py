@@ -16,7 +16,7 @@ policy decides, using the ``retryable`` flag and ``retry_after`` of the errors r
 (mapped in one place, the :func:`~._anthropic_errors.mapped_errors` block around every
 call site; the default client is built in :mod:`._anthropic_http`).
 
-Hardening (DESIGN.md 4a, 4b):
+Hardening (secrets, proxies, stale connections, cache markers):
 
 * every credential the model is given or the SDK resolves (API key, auth token, secret
   headers, proxy passwords) is registered with :mod:`agent_sync._redact` at construction,

@@ -1,4 +1,4 @@
-"""Run stores: conversations and runs that outlive a process (DESIGN.md section 6).
+"""Run stores: conversations, runs and pending approvals that outlive a process.
 
 - :class:`RunStore`: the protocol (the rules are in its module's docstring);
 - :class:`MemoryRunStore`: in one process (tests, single-process apps);

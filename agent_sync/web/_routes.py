@@ -1,4 +1,4 @@
-"""The chat routes (DESIGN.md section 7), written once for every framework.
+"""The chat routes (start, stream, stop, approve, inject), written once for every framework.
 
 :class:`ChatRoutes` answers :class:`._http.WebRequest` with :class:`._http.WebResponse`;
 :func:`agent_sync.web.flask.chat_blueprint` and :func:`agent_sync.web.django.chat_urls`
