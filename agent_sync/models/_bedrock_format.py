@@ -36,6 +36,7 @@ from typing import Any, cast
 
 from ..errors import AgentSyncError, ModelStreamError, UsageError
 from ..messages import Message, StreamEvent, ToolSpec
+from ._wire import MALFORMED as _MALFORMED
 from ._wire import shorten
 from .base import CacheMode
 
@@ -89,8 +90,6 @@ _BLOCK_KINDS = frozenset(
     }
 )
 _TOOL_RESULT_KINDS = frozenset({"json", "text", "image", "document", "video", "searchResult"})
-# What a translator may hit on content built by hand: turned into agent_sync errors.
-_MALFORMED = (TypeError, AttributeError, KeyError, ValueError, IndexError)
 _CACHE_TTL: dict[str, str] = {"long": "1h"}
 _USAGE_KEYS = ("cacheReadInputTokens", "cacheWriteInputTokens")
 
