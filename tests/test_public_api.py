@@ -84,6 +84,14 @@ def test_core_internals_are_private() -> None:
         assert importlib.util.find_spec(name) is None, name
 
 
+def test_the_tool_executor_module_exports_only_the_executor_kind() -> None:
+    # ToolBatch and ToolCall are the run's machinery (agent_sync.tools._batch), not API.
+    from agent_sync.tools import executor
+
+    assert executor.__all__ == ["ExecutorKind"]
+    assert not hasattr(executor, "ToolBatch") and not hasattr(executor, "ToolCall")
+
+
 def test_importing_the_package_loads_no_provider_sdk_or_web_framework() -> None:
     code = (
         "import sys, agent_sync, agent_sync.models, agent_sync.testing;"

@@ -65,7 +65,8 @@ FINAL_STATUSES = frozenset({"done", "cancelled", "failed"})
 
 WORKER_STOPPED_TEXT = "The worker stopped while running this call; effect unknown."
 """The error result of a tool call whose owner died (its lease expired) mid-run: it contains
-"worker stopped" and "effect unknown", the words the durable-run contract promises users."""
+"worker stopped" and "effect unknown", the words users may match on (the contract suite pins
+them)."""
 
 
 def abandoned(state: RunState) -> RunState:
@@ -90,7 +91,7 @@ def abandoned(state: RunState) -> RunState:
 
 def cancelled_while_paused(state: RunState, reason: str | None) -> RunState:
     """A paused run cancelled: pending calls answered "Cancelled by user", queued input
-    written, a closing assistant message (the rule of every cancel)."""
+    written, a closing assistant message: the history a cancel leaves in a running turn."""
     messages = [_copy(message) for message in state.messages]
     add_user_blocks(messages, _queued(state))
     close_turn(messages, CANCELLED_TEXT)
