@@ -25,7 +25,7 @@ from ..retry import RetryPolicy
 from ..tools.decorator import Tool
 from ..tools.executor import ExecutorKind
 from ._inbox import Inbox
-from ._state import RunPhase, RunState, RunStatus, Step, StepName
+from ._state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
 
 if TYPE_CHECKING:
     from ..cancel import CancelScope
@@ -185,3 +185,30 @@ class RunContext:
             approvals=self.approvals,
             invalid_tool_inputs=dict(self.invalid_tool_inputs) if pending else {},
         )
+
+    def snapshot(self) -> RunSnapshot:
+        """Where the run is now (see :meth:`~agent_sync.run.Run.snapshot`); any thread."""
+        result = self.result
+        return RunSnapshot(
+            run_id=self.run_id,
+            status=self.status,
+            phase=self.phase,
+            cycle=self.cycle,
+            pending_tool_ids=self.pending_tool_ids,
+            queued_inputs=self.inbox.queued(),
+            usage=self.usage,
+            elapsed_s=self.elapsed(),
+            conversation_id=self.settings.conversation_id,
+            stop_reason=None if result is None else result.stop_reason,
+            cancel_reason=None if result is None else result.cancel_reason,
+        )
+
+    def restore(self, state: RunState, decisions: dict[str, Approve | Deny]) -> None:
+        """Set this new context up to go on from a paused run's state, with the decisions."""
+        self.history_start = state.history_start
+        self.cycle = state.cycle
+        self.usage = dict(state.usage)  # type: ignore[assignment]
+        self.next_step = state.next_step or "tools"
+        self.inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
+        self.invalid_tool_inputs = dict(state.invalid_tool_inputs)
+        self.decisions = decisions

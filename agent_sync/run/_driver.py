@@ -46,14 +46,14 @@ from .._prompt import content_blocks
 from ..cancel import CancelledError, CancelMode, CancelScope, check_mode
 from ..errors import UsageError
 from ..events import AgentEvent, Done, InputInjected
-from ..messages import CANCELLED_TEXT, ContentBlock, Message
+from ..messages import ContentBlock, Message
 from ..result import AgentResult
+from ._commits import Commits
 from ._context import RunContext, RunSettings
-from ._durable import StoreLink, load_log
-from ._history import add_user_blocks, close_turn
+from ._durable import StoreLink
+from ._history import close_turn
 from ._hooks import HookRunner
-from ._inbox import Inbox
-from ._slot import RunSlot, check_no_stored_run
+from ._slot import RunSlot
 from ._state import RunSnapshot, RunState, RunStatus, Step
 from ._steps import STEPS, end_cancelled, end_failed
 
@@ -113,8 +113,9 @@ class RunDriver:
         self._resume = resume
         self._link = link
         if resume is not None:
-            _restore(self._ctx, *resume)
-        self._ctx.commit_pause = self._commit_pause
+            self._ctx.restore(*resume)
+        self._commits = Commits(link, self._ctx, slot)
+        self._ctx.commit_pause = self._commits.pause
         self._prompt = prompt
         self._timeout = timeout
         self._token = token
@@ -141,21 +142,7 @@ class RunDriver:
         return self._ctx.state()
 
     def snapshot(self) -> RunSnapshot:
-        ctx = self._ctx
-        result = ctx.result
-        return RunSnapshot(
-            run_id=self.run_id,
-            status=ctx.status,
-            phase=ctx.phase,
-            cycle=ctx.cycle,
-            pending_tool_ids=ctx.pending_tool_ids,
-            queued_inputs=ctx.inbox.queued(),
-            usage=ctx.usage,
-            elapsed_s=ctx.elapsed(),
-            conversation_id=ctx.settings.conversation_id,
-            stop_reason=None if result is None else result.stop_reason,
-            cancel_reason=None if result is None else result.cancel_reason,
-        )
+        return self._ctx.snapshot()
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         if check_mode(mode) == "now":
@@ -226,7 +213,7 @@ class RunDriver:
         ctx.messages = messages
         logged: list[Message] | None = None
         if link is not None and resuming is None:
-            logged = self._load_conversation(link, messages)
+            logged = self._commits.load(link, messages)
         blocks = self._prompt_blocks(messages) if resuming is None else []
         if blocks:
             if messages and messages[-1]["role"] == "user":
@@ -268,67 +255,6 @@ class RunDriver:
             return []
         return content_blocks(prompt)
 
-    def _load_conversation(self, link: StoreLink, messages: list[Message]) -> list[Message]:
-        """Refresh the history from the store (this run holds the slot: nobody else changes
-        it meanwhile) and return the log; refuse if the conversation is busy there."""
-        _, synced, generation = self._slot.sync_point()
-        record, logged, mirrored = load_log(
-            link.store, link.conversation_id, messages, synced, generation
-        )
-        self._slot.apply_record(record, logged, mirrored)
-        check_no_stored_run(record, link.conversation_id)
-        return logged
-
-    def _commit_pause(self, state: RunState) -> None:
-        """Store the pause before anyone is told of it (fail closed). Input the store
-        accepted while the run was pausing is carried by the paused state (answered in the
-        first user message after the resume), never dropped with the run's queue."""
-        version = 0
-        link = self._link
-        if link is not None:
-            while late := link.commit_end(state):
-                self._ctx.inbox.requeue(late)
-                state = self._ctx.state()
-            version = link.version
-        self._slot.pause(state, version)
-
-    def _checkpoint(self) -> None:
-        """Commit a running run's state at a step boundary (a failure stops the run)."""
-        link = self._link
-        if link is not None and self._ctx.status == "running":
-            link.commit(self._ctx.state())
-
-    def _commit_final(self, *, strict: bool) -> list[ContentBlock]:
-        """Commit the end of the run; ``strict``: raise a failure, else log it.
-
-        Input injected through the store that the run has not answered yet (accepted just
-        before the end) stops a ``done`` end: nothing is committed and it is returned, for
-        one more model call. Any other end writes it to the history first (nothing
-        injected is lost)."""
-        link = self._link
-        if link is None or link.ended or self._ctx.status in ("running", "paused"):
-            return []
-        going_on = False
-        try:
-            while True:
-                state = self._ctx.state()
-                late = link.commit_end(state)
-                if not late:
-                    self._slot.mark_synced(state.history_start + len(state.messages))
-                    return []
-                if self._ctx.status == "done":
-                    going_on = True
-                    return late
-                _write_late(self._ctx, late)
-        except Exception:
-            if strict:
-                raise
-            logger.warning("run_id=<%s> | could not store the end of the run", self.run_id)
-            return []
-        finally:
-            if not going_on:
-                link.close()
-
     def _timed_out(self) -> None:
         self._scope.cancel("timeout")
 
@@ -345,7 +271,7 @@ class RunDriver:
             while True:
                 try:
                     if late:  # answered as input queued at the end is: one more model call
-                        _reopen(ctx, late)
+                        self._commits.reopen(late)
                         yield InputInjected(content=tuple(late), run_id=self.run_id)
                         step = ctx.next_step
                     while step is not None:
@@ -353,16 +279,16 @@ class RunDriver:
                         step = yield from STEPS[step](ctx)
                         if step is not None:
                             ctx.next_step = step  # the state names where it goes on
-                        self._checkpoint()
+                        self._commits.checkpoint()
                 except CancelledError:
                     injected = end_cancelled(ctx)
-                    self._commit_final(strict=True)
+                    self._commits.final(strict=True)
                     if injected:
                         yield InputInjected(content=tuple(injected), run_id=self.run_id)
                 except GeneratorExit:  # the caller abandoned the stream: that is a cancel
                     self._scope.cancel(STREAM_CLOSED)
                     end_cancelled(ctx)
-                    self._commit_final(strict=False)
+                    self._commits.final(strict=False)
                     raise
                 except BaseException as exc:  # a model or hook error, or Ctrl-C
                     error = exc
@@ -374,9 +300,9 @@ class RunDriver:
                         end_cancelled(ctx)
                     else:
                         end_failed(ctx)
-                    self._commit_final(strict=False)
+                    self._commits.final(strict=False)
                     raise
-                late = self._commit_final(strict=True)
+                late = self._commits.final(strict=True)
                 if not late:
                     break
             result = ctx.result
@@ -445,7 +371,7 @@ class RunDriver:
         if inspect.getgeneratorstate(events) == inspect.GEN_CREATED:
             self._scope.cancel(STREAM_CLOSED)
             end_cancelled(self._ctx)
-            self._commit_final(strict=False)
+            self._commits.final(strict=False)
         events.close()
 
     def _close_turn(self) -> None:
@@ -469,37 +395,6 @@ def release_surely(driver: RunDriver) -> None:
         driver.release()
     finally:
         driver.release()
-
-
-def _reopen(ctx: RunContext, blocks: list[ContentBlock]) -> None:
-    """A ``done`` run given input the store accepted before its end was stored: it goes on
-    (as for input queued when the model ends its turn: one more model call answers it)."""
-    ctx.inbox = Inbox()  # the closed one refused local input meanwhile; this one takes more
-    add_user_blocks(ctx.messages, blocks)
-    ctx.result = None
-    ctx.stop_reason = None
-    ctx.ended_at = None
-    ctx.next_step = "model"
-    ctx.status = "running"
-
-
-def _write_late(ctx: RunContext, blocks: list[ContentBlock]) -> None:
-    """A cancelled or failed run given input the store accepted before its end was stored:
-    the input goes into the history (a cancelled run's turn closed again after it)."""
-    add_user_blocks(ctx.messages, blocks)
-    if ctx.status == "cancelled":
-        close_turn(ctx.messages, CANCELLED_TEXT)
-
-
-def _restore(ctx: RunContext, state: RunState, decisions: dict[str, Approve | Deny]) -> None:
-    """Set a new context up to go on from a paused run's state, with the decisions."""
-    ctx.history_start = state.history_start
-    ctx.cycle = state.cycle
-    ctx.usage = dict(state.usage)  # type: ignore[assignment]
-    ctx.next_step = state.next_step or "tools"
-    ctx.inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
-    ctx.invalid_tool_inputs = dict(state.invalid_tool_inputs)
-    ctx.decisions = decisions
 
 
 def _run_tracer(run_id: str, settings: RunSettings) -> RunTracer | None:
