@@ -173,14 +173,22 @@ def _check_text(text: Any, role: Any) -> str | None:
     return None if isinstance(text, str) else f"text must be a string, not {type(text).__name__}"
 
 
-def _check_tool_use(tool_use: Any, role: Any) -> str | None:
-    if role != "assistant":
-        return f"toolUse in a {role} message"
-    if not isinstance(tool_use, dict):
-        return "toolUse must be a dict"
-    tool_use_id = tool_use.get("toolUseId")
+def _tool_block_problem(kind: str, value: Any, role: Any, expected_role: str) -> str | None:
+    """The rule a ``toolUse`` and a ``toolResult`` share: the right role, a dict, an id."""
+    if role != expected_role:
+        return f"{kind} in a {role} message"
+    if not isinstance(value, dict):
+        return f"{kind} must be a dict"
+    tool_use_id = value.get("toolUseId")
     if not isinstance(tool_use_id, str) or not tool_use_id:
-        return "toolUse without a toolUseId"
+        return f"{kind} without a toolUseId"
+    return None
+
+
+def _check_tool_use(tool_use: Any, role: Any) -> str | None:
+    problem = _tool_block_problem("toolUse", tool_use, role, "assistant")
+    if problem is not None:
+        return problem
     if not isinstance(tool_use.get("name"), str):
         return "toolUse without a name"
     tool_input = tool_use.get("input")
@@ -190,13 +198,9 @@ def _check_tool_use(tool_use: Any, role: Any) -> str | None:
 
 
 def _check_tool_result(result: Any, role: Any) -> str | None:
-    if role != "user":
-        return f"toolResult in a {role} message"
-    if not isinstance(result, dict):
-        return "toolResult must be a dict"
-    tool_use_id = result.get("toolUseId")
-    if not isinstance(tool_use_id, str) or not tool_use_id:
-        return "toolResult without a toolUseId"
+    problem = _tool_block_problem("toolResult", result, role, "user")
+    if problem is not None:
+        return problem
     if result.get("status", "success") not in ("success", "error"):
         return "toolResult status must be 'success' or 'error'"
     content = result.get("content")

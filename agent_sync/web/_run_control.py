@@ -10,6 +10,7 @@ closed here). Whatever it refuses is a :class:`._http.Refusal` or a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -73,12 +74,7 @@ class RunControl:
     def start(self, conversation_id: str, message: Any) -> Publisher:
         """Start a run on the conversation and publish it (409 busy or paused; 503 if
         this worker runs ``max_live_runs`` already)."""
-        slot = self._take_slot()
-        try:
-            return self._start_run(conversation_id, message, slot)
-        except BaseException:
-            slot.give()
-            raise
+        return self._in_slot(functools.partial(self._start_run, conversation_id, message))
 
     def _take_slot(self) -> RunSlots:
         slot = self._slots.take()
@@ -124,9 +120,13 @@ class RunControl:
         """Go on with a paused run here, published after its log's last record (422 for
         decisions the stored approvals refuse, 409 if another decision won, 503 if this
         worker runs ``max_live_runs`` already)."""
+        return self._in_slot(functools.partial(self._resume_run, snapshot, decisions))
+
+    def _in_slot(self, begin: Callable[[RunSlots], Publisher]) -> Publisher:
+        """``begin(slot)`` holding one of the worker's slots, given back if it fails."""
         slot = self._take_slot()
         try:
-            return self._resume_run(snapshot, decisions, slot)
+            return begin(slot)
         except BaseException:
             slot.give()
             raise
