@@ -119,7 +119,10 @@ def test_an_unusable_input_schema_is_refused_when_the_tool_is_built(
     assert message in str(raised.value)
 
 
-def test_signature_tools_go_through_the_same_validator() -> None:
+def test_signature_tools_problems_are_worded_as_the_schema_validators() -> None:
+    """pydantic checks a signature tool's input (tests/tools/test_typed_params.py); its
+    problems read as those of an explicit schema, so the model sees one style."""
+
     @tool
     def add(numbers: list[int], label: str | None = None) -> str:
         """Add numbers."""
@@ -127,8 +130,8 @@ def test_signature_tools_go_through_the_same_validator() -> None:
 
     assert add.validate_input({"numbers": [1, 2]}) == []
     assert add.validate_input({"numbers": [1, "2"], "label": 3, "x": 1}) == [
-        "input.label: expected string or null, got integer",
         "input.numbers[1]: expected integer, got string",
+        "input.label: expected string, got integer",
         "input: unknown parameter 'x' (expected: label, numbers)",
     ]
 
