@@ -36,16 +36,18 @@ class Tool(Generic[R]):
     Attributes:
         name: Name the model calls it by.
         description: What it does, from the docstring unless overridden.
-        input_schema: JSON schema of the arguments object: from the signature, or the
-            ``input_schema=`` given.
+        input_schema: JSON schema of the arguments object: pydantic's, from the signature's
+            types, or the ``input_schema=`` given.
         context_param: Name of the parameter that receives the :class:`ToolContext`, if any.
         requires_approval: Whether (or for which inputs) a call waits for a human decision.
         decision_schema: JSON schema of the extra fields a decision carries
             (``Approve(data=...)``), checked like tool input; ``None`` for none.
 
-    Every schema is checked with ``jsonschema`` (Draft 2020-12, every keyword), and a
-    schema that is itself invalid is a :class:`~agent_sync.errors.UsageError` here, when
-    the tool is built.
+    From the signature, pydantic makes the schema and validates the model's input against
+    it (strictly, as JSON), and the function gets real objects. A schema you give
+    (``input_schema=``, ``decision_schema=``) is checked with ``jsonschema`` (Draft 2020-12,
+    every keyword), and a schema that is itself invalid is a
+    :class:`~agent_sync.errors.UsageError` here, when the tool is built.
     """
 
     def __init__(
@@ -203,10 +205,14 @@ def tool(
     """Make a function a tool: ``@tool`` or ``@tool(name=..., description=...)``.
 
     The description is the docstring's text before its sections; each parameter's
-    description comes from the ``Args:`` section; types come from the annotations
-    (``str``, ``int``, ``float``, ``bool``, ``list[...]``, ``dict``, ``Optional``,
-    ``Literal``); parameters with defaults are optional. A parameter annotated
-    :class:`ToolContext` receives the context and is hidden from the model.
+    description comes from ``Annotated[..., Field(description=...)]`` or the ``Args:``
+    section; types come from the annotations: anything pydantic validates (``str``,
+    ``int``, ``list[...]``, ``Optional``, ``Literal``, models, dataclasses, ``TypedDict``,
+    ``Enum``, ``datetime``, ``UUID``, ``Decimal``, ``Annotated[..., Field(ge=1)]``...).
+    The schema is pydantic's, the model's input is validated by pydantic and the function
+    is called with real objects; parameters with defaults are optional. A parameter
+    annotated :class:`ToolContext` (or ``ToolContext[Deps]``) receives the context and is
+    hidden from the model.
 
     Example::
 
@@ -229,9 +235,10 @@ def tool(
     function is called with it as keyword arguments.
 
     Raises:
-        UsageError: An unsupported annotation, ``*args``, an invalid name, an async
-            generator function, a ``decision_schema`` or ``input_schema`` that is not a valid JSON
-            schema, or an ``input_schema`` the function cannot be called with.
+        UsageError: A type pydantic cannot validate, ``*args``, a positional-only
+            parameter, an invalid name, an async generator function, a
+            ``decision_schema`` or ``input_schema`` that is not a valid JSON schema, or an
+            ``input_schema`` the function cannot be called with.
     """
     options: dict[str, Any] = {
         "name": name,
