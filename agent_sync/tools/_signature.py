@@ -60,18 +60,24 @@ def is_context_type(hint: object) -> bool:
     return hint is ToolContext or typing.get_origin(hint) is ToolContext
 
 
-def type_hints(fn: Callable[..., Any], where: str) -> dict[str, Any]:
-    """``fn``'s resolved annotations, ``Annotated`` kept; a ``ToolContext[...]`` written as
-    text is recognised even where its deps type cannot be resolved.
+def type_hints(
+    fn: Callable[..., Any], where: str, namespace: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``fn``'s resolved annotations, ``Annotated`` kept. String annotations resolve in
+    ``fn``'s module, then in ``namespace`` (the locals of the code that made the tool); a
+    ``ToolContext[...]`` written as text is recognised even where its deps type cannot be
+    resolved.
 
     Raises:
         UsageError: Another annotation cannot be resolved.
     """
-    try:
-        return typing.get_type_hints(fn, include_extras=True)
-    except Exception as exc:  # an unresolvable forward reference somewhere
-        failure = exc
-    globalns = getattr(inspect.unwrap(fn), "__globals__", {})
+    failure: Exception | None = None
+    for localns in (None, namespace) if namespace else (None,):
+        try:
+            return typing.get_type_hints(fn, localns=localns, include_extras=True)
+        except Exception as exc:  # an unresolvable forward reference somewhere
+            failure = failure or exc
+    globalns = {**getattr(inspect.unwrap(fn), "__globals__", {}), **(namespace or {})}
     hints: dict[str, Any] = {}
     for name, param in inspect.signature(fn).parameters.items():
         annotation = param.annotation

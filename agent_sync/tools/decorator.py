@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeAlias, TypeVar, Union, overload
 
 from .._jsonschema import Schema, compile_schema, problems
@@ -43,6 +44,10 @@ class Tool(Generic[R]):
         decision_schema: JSON schema of the extra fields a decision carries
             (``Approve(data=...)``), checked like tool input; ``None`` for none.
 
+    ``namespace``: names to resolve string annotations with (``from __future__ import
+    annotations``) besides the function's module; by default the local names of the code
+    that made the tool, so a model class local to a test function works.
+
     From the signature, pydantic makes the schema and validates the model's input against
     it (strictly, as JSON), and the function gets real objects. A schema you give
     (``input_schema=``, ``decision_schema=``) is checked with ``jsonschema`` (Draft 2020-12,
@@ -59,7 +64,10 @@ class Tool(Generic[R]):
         requires_approval: ApprovalGate = False,
         decision_schema: dict[str, Any] | None = None,
         input_schema: dict[str, Any] | None = None,
+        namespace: Mapping[str, Any] | None = None,
     ) -> None:
+        if namespace is None:  # made by the caller's code: its local names count
+            namespace = sys._getframe(1).f_locals
         if _is_async_generator(fn):
             raise UsageError(
                 f"tool {getattr(fn, '__name__', fn)!r} is an async generator function: a tool "
@@ -75,7 +83,7 @@ class Tool(Generic[R]):
             or not all(c.isalnum() or c in "_-" for c in self.name)
         ):
             raise UsageError(f"tool name {self.name!r} is invalid: use {_NAME_RULE}")
-        hints = type_hints(fn, f"tool {self.name}")
+        hints = type_hints(fn, f"tool {self.name}", namespace)
         self.context_param = next(
             (p for p, hint in hints.items() if p != "return" and is_context_type(hint)), None
         )
@@ -241,6 +249,7 @@ def tool(
             ``input_schema`` the function cannot be called with.
     """
     options: dict[str, Any] = {
+        "namespace": sys._getframe(1).f_locals,  # a type local to the caller's function
         "name": name,
         "description": description,
         "requires_approval": requires_approval,

@@ -317,3 +317,33 @@ def test_a_plain_signatures_schema_is_unchanged() -> None:
         },
         "required": ["city"],
     }
+
+
+def test_a_model_local_to_a_function_resolves_under_postponed_annotations() -> None:
+    """This module has ``from __future__ import annotations``: ``trip: LocalTrip`` is the
+    text "LocalTrip", which the function's module does not know; the names of the code that
+    made the tool do (as pydantic resolves a model's own fields)."""
+
+    class LocalTrip(BaseModel):
+        destination: str
+
+    @tool(name="go")
+    def go(trip: LocalTrip, when: datetime.date) -> str:
+        return f"{trip.destination} on {when}"
+
+    @tool
+    def go_plain(trip: LocalTrip) -> str:
+        return trip.destination
+
+    arguments, problems = go.parse_input({"trip": {"destination": "BER"}, "when": "2026-12-01"})
+    assert problems == [] and arguments is not None
+    assert arguments["trip"] == LocalTrip(destination="BER")
+    assert go_plain.input_schema["properties"]["trip"] == {"$ref": "#/$defs/LocalTrip"}
+
+
+def test_an_annotation_nothing_resolves_is_named() -> None:
+    def lost(trip: Nowhere) -> str:  # type: ignore[name-defined]  # noqa: F821
+        return "x"
+
+    with pytest.raises(UsageError, match="cannot resolve the type hint of parameter trip"):
+        tool(lost)
