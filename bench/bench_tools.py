@@ -7,7 +7,9 @@
   same input against an explicit ``input_schema=`` (always the JSON-schema validator);
 * per call, a typed input (a pydantic model, a ``date``, an ``Annotated`` constraint, a
   list of models) when this tree has typed parameters;
-* a whole ``invoke`` with one model -> tool -> model cycle of the plain tool, median.
+* a whole ``invoke`` with one model -> tool -> model cycle of the plain tool, median;
+* cancel latency of an ``async def`` tool awaiting forever (grace period 60 s): from
+  ``cancel()`` to ``invoke()`` returning, which only the task's cancel makes short.
 
 Run it in two trees (``PYTHONPATH=<tree>``) to compare; interleave the runs on a loaded box.
 """
@@ -15,9 +17,11 @@ Run it in two trees (``PYTHONPATH=<tree>``) to compare; interleave the runs on a
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +29,7 @@ from typing import Annotated, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _common import report  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
 from agent_sync import Agent, UsageError, tool  # noqa: E402
@@ -58,9 +63,7 @@ class Leg(BaseModel):
 
 
 def _typed_tool() -> Any:
-    def book(
-        legs: list[Leg], seats: Annotated[int, Field(ge=1, le=9)], when: datetime.date
-    ) -> str:
+    def book(legs: list[Leg], seats: Annotated[int, Field(ge=1, le=9)], when: datetime.date) -> str:
         """Book legs."""
         return "ok"
 
@@ -100,6 +103,35 @@ def cycle_us(repeats: int) -> float:
     return statistics.median(samples) * 1e6
 
 
+def async_cancel_s() -> float:
+    """Seconds from ``cancel()`` to ``invoke()`` returning, for an async tool at its await."""
+    entered = threading.Event()
+    called: list[float] = []
+
+    async def forever(url: str) -> str:
+        entered.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    agent = Agent(
+        ScriptedModel([{"tool_calls": [{"name": "forever", "input": {"url": "u"}}]}]),
+        tools=[tool(forever)],
+        tool_grace_period=60,
+    )
+
+    def cancel() -> None:
+        entered.wait(30)
+        called.append(time.perf_counter())
+        agent.cancel("bench")
+
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    agent.invoke("go")
+    returned = time.perf_counter()
+    canceller.join()
+    return returned - called[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -120,6 +152,7 @@ def main() -> None:
     else:
         print("  typed (models, date, constraint)      not supported in this tree")
     print(f"== invoke with one tool cycle (plain tool), median: {cycle_us(300):8.1f} us")
+    report("== async tool cancel (grace 60 s)", [async_cancel_s() for _ in range(30)])
 
 
 if __name__ == "__main__":

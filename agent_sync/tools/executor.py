@@ -77,7 +77,12 @@ class ToolCall:
 
 
 class ToolBatch:
-    """Runs a batch of tool calls. Use :meth:`run` (yields events), then always :meth:`finish`."""
+    """Runs a batch of tool calls. Use :meth:`run` (yields events), then always :meth:`finish`.
+
+    Each call's input is parsed by its tool (``Tool.parse_input``: pydantic for a signature,
+    the JSON-schema validator for an explicit schema) and the function gets the parsed
+    arguments; every tool's context carries the run's ``deps``.
+    """
 
     def __init__(
         self,
