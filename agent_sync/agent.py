@@ -26,7 +26,7 @@ from .result import AgentResult
 from .retry import RetryPolicy
 from .run import CancelMode, Run, RunState
 from .run._approvals import check_decisions
-from .run._context import RunSettings
+from .run._context import RunSettings, checked_params, run_settings
 from .run._driver import RunDriver, release_surely
 from .run._durable import StoreLink, load_log
 from .run._handle import AgentStream, StepsRun
@@ -98,7 +98,9 @@ class Agent:
         tool_grace_period: Seconds a running tool gets to return after a cancel before it
             is abandoned (its late result is discarded).
         retry: The retry policy for model calls.
-        params: Extra model parameters sent with every request of this agent.
+        params: Extra model parameters sent with every request of this agent (e.g.
+            ``{"temperature": 0}``), merged over the model's own; ``invoke(...,
+            params=...)`` merges more over these for one call.
         cache: Prompt caching for every call (``"short"``, ``"long"`` or ``None``); see
             ``docs/caching.md``. ``invoke(..., cache=...)`` overrides it per call.
         hooks: Objects with any of ``before_model_call``, ``after_model_call``,
@@ -116,6 +118,8 @@ class Agent:
             decides who may use it.
         lease_s: Seconds a run stays claimed without a sign of life from its process
             (renewed every third of it); by default the store's ``lease_s``, else 30.
+        deps: What the tools of every run get as ``context.deps`` (a database session, a
+            client...), unless a call passes its own ``deps=``. Never stored with a run.
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -141,6 +145,7 @@ class Agent:
         store: RunStore | None = None,
         conversation_id: str | None = None,
         lease_s: float | None = None,
+        deps: Any = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise UsageError(f"model must have a stream(request, *, cancel) method, got {model!r}")
@@ -184,12 +189,13 @@ class Agent:
             max_tool_workers=max_tool_workers,
             tool_grace_period=tool_grace_period,
             retry=retry or RetryPolicy(),
-            params=dict(params or {}),
+            params=checked_params(params),
             cache=cache,
             hooks=tuple(hooks),
             trace_content=bool(trace_content),
             approval_timeout=approval_timeout,
             conversation_id=conversation_id,
+            deps=deps,
         )
         self._slot = RunSlot(self._checked_history(messages or []))
         if store is not None:
@@ -272,6 +278,8 @@ class Agent:
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
         cancel: CancelToken | None = None,
+        deps: Any = UNSET,
+        params: Mapping[str, Any] | None = None,
     ) -> AgentResult:
         """Run the loop to the end and return its result.
 
@@ -284,6 +292,9 @@ class Agent:
                 default the agent's ``cache``.
             cancel: A :class:`~agent_sync.CancelToken` the caller holds: cancelling it
                 cancels this run (and every other run it was passed to).
+            deps: The tools' ``context.deps`` for this run, instead of the agent's.
+            params: Model parameters for every model call of this run, merged over the
+                agent's ``params`` (``{"temperature": 0}``).
 
         Returns:
             The result; ``stop_reason == "cancelled"`` if ``cancel()``, the token or the
@@ -295,7 +306,11 @@ class Agent:
             ModelError: The model failed after retries; the history is left valid and ends
                 with the user's message.
         """
-        return _run_to_end(self._new_run(prompt, timeout, cache, cancel, emit_deltas=False))
+        return _run_to_end(
+            self._new_run(
+                prompt, timeout, cache, cancel, emit_deltas=False, deps=deps, params=params
+            )
+        )
 
     __call__ = invoke
 
@@ -306,6 +321,8 @@ class Agent:
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
         cancel: CancelToken | None = None,
+        deps: Any = UNSET,
+        params: Mapping[str, Any] | None = None,
     ) -> AgentStream:
         """Run the loop as a blocking iterator of :mod:`~agent_sync.events`.
 
@@ -315,7 +332,16 @@ class Agent:
         ``"stream closed"`` and leaves the history valid. Same arguments and errors as
         :meth:`invoke`; the last event is ``Done`` carrying the result.
         """
-        return self._open(prompt, timeout, cache, cancel, emit_deltas=True, face=AgentStream)
+        return self._open(
+            prompt,
+            timeout,
+            cache,
+            cancel,
+            emit_deltas=True,
+            face=AgentStream,
+            deps=deps,
+            params=params,
+        )
 
     def steps(
         self,
@@ -324,6 +350,8 @@ class Agent:
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
         cancel: CancelToken | None = None,
+        deps: Any = UNSET,
+        params: Mapping[str, Any] | None = None,
     ) -> Run:
         """Run the loop one step at a time: a :class:`~agent_sync.run.Run` to iterate.
 
@@ -341,7 +369,16 @@ class Agent:
         The agent is taken at once, as for :meth:`stream`; same arguments and errors as
         :meth:`invoke` (a model error is raised from the iteration).
         """
-        return self._open(prompt, timeout, cache, cancel, emit_deltas=False, face=StepsRun)
+        return self._open(
+            prompt,
+            timeout,
+            cache,
+            cancel,
+            emit_deltas=False,
+            face=StepsRun,
+            deps=deps,
+            params=params,
+        )
 
     def resume(
         self,
@@ -350,6 +387,8 @@ class Agent:
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
         cancel: CancelToken | None = None,
+        deps: Any = UNSET,
+        params: Mapping[str, Any] | None = None,
     ) -> AgentResult:
         """Answer every pending approval request and go on with the paused run.
 
@@ -362,7 +401,9 @@ class Agent:
                 ``Approve(input=None, data=None)`` or ``Deny(reason="", data=None)``,
                 for every pending request (expired ones are answered
                 ``Deny("approval expired")`` whatever is sent).
-            timeout, cache, cancel: As for :meth:`invoke`.
+            timeout, cache, cancel, params: As for :meth:`invoke`.
+            deps: As for :meth:`invoke`. ``deps`` are never stored with a paused run (they
+                are this process's objects): a resume gets these, else the agent's.
 
         Returns:
             The result, as :meth:`invoke` returns it.
@@ -376,7 +417,16 @@ class Agent:
         """
         paused, checked = self._checked_resume(decisions)
         return _run_to_end(
-            self._new_run(None, timeout, cache, cancel, emit_deltas=False, resume=(paused, checked))
+            self._new_run(
+                None,
+                timeout,
+                cache,
+                cancel,
+                emit_deltas=False,
+                resume=(paused, checked),
+                deps=deps,
+                params=params,
+            )
         )
 
     def resume_stream(
@@ -386,6 +436,8 @@ class Agent:
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
         cancel: CancelToken | None = None,
+        deps: Any = UNSET,
+        params: Mapping[str, Any] | None = None,
     ) -> AgentStream:
         """:meth:`resume` as a blocking iterator of :mod:`~agent_sync.events`, as
         :meth:`stream` is to :meth:`invoke`.
@@ -403,6 +455,8 @@ class Agent:
             emit_deltas=True,
             face=AgentStream,
             resume=(paused, checked),
+            deps=deps,
+            params=params,
         )
 
     def _checked_resume(
@@ -506,13 +560,22 @@ class Agent:
         emit_deltas: bool,
         face: Callable[[RunDriver], _Face],
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
+        deps: Any = UNSET,
+        params: Mapping[str, Any] | None = None,
     ) -> _Face:
         """Start a run that the caller drives, and return ``face(driver)``, its owning handle.
 
         The handle is made inside the ``try``: a Ctrl-C before it exists releases the agent.
         """
         driver = self._new_run(
-            prompt, timeout, cache, token, emit_deltas=emit_deltas, resume=resume
+            prompt,
+            timeout,
+            cache,
+            token,
+            emit_deltas=emit_deltas,
+            resume=resume,
+            deps=deps,
+            params=params,
         )
         try:
             driver.start()
@@ -530,6 +593,8 @@ class Agent:
         *,
         emit_deltas: bool,
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
+        deps: Any = UNSET,
+        params: Mapping[str, Any] | None = None,
     ) -> RunDriver:
         if isinstance(cache, _Unset):
             cache = self._settings.cache
@@ -539,7 +604,11 @@ class Agent:
         return RunDriver(
             agent=self,
             slot=self._slot,
-            settings=self._settings,
+            settings=run_settings(
+                self._settings,
+                params=params,
+                deps=self._settings.deps if isinstance(deps, _Unset) else deps,
+            ),
             prompt=prompt,
             timeout=timeout,
             cache=cache,

@@ -13,11 +13,12 @@ stored), so a reader sees one value or the next, never a torn one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .._decisions import ApprovalRequest, Approve, Deny
+from ..errors import UsageError
 from ..messages import Message, ToolSpec, ToolUse, Usage
 from ..models.base import CacheMode, Model
 from ..result import AgentMetrics, AgentResult
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from ..cancel import CancelScope
     from ._hooks import HookRunner
 
-__all__ = ["RunContext", "RunSettings"]
+__all__ = ["RunContext", "RunSettings", "checked_params", "run_settings"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +54,33 @@ class RunSettings:
     trace_content: bool = False
     conversation_id: str | None = None
     approval_timeout: float | None = None
+    deps: Any = None  # the run's ToolContext.deps (process-local: never in a RunState)
+
+
+def checked_params(params: object) -> dict[str, Any]:
+    """A copy of model ``params`` (a mapping of names to values; ``None``: none).
+
+    Raises:
+        UsageError: ``params`` is not a mapping with str keys.
+    """
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
+        raise UsageError(
+            f"params must be a dict of model parameters, e.g. {{'temperature': 0}}, got "
+            f"{type(params).__name__}"
+        )
+    return dict(params)
+
+
+def run_settings(
+    settings: RunSettings, *, params: Mapping[str, Any] | None, deps: Any
+) -> RunSettings:
+    """The settings of one run: the agent's, with a call's ``deps`` and its ``params``
+    merged over the agent's (for every model call of the run)."""
+    if params is None and deps is settings.deps:
+        return settings
+    return replace(settings, params={**settings.params, **checked_params(params)}, deps=deps)
 
 
 class RunContext:

@@ -234,6 +234,7 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         available=sorted(settings.tools),
         max_workers=settings.max_tool_workers if settings.tool_executor == "concurrent" else 1,
         grace_period=settings.tool_grace_period,
+        deps=settings.deps,
     )
     results: list[ToolResult] = []
     injected: list[ContentBlock] = []
@@ -323,7 +324,9 @@ def _awaiting_approval(ctx: RunContext, assistant: Message) -> bool:
         tool = ctx.settings.tools.get(tool_use["name"])
         if tool is None or tool.requires_approval is False:
             continue
-        context = ToolContext(tool_use=tool_use, agent=ctx.agent, _scope=ctx.scope)
+        context: ToolContext[Any] = ToolContext(
+            tool_use=tool_use, agent=ctx.agent, _scope=ctx.scope, deps=ctx.settings.deps
+        )
         try:
             gated = tool.needs_approval(tool_use, context)
         except Exception:  # fail closed: a gate that cannot decide asks a human

@@ -79,7 +79,12 @@ class ToolCall:
 
 
 class ToolBatch:
-    """Runs a batch of tool calls. Use :meth:`run` (yields events), then always :meth:`finish`."""
+    """Runs a batch of tool calls. Use :meth:`run` (yields events), then always :meth:`finish`.
+
+    Each call's input is parsed by its tool (``Tool.parse_input``: pydantic for a signature,
+    the JSON-schema validator for an explicit schema) and the function gets the parsed
+    arguments; every tool's context carries the run's ``deps``.
+    """
 
     def __init__(
         self,
@@ -91,8 +96,10 @@ class ToolBatch:
         run_id: str = "",
         max_workers: int,
         grace_period: float,
+        deps: Any = None,
     ) -> None:
         self._calls = list(calls)
+        self._deps = deps
         self._scope = scope
         self._agent = agent
         self._run_id = run_id
@@ -262,18 +269,22 @@ class ToolBatch:
                 tool_use_id, f"Unknown tool {name!r}. Available tools: {self._available}."
             )
         tool_input = tool_use["input"] if call.input is None else call.input
-        problems = call.tool.validate_input(tool_input)
-        if problems:
+        arguments, problems = call.tool.parse_input(tool_input)
+        if arguments is None:
             return error_result(
                 tool_use_id, f"Invalid input for tool {name!r}: " + "; ".join(problems)
             )
         if call.input is not None:  # the tool sees the input it runs with
             tool_use = {"toolUseId": tool_use_id, "name": name, "input": tool_input}
-        context = ToolContext(
-            tool_use=tool_use, agent=self._agent, _scope=self._scope, decision=call.decision
+        context: ToolContext[Any] = ToolContext(
+            tool_use=tool_use,
+            agent=self._agent,
+            _scope=self._scope,
+            decision=call.decision,
+            deps=self._deps,
         )
         try:
-            value = call.tool.run(tool_input, context)
+            value = call.tool.call_with(arguments, context)
         except CancelledError:
             return error_result(tool_use_id, CANCELLED_TEXT)
         except BaseException as exc:  # the worker must always report, whatever the tool raised

@@ -1,65 +1,24 @@
-"""JSON schemas from Python signatures and Google-style docstrings.
+"""A tool's explicit ``input_schema=``, and the descriptions in Google-style docstrings.
 
-Supported annotations: ``str``, ``int``, ``float``, ``bool``, ``list[X]``/``tuple[X, ...]``,
-``dict``/``dict[str, X]``, ``Optional[X]``/``X | None``, ``Literal[...]``, ``Any``, and
-plain ``list``/``dict``. Parameters with defaults are optional. The model's input is checked
-against the schema by the one validator, :mod:`agent_sync._jsonschema`.
+A schema the user writes is checked with the one JSON-schema validator,
+:mod:`agent_sync._jsonschema` (every keyword), and must describe an object the function can
+be called with; the model's input is checked against it and passed to the function as it is.
+(A schema from the signature is pydantic's: :mod:`._signature`.)
 """
 
 from __future__ import annotations
 
 import inspect
-import math
+import json
 import re
-import types
 from collections.abc import Callable
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any
 
+from .._jsonschema import compile_schema, problems
 from ..errors import UsageError
+from ._problems import json_type
 
-__all__ = ["check_explicit_schema", "input_schema", "parse_docstring", "schema_for"]
-
-_SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
-
-
-def schema_for(annotation: Any, where: str) -> dict[str, Any]:
-    """JSON schema of one annotation.
-
-    Raises:
-        UsageError: The annotation is not in the supported subset.
-    """
-    if annotation is inspect.Parameter.empty or annotation is Any:
-        return {}
-    if annotation in _SIMPLE:
-        return {"type": _SIMPLE[annotation]}
-    if annotation is list or annotation is tuple:
-        return {"type": "array"}
-    if annotation is dict:
-        return {"type": "object"}
-    origin = get_origin(annotation)
-    args = get_args(annotation)
-    if origin is Literal:
-        return {"enum": list(args)}
-    if origin in (list, tuple):
-        homogeneous = origin is list or (len(args) == 2 and args[1] is Ellipsis)
-        if not args or not homogeneous:
-            return {"type": "array"}
-        return {"type": "array", "items": schema_for(args[0], where)}
-    if origin is dict:
-        schema: dict[str, Any] = {"type": "object"}
-        if len(args) == 2 and args[1] is not Any:
-            schema["additionalProperties"] = schema_for(args[1], where)
-        return schema
-    if origin is Union or isinstance(annotation, types.UnionType):
-        members = [a for a in args if a is not type(None)]
-        nullable = len(members) != len(args)
-        if len(members) == 1:
-            inner = schema_for(members[0], where)
-        else:
-            inner = {"anyOf": [schema_for(m, where) for m in members]}
-        return {"anyOf": [inner, {"type": "null"}]} if nullable else inner
-    raise UsageError(f"{where}: unsupported type annotation {annotation!r} for a tool parameter")
-
+__all__ = ["SchemaArguments", "check_explicit_schema", "parse_docstring"]
 
 _SECTION = re.compile(
     r"^\s*(Args|Arguments|Parameters|Returns|Raises|Yields|Example|Examples|Note|Notes):\s*$"
@@ -94,39 +53,6 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return "\n".join(description).strip(), params
 
 
-def input_schema(
-    fn: Callable[..., Any], hints: dict[str, Any], skip: set[str], docs: dict[str, str]
-) -> dict[str, Any]:
-    """The arguments-object schema of ``fn``, leaving out parameters named in ``skip``."""
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for name, param in inspect.signature(fn).parameters.items():
-        if name in skip:
-            continue
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise UsageError(f"tool {fn.__name__}: *args/**kwargs parameters are not supported")
-        prop = schema_for(
-            hints.get(name, param.annotation), f"tool {fn.__name__}, parameter {name}"
-        )
-        if name in docs:
-            prop = {**prop, "description": docs[name]}
-        if param.default is param.empty:
-            required.append(name)
-        elif _json_safe(param.default):
-            prop = {**prop, "default": param.default}
-        properties[name] = prop
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = required
-    return schema
-
-
-def _json_safe(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)  # NaN and infinities are not JSON
-    return value is None or isinstance(value, (str, int, bool))
-
-
 def check_explicit_schema(
     fn: Callable[..., Any], schema: dict[str, Any], skip: set[str], where: str
 ) -> None:
@@ -159,3 +85,46 @@ def check_explicit_schema(
             f"{where}: {', '.join(loose)} has no default in {fn.__name__}(), so the schema "
             'must list it under "required"'
         )
+
+
+class SchemaArguments:
+    """The arguments object of a function, as an explicit JSON schema describes it.
+
+    Attributes:
+        schema: The schema (a plain-JSON copy: the tool's own).
+    """
+
+    def __init__(
+        self, fn: Callable[..., Any], schema: dict[str, Any], skip: set[str], where: str
+    ) -> None:
+        compile_schema(schema, where)  # a valid schema first, then its shape
+        check_explicit_schema(fn, schema, skip, where)
+        self.schema: dict[str, Any] = json.loads(json.dumps(schema))
+        self._validator = compile_schema(self.schema, where)
+        self._accepts = _parameter_names(fn, skip)
+
+    def parse(self, tool_input: Any) -> tuple[dict[str, Any] | None, list[str]]:
+        """The keyword arguments (the input as it is), or ``None`` and the problems, each
+        naming its field (``input.city: expected string, got integer``)."""
+        found = problems(self._validator, tool_input, "input")
+        if not isinstance(tool_input, dict):
+            return None, found or [f"input: expected object, got {json_type(tool_input)}"]
+        if self._accepts is not None:
+            expected = ", ".join(sorted(self._accepts)) or "none"
+            found += [
+                f"input: unknown parameter {name!r} (expected: {expected})"
+                for name in tool_input
+                if name not in self._accepts
+            ]
+        return (None, found) if found else (dict(tool_input), [])
+
+
+def _parameter_names(fn: Callable[..., Any], skip: set[str]) -> frozenset[str] | None:
+    """The keyword names ``fn`` takes (``None``: any, it has ``**kwargs``)."""
+    names: set[str] = set()
+    for name, param in inspect.signature(fn).parameters.items():
+        if param.kind is param.VAR_KEYWORD:
+            return None
+        if name not in skip:
+            names.add(name)
+    return frozenset(names)

@@ -13,7 +13,7 @@ import copy
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._decisions import Approve
 from ..cancel import CancelScope
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     import threading
 
 __all__ = ["ToolContext"]
+
+DepsT = TypeVar("DepsT")
 
 
 class _RunBoundAgent:
@@ -94,8 +96,9 @@ class _RunBoundAgent:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolContext:
-    """Passed to a tool that declares a parameter annotated ``ToolContext``.
+class ToolContext(Generic[DepsT]):
+    """Passed to a tool that declares a parameter annotated ``ToolContext`` (or
+    ``ToolContext[Deps]``, typing :attr:`deps`); that parameter is hidden from the model.
 
     A long tool should check :attr:`cancelled` (or sleep with :meth:`wait`) so that
     ``agent.cancel()`` stops it promptly; a tool that does not is given a grace period,
@@ -125,6 +128,13 @@ class ToolContext:
     decision: Approve | None = None
     """For a call that waited for approval: the ``Approve`` it got (``data`` holds the
     decision's extra fields); ``None`` otherwise."""
+    deps: DepsT = None  # type: ignore[assignment]
+    """The run's dependencies: ``deps=`` of the call (``invoke``, ``stream``, ``steps``,
+    ``resume``...), else of the ``Agent``; ``None`` if neither gave any. Whatever the
+    application's tools need (a database session, an HTTP client, the current user): one
+    object, passed as it is and shared by the run's tools (concurrent tools use it from
+    several threads at once). Never stored: a run resumed in another process gets that
+    process's ``deps``."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, _RunBoundAgent):

@@ -5,23 +5,23 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import typing
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeAlias, TypeVar, Union, overload
 
 from .._jsonschema import Schema, compile_schema, problems
 from ..errors import ToolError, UsageError
 from ..messages import ToolSpec, ToolUse
 from ._async import run_coroutine
-from ._schema import check_explicit_schema, parse_docstring
-from ._schema import input_schema as signature_schema
+from ._schema import SchemaArguments, parse_docstring
+from ._signature import SignatureArguments, is_context_type, type_hints
 from .context import ToolContext
 
 __all__ = ["Tool", "tool"]
 
 R = TypeVar("R")
 
-ApprovalGate: TypeAlias = Union[bool, Callable[[ToolUse, ToolContext], bool]]
+ApprovalGate: TypeAlias = Union[bool, Callable[[ToolUse, ToolContext[Any]], bool]]
 """``requires_approval``: ``True`` gates every call; a callable ``(tool_use, context) ->
 bool`` gates the calls it returns true for (``tool_use`` is the ``ToolUse`` body)."""
 
@@ -37,16 +37,22 @@ class Tool(Generic[R]):
     Attributes:
         name: Name the model calls it by.
         description: What it does, from the docstring unless overridden.
-        input_schema: JSON schema of the arguments object: from the signature, or the
-            ``input_schema=`` given.
+        input_schema: JSON schema of the arguments object: pydantic's, from the signature's
+            types, or the ``input_schema=`` given.
         context_param: Name of the parameter that receives the :class:`ToolContext`, if any.
         requires_approval: Whether (or for which inputs) a call waits for a human decision.
         decision_schema: JSON schema of the extra fields a decision carries
             (``Approve(data=...)``), checked like tool input; ``None`` for none.
 
-    Every schema is checked with ``jsonschema`` (Draft 2020-12, every keyword), and a
-    schema that is itself invalid is a :class:`~agent_sync.errors.UsageError` here, when
-    the tool is built.
+    ``namespace``: names to resolve string annotations with (``from __future__ import
+    annotations``) besides the function's module; by default the local names of the code
+    that made the tool, so a model class local to a test function works.
+
+    From the signature, pydantic makes the schema and validates the model's input against
+    it (strictly, as JSON), and the function gets real objects. A schema you give
+    (``input_schema=``, ``decision_schema=``) is checked with ``jsonschema`` (Draft 2020-12,
+    every keyword), and a schema that is itself invalid is a
+    :class:`~agent_sync.errors.UsageError` here, when the tool is built.
     """
 
     def __init__(
@@ -58,7 +64,10 @@ class Tool(Generic[R]):
         requires_approval: ApprovalGate = False,
         decision_schema: dict[str, Any] | None = None,
         input_schema: dict[str, Any] | None = None,
+        namespace: Mapping[str, Any] | None = None,
     ) -> None:
+        if namespace is None:  # made by the caller's code: its local names count
+            namespace = sys._getframe(1).f_locals
         if _is_async_generator(fn):
             raise UsageError(
                 f"tool {getattr(fn, '__name__', fn)!r} is an async generator function: a tool "
@@ -74,26 +83,20 @@ class Tool(Generic[R]):
             or not all(c.isalnum() or c in "_-" for c in self.name)
         ):
             raise UsageError(f"tool name {self.name!r} is invalid: use {_NAME_RULE}")
-        try:
-            hints = typing.get_type_hints(fn)
-        except Exception as exc:  # unresolvable forward references
-            raise UsageError(f"tool {self.name}: cannot resolve type hints ({exc})") from exc
+        hints = type_hints(fn, f"tool {self.name}", namespace)
         self.context_param = next(
-            (p for p, hint in hints.items() if hint is ToolContext and p != "return"), None
+            (p for p, hint in hints.items() if p != "return" and is_context_type(hint)), None
         )
         summary, param_docs = parse_docstring(fn.__doc__)
         self.description = description or summary or self.name
         skip = {self.context_param} if self.context_param else set()
+        self._arguments: SignatureArguments | SchemaArguments
         if input_schema is None:
-            self.input_schema = signature_schema(fn, hints, skip, param_docs)
-            where = f"tool {self.name}: input"
+            self._arguments = SignatureArguments(fn, hints, skip, param_docs, f"tool {self.name}")
         else:
             where = f"tool {self.name}: input_schema"
-            compile_schema(input_schema, where)  # a valid schema first, then its shape
-            check_explicit_schema(fn, input_schema, skip, where)
-            self.input_schema = json.loads(json.dumps(input_schema))  # ours, plain JSON
-        self._input_validator = compile_schema(self.input_schema, where)
-        self._accepts = _parameter_names(fn, skip)
+            self._arguments = SchemaArguments(fn, input_schema, skip, where)
+        self.input_schema: dict[str, Any] = self._arguments.schema
         if not (isinstance(requires_approval, bool) or callable(requires_approval)):
             raise UsageError(
                 f"tool {self.name}: requires_approval must be a bool or a callable "
@@ -117,21 +120,20 @@ class Tool(Generic[R]):
             "inputSchema": {"json": self.input_schema},
         }
 
-    def validate_input(self, tool_input: Any) -> list[str]:
-        """Problems with ``tool_input`` against the schema, in words the model can act on.
+    def parse_input(self, tool_input: Any) -> tuple[dict[str, Any] | None, list[str]]:
+        """The keyword arguments the function is called with, or ``None`` and the problems.
 
-        Each names its field (``input.city: expected string, got integer``); a parameter
-        the function does not take is one too.
+        From the signature, pydantic validates the input and the arguments are real
+        objects (a model instance, a ``datetime.date``); with an explicit
+        ``input_schema=``, the input is checked against it and passed as it is. Each
+        problem names its field (``input.city: expected string, got integer``); a
+        parameter the function does not take is one too.
         """
-        found = problems(self._input_validator, tool_input, "input")
-        if isinstance(tool_input, dict) and self._accepts is not None:
-            expected = ", ".join(sorted(self._accepts)) or "none"
-            found += [
-                f"input: unknown parameter {name!r} (expected: {expected})"
-                for name in tool_input
-                if name not in self._accepts
-            ]
-        return found
+        return self._arguments.parse(tool_input)
+
+    def validate_input(self, tool_input: Any) -> list[str]:
+        """Problems with ``tool_input``, in words the model can act on (``[]``: valid)."""
+        return self._arguments.parse(tool_input)[1]
 
     def validate_decision_data(self, data: Any, schema: dict[str, Any] | None = None) -> list[str]:
         """Problems with a decision's ``data`` against ``schema`` (default: the tool's
@@ -142,16 +144,28 @@ class Tool(Generic[R]):
             validator = compile_schema(schema, f"tool {self.name}: stored decision schema")
         return [] if validator is None else problems(validator, data, "data")
 
-    def needs_approval(self, tool_use: ToolUse, context: ToolContext) -> bool:
+    def needs_approval(self, tool_use: ToolUse, context: ToolContext[Any]) -> bool:
         """Whether this call waits for a decision (the gate callable, if any, decides)."""
         gate = self.requires_approval
         if isinstance(gate, bool):
             return gate
         return bool(gate(tool_use, context))
 
-    def run(self, tool_input: dict[str, Any], context: ToolContext) -> R:
-        """Call the function with validated input, injecting ``context`` if it asks for it."""
-        kwargs = dict(tool_input)
+    def run(self, tool_input: dict[str, Any], context: ToolContext[Any]) -> R:
+        """Validate ``tool_input``, then call the function with it (see :meth:`call_with`).
+
+        Raises:
+            ToolError: The input is invalid (the problems, each naming its field).
+        """
+        arguments, found = self.parse_input(tool_input)
+        if arguments is None:
+            raise ToolError(f"invalid input for tool {self.name}: " + "; ".join(found))
+        return self.call_with(arguments, context)
+
+    def call_with(self, arguments: dict[str, Any], context: ToolContext[Any]) -> R:
+        """Call the function with arguments from :meth:`parse_input`, injecting ``context``
+        if it asks for it; a coroutine is run to its end (cancelled with the run)."""
+        kwargs = dict(arguments)
         if self.context_param:
             kwargs[self.context_param] = context
         value = self.fn(**kwargs)
@@ -199,10 +213,14 @@ def tool(
     """Make a function a tool: ``@tool`` or ``@tool(name=..., description=...)``.
 
     The description is the docstring's text before its sections; each parameter's
-    description comes from the ``Args:`` section; types come from the annotations
-    (``str``, ``int``, ``float``, ``bool``, ``list[...]``, ``dict``, ``Optional``,
-    ``Literal``); parameters with defaults are optional. A parameter annotated
-    :class:`ToolContext` receives the context and is hidden from the model.
+    description comes from ``Annotated[..., Field(description=...)]`` or the ``Args:``
+    section; types come from the annotations: anything pydantic validates (``str``,
+    ``int``, ``list[...]``, ``Optional``, ``Literal``, models, dataclasses, ``TypedDict``,
+    ``Enum``, ``datetime``, ``UUID``, ``Decimal``, ``Annotated[..., Field(ge=1)]``...).
+    The schema is pydantic's, the model's input is validated by pydantic and the function
+    is called with real objects; parameters with defaults are optional. A parameter
+    annotated :class:`ToolContext` (or ``ToolContext[Deps]``) receives the context and is
+    hidden from the model.
 
     Example::
 
@@ -225,11 +243,13 @@ def tool(
     function is called with it as keyword arguments.
 
     Raises:
-        UsageError: An unsupported annotation, ``*args``, an invalid name, an async
-            generator function, a ``decision_schema`` or ``input_schema`` that is not a valid JSON
-            schema, or an ``input_schema`` the function cannot be called with.
+        UsageError: A type pydantic cannot validate, ``*args``, a positional-only
+            parameter, an invalid name, an async generator function, a
+            ``decision_schema`` or ``input_schema`` that is not a valid JSON schema, or an
+            ``input_schema`` the function cannot be called with.
     """
     options: dict[str, Any] = {
+        "namespace": sys._getframe(1).f_locals,  # a type local to the caller's function
         "name": name,
         "description": description,
         "requires_approval": requires_approval,
@@ -247,14 +267,3 @@ def _is_async_generator(fn: object) -> bool:
     """An async generator function, or an object whose ``__call__`` is one."""
     call = getattr(fn, "__call__", None)  # noqa: B004 - the bound __call__, not callable()
     return any(inspect.isasyncgenfunction(f) for f in (fn, call) if f is not None)
-
-
-def _parameter_names(fn: Callable[..., Any], skip: set[str]) -> frozenset[str] | None:
-    """The keyword names ``fn`` takes (``None``: any, it has ``**kwargs``)."""
-    names: set[str] = set()
-    for name, param in inspect.signature(fn).parameters.items():
-        if param.kind is param.VAR_KEYWORD:
-            return None
-        if name not in skip:
-            names.add(name)
-    return frozenset(names)

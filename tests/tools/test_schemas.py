@@ -119,7 +119,10 @@ def test_an_unusable_input_schema_is_refused_when_the_tool_is_built(
     assert message in str(raised.value)
 
 
-def test_signature_tools_go_through_the_same_validator() -> None:
+def test_signature_tools_problems_are_worded_as_the_schema_validators() -> None:
+    """pydantic checks a signature tool's input (tests/tools/test_typed_params.py); its
+    problems read as those of an explicit schema, so the model sees one style."""
+
     @tool
     def add(numbers: list[int], label: str | None = None) -> str:
         """Add numbers."""
@@ -127,8 +130,8 @@ def test_signature_tools_go_through_the_same_validator() -> None:
 
     assert add.validate_input({"numbers": [1, 2]}) == []
     assert add.validate_input({"numbers": [1, "2"], "label": 3, "x": 1}) == [
-        "input.label: expected string or null, got integer",
         "input.numbers[1]: expected integer, got string",
+        "input.label: expected string, got integer",
         "input: unknown parameter 'x' (expected: label, numbers)",
     ]
 
@@ -183,3 +186,53 @@ def test_a_default_that_is_not_json_is_left_out_of_the_schema() -> None:
         "limit": {"type": "number"},
         "n": {"type": "integer", "default": 2},
     }
+
+
+KEYWORDS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "n": {"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.5},
+        "code": {"type": "string", "maxLength": 3, "enum": ["A", "BB", "CCC"]},
+        "tags": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"const": "x"}},
+        "mail": {"type": "string", "format": "email"},
+        "id": {"type": "string", "format": "uuid"},
+        "ip": {"type": "string", "format": "ipv4"},
+        "kind": {"not": {"const": "bad"}, "allOf": [{"type": "string"}]},
+        "card": {"type": "string"},
+        "cvc": {"type": "string"},
+    },
+    "required": ["n"],
+    "dependentRequired": {"card": ["cvc"]},
+    "if": {"properties": {"kind": {"const": "vip"}}, "required": ["kind"]},
+    "then": {"required": ["code"]},
+}
+
+
+def _any(**kwargs: Any) -> str:
+    return "ok"
+
+
+@pytest.mark.parametrize(
+    ("tool_input", "problem"),
+    [
+        ({"n": 0}, "input.n: 0 is less than or equal to the minimum of 0"),
+        ({"n": 0.3}, "input.n: 0.3 is not a multiple of 0.5"),
+        ({"n": 1, "code": "DDDD"}, "input.code: 'DDDD' is not one of 'A', 'BB', 'CCC'"),
+        ({"n": 1, "tags": []}, "input.tags: [] should be non-empty"),
+        ({"n": 1, "tags": ["x", "x"]}, "input.tags: ['x', 'x'] has non-unique elements"),
+        ({"n": 1, "tags": ["y"]}, "input.tags[0]: 'x' was expected"),
+        ({"n": 1, "mail": "nobody"}, "input.mail: 'nobody' is not a 'email'"),
+        ({"n": 1, "id": "nope"}, "input.id: 'nope' is not a 'uuid'"),
+        ({"n": 1, "ip": "1.2.3"}, "input.ip: '1.2.3' is not a 'ipv4'"),
+        ({"n": 1, "kind": "bad"}, "input.kind: 'bad' should not be valid under {'const': 'bad'}"),
+        ({"n": 1, "card": "4111"}, "input: 'cvc' is a dependency of 'card'"),
+        ({"n": 1, "kind": "vip"}, "input: missing required parameter 'code'"),
+    ],
+)
+def test_every_keyword_of_an_explicit_input_schema_is_enforced(
+    tool_input: dict[str, Any], problem: str
+) -> None:
+    made = tool(name="pay", input_schema=KEYWORDS)(_any)
+    assert problem in made.validate_input(tool_input)
+    good = {"n": 1.5, "code": "BB", "tags": ["x"], "mail": "a@b.c", "kind": "vip"}
+    assert made.parse_input(good) == (good, [])  # passed as it is: no conversion
