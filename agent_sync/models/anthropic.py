@@ -50,6 +50,7 @@ from ._abort.httpx import AbortSlot, bound, current, is_abortable
 from ._anthropic_errors import PROVIDER, error_event, mapped_errors, rejects_cache
 from ._anthropic_format import EventTranslator, build_body, message_events
 from ._anthropic_http import DEFAULT_TIMEOUT, abortable_http_client
+from ._output import thinking_on, with_output_tool
 from ._wire import CacheRejection, shorten
 from .base import CacheMode, ModelRequest
 
@@ -252,6 +253,9 @@ class AnthropicModel:
     def _build(
         self, request: ModelRequest, cache: CacheMode | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
+        if request.output is not None:  # structured output: the forced output tool
+            thinking = thinking_on({**self.params, **request.params})
+            request = with_output_tool(request, force=not thinking)
         return build_body(
             request,
             model_id=self.model_id,
