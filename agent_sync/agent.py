@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar, Union
 
@@ -24,6 +25,7 @@ from .errors import ConcurrentInvocationError, PendingApprovalError, RunConflict
 from .events import AgentEvent
 from .messages import CANCELLED_TEXT, ContentBlock, Message
 from .models.base import CacheMode, Model
+from .output._checks import checked_output_retries, checked_output_type
 from .result import AgentResult
 from .retry import RetryPolicy
 from .run import CancelMode, Run, RunSnapshot, RunState
@@ -125,6 +127,11 @@ class Agent:
             decides who may use it.
         lease_s: Seconds a run stays claimed without a sign of life from its process
             (renewed every third of it); by default the store's ``lease_s``, else 30.
+        output_type: The type of a structured answer for every call (a pydantic model, a
+            dataclass, a TypedDict, ``list[...]``/scalars, or a JSON-schema dict):
+            ``result.output`` is the validated answer. See ``docs/output.md``.
+        output_retries: How many times an invalid answer is sent back to the model with
+            its problems before :class:`~agent_sync.errors.OutputValidationError`.
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -150,6 +157,8 @@ class Agent:
         store: RunStore | None = None,
         conversation_id: str | None = None,
         lease_s: float | None = None,
+        output_type: object = None,
+        output_retries: int = 2,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise UsageError(f"model must have a stream(request, *, cancel) method, got {model!r}")
@@ -199,6 +208,8 @@ class Agent:
             trace_content=bool(trace_content),
             approval_timeout=approval_timeout,
             conversation_id=conversation_id,
+            output=checked_output_type(output_type),
+            output_retries=checked_output_retries(output_retries),
         )
         self._slot = RunSlot(self._checked_history(messages or []))
         if store is not None:
@@ -289,6 +300,7 @@ class Agent:
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
         cancel: CancelToken | None = None,
+        output_type: object = UNSET,
     ) -> AgentResult:
         """Run the loop to the end and return its result.
 
@@ -301,6 +313,9 @@ class Agent:
                 default the agent's ``cache``.
             cancel: A :class:`~agent_sync.CancelToken` the caller holds: cancelling it
                 cancels this run (and every other run it was passed to).
+            output_type: The structured answer's type for this call (see ``Agent``);
+                ``None`` for free text; by default the agent's. ``result.output`` holds
+                the validated answer.
 
         Returns:
             The result; ``stop_reason == "cancelled"`` if ``cancel()``, the token or the
@@ -311,8 +326,14 @@ class Agent:
             UsageError: An invalid prompt.
             ModelError: The model failed after retries; the history is left valid and ends
                 with the user's message.
+            OutputValidationError: With an output type, the answer was still invalid after
+                ``output_retries`` re-asks; the history is valid, the agent reusable.
         """
-        return _run_to_end(self._new_run(prompt, timeout, cache, cancel, emit_deltas=False))
+        return _run_to_end(
+            self._new_run(
+                prompt, timeout, cache, cancel, emit_deltas=False, output_type=output_type
+            )
+        )
 
     __call__ = invoke
 
@@ -323,6 +344,7 @@ class Agent:
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
         cancel: CancelToken | None = None,
+        output_type: object = UNSET,
     ) -> AgentStream:
         """Run the loop as a blocking iterator of :mod:`~agent_sync.events`.
 
@@ -332,7 +354,15 @@ class Agent:
         ``"stream closed"`` and leaves the history valid. Same arguments and errors as
         :meth:`invoke`; the last event is ``Done`` carrying the result.
         """
-        return self._open(prompt, timeout, cache, cancel, emit_deltas=True, face=AgentStream)
+        return self._open(
+            prompt,
+            timeout,
+            cache,
+            cancel,
+            emit_deltas=True,
+            face=AgentStream,
+            output_type=output_type,
+        )
 
     def steps(
         self,
@@ -341,6 +371,7 @@ class Agent:
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
         cancel: CancelToken | None = None,
+        output_type: object = UNSET,
     ) -> Run:
         """Run the loop one step at a time: a :class:`~agent_sync.run.Run` to iterate.
 
@@ -358,7 +389,15 @@ class Agent:
         The agent is taken at once, as for :meth:`stream`; same arguments and errors as
         :meth:`invoke` (a model error is raised from the iteration).
         """
-        return self._open(prompt, timeout, cache, cancel, emit_deltas=False, face=_owner_handle)
+        return self._open(
+            prompt,
+            timeout,
+            cache,
+            cancel,
+            emit_deltas=False,
+            face=_owner_handle,
+            output_type=output_type,
+        )
 
     def resume(
         self,
@@ -367,6 +406,7 @@ class Agent:
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
         cancel: CancelToken | None = None,
+        output_type: object = UNSET,
     ) -> AgentResult:
         """Answer every pending approval request and go on with the paused run.
 
@@ -393,7 +433,15 @@ class Agent:
         """
         paused, checked = self._checked_resume(decisions)
         return _run_to_end(
-            self._new_run(None, timeout, cache, cancel, emit_deltas=False, resume=(paused, checked))
+            self._new_run(
+                None,
+                timeout,
+                cache,
+                cancel,
+                emit_deltas=False,
+                resume=(paused, checked),
+                output_type=output_type,
+            )
         )
 
     def resume_stream(
@@ -403,6 +451,7 @@ class Agent:
         timeout: float | None = None,
         cache: CacheMode | None | _Unset = UNSET,
         cancel: CancelToken | None = None,
+        output_type: object = UNSET,
     ) -> AgentStream:
         """:meth:`resume` as a blocking iterator of :mod:`~agent_sync.events`, as
         :meth:`stream` is to :meth:`invoke`.
@@ -420,6 +469,7 @@ class Agent:
             emit_deltas=True,
             face=AgentStream,
             resume=(paused, checked),
+            output_type=output_type,
         )
 
     def _checked_resume(
@@ -540,12 +590,21 @@ class Agent:
         emit_deltas: bool,
         face: Callable[[RunDriver], _Face],
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
+        output_type: object = UNSET,
     ) -> _Face:
         """Start a run that the caller drives, and return ``face(run)``, its public view.
 
         The view is made inside the ``try``: a Ctrl-C before it exists releases the agent.
         """
-        run = self._new_run(prompt, timeout, cache, token, emit_deltas=emit_deltas, resume=resume)
+        run = self._new_run(
+            prompt,
+            timeout,
+            cache,
+            token,
+            emit_deltas=emit_deltas,
+            resume=resume,
+            output_type=output_type,
+        )
         try:
             run.start()
             return face(run)
@@ -565,6 +624,7 @@ class Agent:
         *,
         emit_deltas: bool,
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
+        output_type: object = UNSET,
     ) -> RunDriver:
         if isinstance(cache, _Unset):
             cache = self._settings.cache
@@ -574,7 +634,11 @@ class Agent:
         return RunDriver(
             agent=self,
             slot=self._slot,
-            settings=self._settings,
+            settings=(
+                self._settings
+                if isinstance(output_type, _Unset)
+                else replace(self._settings, output=checked_output_type(output_type))
+            ),
             prompt=prompt,
             timeout=timeout,
             cache=cache,

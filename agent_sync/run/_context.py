@@ -25,10 +25,12 @@ from ..retry import RetryPolicy
 from ..tools.decorator import Tool
 from ..tools.executor import ExecutorKind
 from ._inbox import Inbox
+from ._output import NO_OUTPUT, result_output
 from ._state import RunPhase, RunState, RunStatus, Step, StepName
 
 if TYPE_CHECKING:
     from ..cancel import CancelScope
+    from ..output import OutputSpec
     from ._hooks import HookRunner
 
 __all__ = ["RunContext", "RunSettings"]
@@ -53,6 +55,8 @@ class RunSettings:
     trace_content: bool = False
     conversation_id: str | None = None
     approval_timeout: float | None = None
+    output: OutputSpec | None = None  # the output type (structured output), if any
+    output_retries: int = 2
 
 
 class RunContext:
@@ -105,6 +109,10 @@ class RunContext:
         self.model_time = 0.0
         self.tool_time = 0.0
         self.first_token: float | None = None
+        # structured output (run/_output.py): the answer, as JSON, and re-asks made
+        self.output: Any = NO_OUTPUT
+        self.output_json: Any = None
+        self.output_attempts = 0
 
     def elapsed(self) -> float:
         """Seconds since the run started, or its length once it is over."""
@@ -140,6 +148,7 @@ class RunContext:
                 tool_duration_s=self.tool_time,
                 time_to_first_token_s=self.first_token,
             ),
+            output=result_output(self),
         )
         self.pending_tool_ids = ()
         self.phase = "idle"
@@ -184,4 +193,5 @@ class RunContext:
             conversation_id=self.settings.conversation_id,
             approvals=self.approvals,
             invalid_tool_inputs=dict(self.invalid_tool_inputs) if pending else {},
+            output=self.output_json,
         )
