@@ -34,6 +34,7 @@ OUTPUT_TOOL_NAME = "final_result"
 """The name of the output tool where a provider answers through a forced tool call."""
 
 _WRAP_KEY = "result"
+_NOT_JSON: Any = object()  # OutputProblems.raw of a text that is not JSON at all
 _MAX_INPUT_SHOWN = 80
 
 
@@ -66,6 +67,7 @@ class OutputSpec:
     label: str
     _check: Callable[[Any], Any] = dataclasses.field(repr=False)
     _dump: Callable[[Any], Any] = dataclasses.field(repr=False)
+    _check_json: Callable[[str], Any] | None = dataclasses.field(default=None, repr=False)
 
     def validate(self, raw: object) -> Any:
         """The output for the model's JSON value ``raw`` (the object on the wire).
@@ -88,6 +90,14 @@ class OutputSpec:
         Raises:
             OutputProblems: Not JSON, or JSON that does not validate.
         """
+        if self._check_json is not None and not self.wrapped:
+            body = _strip_fence(text)
+            try:
+                return self._check_json(body)
+            except OutputProblems as exc:
+                if exc.raw is _NOT_JSON:
+                    self.load_text(text)  # raises the problem, naming the JSON error
+                raise
         return self.validate(self.load_text(text))
 
     @staticmethod
@@ -147,10 +157,22 @@ def _type_spec(output_type: Any) -> OutputSpec:
         except pydantic.ValidationError as exc:
             raise OutputProblems(_pydantic_problems(exc, wrapped=not is_object), value) from None
 
+    def check_json(text: str) -> Any:
+        # one pass in pydantic-core: parsing, then validating, in Python costs twice that
+        try:
+            return adapter.validate_json(text)
+        except pydantic.ValidationError as exc:
+            try:
+                raw = json.loads(text)
+            except ValueError:
+                raise OutputProblems([], _NOT_JSON) from None
+            raise OutputProblems(_pydantic_problems(exc, wrapped=False), raw) from None
+
     def dump(output: Any) -> Any:
         return adapter.dump_python(output, mode="json")
 
-    return _spec(schema, wrapped=not is_object, label=label, doc=doc, check=check, dump=dump)
+    spec = _spec(schema, wrapped=not is_object, label=label, doc=doc, check=check, dump=dump)
+    return dataclasses.replace(spec, _check_json=check_json)
 
 
 def _schema_spec(schema: dict[str, Any]) -> OutputSpec:

@@ -25,7 +25,7 @@ from ..retry import RetryPolicy
 from ..tools.decorator import Tool
 from ..tools.executor import ExecutorKind
 from ._inbox import Inbox
-from ._output import NO_OUTPUT, result_output
+from ._output import NO_OUTPUT, output_json, result_output
 from ._state import RunPhase, RunState, RunStatus, Step, StepName
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ class RunContext:
         self.first_token: float | None = None
         # structured output (run/_output.py): the answer, as JSON, and re-asks made
         self.output: Any = NO_OUTPUT
-        self.output_json: Any = None
+        self.output_json: Any = NO_OUTPUT  # made when a state is asked for
         self.output_attempts = 0
 
     def elapsed(self) -> float:
@@ -193,5 +193,5 @@ class RunContext:
             conversation_id=self.settings.conversation_id,
             approvals=self.approvals,
             invalid_tool_inputs=dict(self.invalid_tool_inputs) if pending else {},
-            output=self.output_json,
+            output=output_json(self),
         )

@@ -48,6 +48,7 @@ __all__ = [
     "NO_OUTPUT",
     "PartialTracker",
     "output_request",
+    "output_json",
     "output_step",
     "partial_tracker",
     "result_output",
@@ -97,7 +98,6 @@ def output_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]
             ctx.output = spec.parse_text(text)
         except OutputProblems as failed:
             return (yield from _reask_in_text(ctx, spec, failed))
-        ctx.output_json = spec.to_json(ctx.output)
         return "finish"
     use = ours[0]
     raw: object = use["input"]
@@ -125,7 +125,6 @@ def output_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]
     if problems is not None:
         return _retry_or_fail(ctx, spec, problems)
     ctx.output = output
-    ctx.output_json = spec.to_json(output)
     ctx.last_stop_reason = "end_turn"  # the closing message ends the turn, not the tool call
     closing: Message = {"role": "assistant", "content": [{"text": _as_text(raw)}]}
     ctx.messages.append(closing)
@@ -178,6 +177,16 @@ def _success(tool_use_id: str) -> ToolResult:
 
 def _as_text(raw: object) -> str:
     return json.dumps(raw, ensure_ascii=False)
+
+
+def output_json(ctx: RunContext) -> Any:
+    """The output as JSON, for the run's state (``None`` until there is one). Made the
+    first time a state is asked for (any thread: a race makes the same value twice)."""
+    if ctx.output is NO_OUTPUT or ctx.settings.output is None:
+        return None
+    if ctx.output_json is NO_OUTPUT:
+        ctx.output_json = ctx.settings.output.to_json(ctx.output)
+    return ctx.output_json
 
 
 def result_output(ctx: RunContext) -> Any:
