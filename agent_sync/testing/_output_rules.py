@@ -6,8 +6,9 @@ Each function returns the API's error message for a request it would refuse, or 
   with ``strict: true``, a schema that is not an object at the root, an object without
   ``additionalProperties: false``, or one whose ``required`` does not list every property;
   a ``tool_choice`` naming a function that is not among ``tools``.
-* Anthropic: a ``tool_choice`` naming a tool that is not among ``tools``; a forced
-  ``tool_choice`` (``any``/``tool``) with extended thinking on.
+* Anthropic: ``tool_use``/``tool_result`` blocks in a request without ``tools``; a
+  ``tool_choice`` naming a tool that is not among ``tools``; a forced ``tool_choice``
+  (``any``/``tool``) with extended thinking on.
 * Bedrock: the same two rules for ``toolConfig.toolChoice``.
 """
 
@@ -99,6 +100,8 @@ def anthropic_problem(body: Any) -> str | None:
     """Why Anthropic's Messages API would refuse ``body``, or ``None``."""
     if not isinstance(body, dict):
         return None
+    if not body.get("tools") and _has_tool_blocks(body.get("messages")):
+        return "Requests which include `tool_use` or `tool_result` blocks must define tools."
     choice = body.get("tool_choice")
     if not isinstance(choice, dict):
         return None
@@ -110,6 +113,15 @@ def anthropic_problem(body: Any) -> str | None:
     if forced and isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive"):
         return "Thinking may not be enabled when tool_choice forces tool use."
     return None
+
+
+def _has_tool_blocks(messages: Any) -> bool:
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") in ("tool_use", "tool_result"):
+                return True
+    return False
 
 
 def bedrock_problem(request: Any) -> str | None:
