@@ -254,3 +254,25 @@ def test_without_an_output_type_the_output_is_the_text() -> None:
     agent = Agent(ScriptedModel(["just text"]))
     result = agent.invoke("Hi")
     assert result.output == "just text"
+
+
+def test_a_resumed_run_answers_with_the_type_given_to_resume() -> None:
+    @tool(requires_approval=True)
+    def send(to: str) -> str:
+        """Send the invoice.
+
+        Args:
+            to: The recipient.
+        """
+        return f"sent to {to}"
+
+    turns = [{"tool_calls": [{"name": "send", "input": {"to": "ops"}}]}, _final(GOOD)]
+    model = ScriptedModel(turns)
+    agent = Agent(model, tools=[send])
+    paused = agent.invoke("Send it, then give me the invoice", output_type=Invoice)
+    assert paused.stop_reason == "paused" and paused.output is None
+    request = agent.pending_approvals[0]
+    result = agent.resume({request.id: True}, output_type=Invoice)
+    assert result.output == Invoice(number="A-1", total=12.5)
+    assert model.calls[1].output is not None
+    assert validate_history(agent.messages) == []
