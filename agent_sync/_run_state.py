@@ -19,6 +19,7 @@ for it, its counters and its status. No thread, lock, socket or clock reading is
 from __future__ import annotations
 
 import base64
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
@@ -44,12 +45,13 @@ FORMAT = "agent_sync.run/1"
 
 RunStatus: TypeAlias = Literal["running", "paused", "done", "cancelled", "failed"]
 RunPhase: TypeAlias = Literal["model", "retry_wait", "tools", "idle"]
-StepName: TypeAlias = Literal["model", "tools", "approval", "finish", "max_cycles"]
+StepName: TypeAlias = Literal["model", "tools", "approval", "finish", "max_cycles", "output"]
 """Where a run goes next: a model call, the pending tool calls, a pause for approval, the
-end of a turn (answer queued input or stop), or the cycle limit."""
+end of a turn (answer queued input or stop), the cycle limit, or reading a structured
+answer (``output_type``)."""
 
 _STATUSES = frozenset({"running", "paused", "done", "cancelled", "failed"})
-_STEPS = frozenset({"model", "tools", "approval", "finish", "max_cycles"})
+_STEPS = frozenset({"model", "tools", "approval", "finish", "max_cycles", "output"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -137,6 +139,9 @@ class RunState:
     invalid_tool_inputs: Mapping[str, str] = field(default_factory=dict)
     """``toolUseId`` -> why the model's input for that pending call could not be parsed
     (the history holds ``{}`` for it); the call is answered with that problem."""
+    output: Any = None
+    """With an ``output_type``: the validated answer as JSON (the type is not stored;
+    ``None`` until there is one)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready ``dict`` (``"format": "agent_sync.run/1"``), independent of the run."""
@@ -156,6 +161,7 @@ class RunState:
             "conversation_id": self.conversation_id,
             "approvals": [json_ready(request.to_dict()) for request in self.approvals],
             "invalid_tool_inputs": dict(self.invalid_tool_inputs),
+            "output": copy.deepcopy(self.output),
         }
 
     @classmethod
@@ -200,6 +206,7 @@ class RunState:
                     for item in _typed(data, "approvals", list)
                 ),
                 invalid_tool_inputs=dict(_typed(data, "invalid_tool_inputs", dict)),
+                output=copy.deepcopy(data.get("output")),
             )
         except KeyError as exc:
             raise UsageError(f"a RunState dict needs the field {exc.args[0]!r}") from None

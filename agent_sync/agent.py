@@ -1,9 +1,9 @@
-"""The :class:`Agent`: configuration plus the facade over runs (invoke, stream, steps, cancel,
-inject), and :class:`AgentStream`.
+"""The :class:`Agent`: configuration plus the facade over runs (invoke, stream, steps,
+resume, cancel, inject).
 
 An agent runs at most one invocation at a time. Each invocation is a
 :class:`~agent_sync.run.Run` (see :mod:`agent_sync.run._driver` for its lifecycle and the
-Ctrl-C rules); the agent holds it in a :class:`~agent_sync.run._driver.RunSlot` with the
+Ctrl-C rules); the agent holds it in a :class:`~agent_sync.run._slot.RunSlot` with the
 history. ``invoke``/``stream``/``steps`` take the slot without waiting (a busy agent raises
 :class:`~agent_sync.errors.ConcurrentInvocationError` at once and touches nothing);
 ``cancel()``/``inject()`` read the slot once and act on that run, so a late call reaches a
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, Union
 
 from ._decisions import ApprovalRequest, Approve, Decision, Deny
@@ -26,13 +27,12 @@ from .result import AgentResult
 from .retry import RetryPolicy
 from .run import CancelMode, Run, RunState
 from .run._approvals import check_decisions
-from .run._context import RunSettings, checked_params, run_settings
 from .run._driver import RunDriver, release_surely
 from .run._durable import StoreLink, load_log
 from .run._handle import AgentStream, StepsRun
+from .run._settings import UNSET, RunSettings, Unset, agent_settings, call_settings
 from .run._slot import RunSlot
 from .stores._protocol import RunStore
-from .tools._registry import collect_tools
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
 
@@ -44,25 +44,19 @@ Prompt = Union[str, Sequence[ContentBlock], None]
 """A prompt: text, a list of content blocks, or ``None`` to answer the history as it is."""
 
 
-class _Unset:
-    """Type of :data:`UNSET`: "not given", where ``None`` is a meaningful value."""
-
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET = _Unset()
-
-
-def _check_cache(cache: object) -> None:
-    if cache not in (None, "short", "long"):
-        raise UsageError(f"cache must be None, 'short' or 'long', got {cache!r}")
-
-
 _Face = TypeVar("_Face")
 
 
 _NO_MESSAGES = 2**62  # load(since=...): only the conversation's current run is needed
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One call's options, checked: what ``invoke``/``stream``/... pass to the run."""
+
+    settings: RunSettings  # the agent's, with the call's cache, deps, params, output type
+    timeout: float | None
+    token: CancelToken | None
 
 
 def _run_to_end(driver: RunDriver) -> AgentResult:
@@ -120,6 +114,11 @@ class Agent:
             (renewed every third of it); by default the store's ``lease_s``, else 30.
         deps: What the tools of every run get as ``context.deps`` (a database session, a
             client...), unless a call passes its own ``deps=``. Never stored with a run.
+        output_type: The type of a structured answer for every call (a pydantic model, a
+            dataclass, a TypedDict, ``list[...]``/scalars, or a JSON-schema dict):
+            ``result.output`` is the validated answer. See ``docs/output.md``.
+        output_retries: How many times an invalid answer is sent back to the model with
+            its problems before :class:`~agent_sync.errors.OutputValidationError`.
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -146,29 +145,28 @@ class Agent:
         conversation_id: str | None = None,
         lease_s: float | None = None,
         deps: Any = None,
+        output_type: object = None,
+        output_retries: int = 2,
     ) -> None:
-        if not callable(getattr(model, "stream", None)):
-            raise UsageError(f"model must have a stream(request, *, cancel) method, got {model!r}")
-        if max_cycles < 1:
-            raise UsageError("max_cycles must be at least 1")
-        if tool_executor not in ("concurrent", "sequential"):
-            raise UsageError("tool_executor must be 'concurrent' or 'sequential'")
-        if max_tool_workers < 1 or tool_grace_period < 0:
-            raise UsageError("max_tool_workers must be >= 1 and tool_grace_period >= 0")
-        _check_cache(cache)
-        if system_prompt is not None and not isinstance(system_prompt, str):
-            raise UsageError(
-                f"system_prompt must be a str or None, got {type(system_prompt).__name__}"
-            )
-        registry = collect_tools(tools)
-        if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
-            raise UsageError("hooks must be a list of hook objects")
-        if approval_timeout is not None and not approval_timeout > 0:
-            raise UsageError("approval_timeout must be positive (seconds) or None")
-        if conversation_id is not None and (
-            not isinstance(conversation_id, str) or not conversation_id.strip()
-        ):
-            raise UsageError("conversation_id must be a non-empty str")
+        settings = agent_settings(
+            model,
+            tools=tools,
+            system_prompt=system_prompt,
+            max_cycles=max_cycles,
+            tool_executor=tool_executor,
+            max_tool_workers=max_tool_workers,
+            tool_grace_period=tool_grace_period,
+            retry=retry,
+            params=params,
+            cache=cache,
+            hooks=hooks,
+            trace_content=trace_content,
+            approval_timeout=approval_timeout,
+            conversation_id=conversation_id,
+            deps=deps,
+            output_type=output_type,
+            output_retries=output_retries,
+        )
         if store is not None:
             if conversation_id is None:
                 raise UsageError("a store needs a conversation_id (the conversation's name)")
@@ -179,24 +177,7 @@ class Agent:
             raise UsageError("lease_s must be positive (seconds)")
         self._store = store
         self._lease_s = lease
-        self._settings = RunSettings(
-            model=model,
-            tools=registry,
-            tool_specs=tuple(t.spec for t in registry.values()),
-            system_prompt=system_prompt,
-            max_cycles=max_cycles,
-            tool_executor=tool_executor,
-            max_tool_workers=max_tool_workers,
-            tool_grace_period=tool_grace_period,
-            retry=retry or RetryPolicy(),
-            params=checked_params(params),
-            cache=cache,
-            hooks=tuple(hooks),
-            trace_content=bool(trace_content),
-            approval_timeout=approval_timeout,
-            conversation_id=conversation_id,
-            deps=deps,
-        )
+        self._settings = settings
         self._slot = RunSlot(self._checked_history(messages or []))
         if store is not None:
             self._refresh()  # the history, and whether a run there waits for approval
@@ -276,10 +257,11 @@ class Agent:
         prompt: Prompt = None,
         *,
         timeout: float | None = None,
-        cache: CacheMode | None | _Unset = UNSET,
+        cache: CacheMode | None | Unset = UNSET,
         cancel: CancelToken | None = None,
         deps: Any = UNSET,
         params: Mapping[str, Any] | None = None,
+        output_type: object = UNSET,
     ) -> AgentResult:
         """Run the loop to the end and return its result.
 
@@ -295,6 +277,9 @@ class Agent:
             deps: The tools' ``context.deps`` for this run, instead of the agent's.
             params: Model parameters for every model call of this run, merged over the
                 agent's ``params`` (``{"temperature": 0}``).
+            output_type: The structured answer's type for this call (see ``Agent``);
+                ``None`` for free text; by default the agent's. ``result.output`` holds
+                the validated answer.
 
         Returns:
             The result; ``stop_reason == "cancelled"`` if ``cancel()``, the token or the
@@ -305,10 +290,14 @@ class Agent:
             UsageError: An invalid prompt.
             ModelError: The model failed after retries; the history is left valid and ends
                 with the user's message.
+            OutputValidationError: With an output type, the answer was still invalid after
+                ``output_retries`` re-asks; the history is valid, the agent reusable.
         """
         return _run_to_end(
             self._new_run(
-                prompt, timeout, cache, cancel, emit_deltas=False, deps=deps, params=params
+                prompt,
+                self._call(timeout, cache, cancel, deps, params, output_type),
+                emit_deltas=False,
             )
         )
 
@@ -319,10 +308,11 @@ class Agent:
         prompt: Prompt = None,
         *,
         timeout: float | None = None,
-        cache: CacheMode | None | _Unset = UNSET,
+        cache: CacheMode | None | Unset = UNSET,
         cancel: CancelToken | None = None,
         deps: Any = UNSET,
         params: Mapping[str, Any] | None = None,
+        output_type: object = UNSET,
     ) -> AgentStream:
         """Run the loop as a blocking iterator of :mod:`~agent_sync.events`.
 
@@ -334,13 +324,9 @@ class Agent:
         """
         return self._open(
             prompt,
-            timeout,
-            cache,
-            cancel,
+            self._call(timeout, cache, cancel, deps, params, output_type),
             emit_deltas=True,
             face=AgentStream,
-            deps=deps,
-            params=params,
         )
 
     def steps(
@@ -348,10 +334,11 @@ class Agent:
         prompt: Prompt = None,
         *,
         timeout: float | None = None,
-        cache: CacheMode | None | _Unset = UNSET,
+        cache: CacheMode | None | Unset = UNSET,
         cancel: CancelToken | None = None,
         deps: Any = UNSET,
         params: Mapping[str, Any] | None = None,
+        output_type: object = UNSET,
     ) -> Run:
         """Run the loop one step at a time: a :class:`~agent_sync.run.Run` to iterate.
 
@@ -371,13 +358,9 @@ class Agent:
         """
         return self._open(
             prompt,
-            timeout,
-            cache,
-            cancel,
+            self._call(timeout, cache, cancel, deps, params, output_type),
             emit_deltas=False,
             face=StepsRun,
-            deps=deps,
-            params=params,
         )
 
     def resume(
@@ -385,10 +368,11 @@ class Agent:
         decisions: Mapping[str, Decision],
         *,
         timeout: float | None = None,
-        cache: CacheMode | None | _Unset = UNSET,
+        cache: CacheMode | None | Unset = UNSET,
         cancel: CancelToken | None = None,
         deps: Any = UNSET,
         params: Mapping[str, Any] | None = None,
+        output_type: object = UNSET,
     ) -> AgentResult:
         """Answer every pending approval request and go on with the paused run.
 
@@ -419,13 +403,9 @@ class Agent:
         return _run_to_end(
             self._new_run(
                 None,
-                timeout,
-                cache,
-                cancel,
+                self._call(timeout, cache, cancel, deps, params, output_type),
                 emit_deltas=False,
                 resume=(paused, checked),
-                deps=deps,
-                params=params,
             )
         )
 
@@ -434,10 +414,11 @@ class Agent:
         decisions: Mapping[str, Decision],
         *,
         timeout: float | None = None,
-        cache: CacheMode | None | _Unset = UNSET,
+        cache: CacheMode | None | Unset = UNSET,
         cancel: CancelToken | None = None,
         deps: Any = UNSET,
         params: Mapping[str, Any] | None = None,
+        output_type: object = UNSET,
     ) -> AgentStream:
         """:meth:`resume` as a blocking iterator of :mod:`~agent_sync.events`, as
         :meth:`stream` is to :meth:`invoke`.
@@ -449,14 +430,10 @@ class Agent:
         paused, checked = self._checked_resume(decisions)
         return self._open(
             None,
-            timeout,
-            cache,
-            cancel,
+            self._call(timeout, cache, cancel, deps, params, output_type),
             emit_deltas=True,
             face=AgentStream,
             resume=(paused, checked),
-            deps=deps,
-            params=params,
         )
 
     def _checked_resume(
@@ -550,33 +527,37 @@ class Agent:
             self._refresh()
         return cancelled
 
+    def _call(
+        self,
+        timeout: float | None,
+        cache: CacheMode | None | Unset,
+        token: CancelToken | None,
+        deps: Any,
+        params: Mapping[str, Any] | None,
+        output_type: object,
+    ) -> _Call:
+        """One call's options, checked (``UsageError`` naming the first bad one)."""
+        if token is not None and not isinstance(token, CancelToken):
+            raise UsageError(f"cancel= takes a CancelToken, got {type(token).__name__}")
+        settings = call_settings(
+            self._settings, cache=cache, deps=deps, params=params, output_type=output_type
+        )
+        return _Call(settings, timeout, token)
+
     def _open(
         self,
         prompt: Prompt,
-        timeout: float | None,
-        cache: CacheMode | None | _Unset,
-        token: CancelToken | None,
+        call: _Call,
         *,
         emit_deltas: bool,
         face: Callable[[RunDriver], _Face],
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
-        deps: Any = UNSET,
-        params: Mapping[str, Any] | None = None,
     ) -> _Face:
         """Start a run that the caller drives, and return ``face(driver)``, its owning handle.
 
         The handle is made inside the ``try``: a Ctrl-C before it exists releases the agent.
         """
-        driver = self._new_run(
-            prompt,
-            timeout,
-            cache,
-            token,
-            emit_deltas=emit_deltas,
-            resume=resume,
-            deps=deps,
-            params=params,
-        )
+        driver = self._new_run(prompt, call, emit_deltas=emit_deltas, resume=resume)
         try:
             driver.start()
             return face(driver)
@@ -587,32 +568,19 @@ class Agent:
     def _new_run(
         self,
         prompt: Prompt,
-        timeout: float | None,
-        cache: CacheMode | None | _Unset,
-        token: CancelToken | None,
+        call: _Call,
         *,
         emit_deltas: bool,
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
-        deps: Any = UNSET,
-        params: Mapping[str, Any] | None = None,
     ) -> RunDriver:
-        if isinstance(cache, _Unset):
-            cache = self._settings.cache
-        _check_cache(cache)
-        if token is not None and not isinstance(token, CancelToken):
-            raise UsageError(f"cancel= takes a CancelToken, got {type(token).__name__}")
         return RunDriver(
             agent=self,
             slot=self._slot,
-            settings=run_settings(
-                self._settings,
-                params=params,
-                deps=self._settings.deps if isinstance(deps, _Unset) else deps,
-            ),
+            settings=call.settings,
             prompt=prompt,
-            timeout=timeout,
-            cache=cache,
-            token=token,
+            timeout=call.timeout,
+            cache=call.settings.cache,
+            token=call.token,
             emit_deltas=emit_deltas,
             resume=resume,
             link=(

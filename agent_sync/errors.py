@@ -14,6 +14,7 @@ Families are grouped by who has to act::
     │   ├── ModelStreamError            the response stream was malformed or truncated
     │   └── ContextWindowOverflowError  the conversation no longer fits the model's window
     ├── ToolError                       raised by or for a tool (becomes an error toolResult)
+    ├── OutputValidationError           the model's structured answer stayed invalid
     ├── HookError                       a hook raised: the run stopped, history left valid
     ├── RunConflictError                a run store refused a change made from stale state
     └── StoreUnavailableError           a run store cannot be reached or written
@@ -41,6 +42,7 @@ __all__ = [
     "ModelHTTPError",
     "ModelStreamError",
     "ModelThrottledError",
+    "OutputValidationError",
     "PendingApprovalError",
     "RunConflictError",
     "StoreUnavailableError",
@@ -190,6 +192,28 @@ class ToolError(AgentSyncError):
     A tool may raise it (or any exception) to report failure: the loop turns it into a
     ``toolResult`` with ``status: "error"`` and the exception's message, and continues.
     """
+
+
+class OutputValidationError(AgentSyncError):
+    """The model's answer did not validate against ``output_type``, re-asks included.
+
+    Raised after ``output_retries`` re-asks (each sent the problems back to the model). The
+    history is valid (the last answer's output tool call is answered) and the agent is
+    reusable.
+
+    Attributes:
+        errors: Every problem with the last answer, one line each naming the field
+            (``"items.0.price: Input should be a valid number"``).
+        output: The last answer as the model gave it (the parsed JSON, or the text when
+            it was not JSON).
+    """
+
+    def __init__(self, errors: list[str], output: object) -> None:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        first = errors[0] if errors else "invalid"
+        super().__init__(f"the model's output is invalid: {first}{more}")
+        self.errors = errors
+        self.output = output
 
 
 class HookError(AgentSyncError):

@@ -31,6 +31,7 @@ __all__ = [
     "InputInjected",
     "MessageComplete",
     "ModelRetry",
+    "PartialOutput",
     "ReasoningDelta",
     "TextDelta",
     "ToolEnd",
@@ -58,6 +59,25 @@ class ReasoningDelta:
     """The run this event belongs to."""
     text: str
     """The new reasoning text."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PartialOutput:
+    """The structured answer so far, as it streams (a run with an ``output_type``).
+
+    Emitted only when the value so far changed. ``partial`` is the best-effort JSON value
+    of the answer: complete members, the string in progress, an open list as far as it
+    goes (a dict for an object output type; for a wrapped type, the value inside). It is
+    not validated: the validated answer is ``result.output`` at the end. Later events
+    never change an earlier ``partial``; complete members are shared between events, so
+    treat it as read-only.
+    """
+
+    type: ClassVar[Literal["partial_output"]] = "partial_output"
+    run_id: str = ""
+    """The run this event belongs to."""
+    partial: Any
+    """The answer so far (JSON: dicts, lists, str, numbers, bools, None)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,6 +182,7 @@ class Done:
 AgentEvent: TypeAlias = Union[
     TextDelta,
     ReasoningDelta,
+    PartialOutput,
     MessageComplete,
     ModelRetry,
     ToolStart,

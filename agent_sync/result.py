@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .messages import CANCELLED_TEXT, Message, Usage
 
 if TYPE_CHECKING:
     from ._decisions import ApprovalRequest
 
-__all__ = ["AgentMetrics", "AgentResult"]
+__all__ = ["TEXT_OUTPUT", "AgentMetrics", "AgentResult"]
+
+
+class _TextOutput:
+    def __repr__(self) -> str:
+        return "TEXT_OUTPUT"
+
+
+TEXT_OUTPUT: Any = _TextOutput()
+"""The default of :attr:`AgentResult.output`: the result's text (a run without an
+``output_type``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +64,14 @@ class AgentResult:
     """Counts and timings."""
     approvals: tuple[ApprovalRequest, ...] = ()
     """With ``stop_reason == "paused"``: the tool calls waiting for ``agent.resume()``."""
+    output: Any = TEXT_OUTPUT
+    """With an ``output_type``: the validated answer (an instance of the type, or a dict
+    for a JSON-schema dict; ``None`` if the run ended without one, e.g. cancelled).
+    Without: :attr:`text`."""
+
+    def __post_init__(self) -> None:
+        if self.output is TEXT_OUTPUT:
+            object.__setattr__(self, "output", self.text)
 
     @property
     def text(self) -> str:

@@ -5,7 +5,10 @@ of ``POST /v1/messages``. It is forgiving where Anthropic is strict: blank text 
 dropped (the API rejects them), consecutive messages of one role are merged,
 ``toolResult`` blocks go first in their message (the API requires it), and reasoning
 without a signature (from another provider) is dropped, since Anthropic cannot verify it.
-The answer's stream events are read by :mod:`._anthropic_stream`.
+A request without tools sends the history's tool calls and results as text: the API refuses
+``tool_use``/``tool_result`` blocks in a request that defines no tools (as after a
+structured-output call answered through the output tool, or tools since removed). The
+answer's stream events are read by :mod:`._anthropic_stream`.
 
 Prompt caching (``request.cache``, ``"short"``/``"long"``): ``cache_control`` on the system prompt,
 the last tool spec and the last block of the message before the new prompt; ``"ttl": "1h"``
@@ -93,6 +96,8 @@ def build_body(
         "max_tokens": merged.pop("max_tokens", max_tokens),
         "messages": convert_messages(request.messages),
     }
+    if not request.tool_specs:
+        _tool_blocks_as_text(body["messages"])
     if request.system_prompt and request.system_prompt.strip():
         body["system"] = request.system_prompt
     if request.tool_specs:
@@ -168,6 +173,28 @@ def convert_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             # Anthropic requires tool results before any other block of the message.
             content.sort(key=lambda block: block["type"] != "tool_result")
     return converted
+
+
+def _tool_blocks_as_text(messages: list[dict[str, Any]]) -> None:
+    """Replace ``tool_use``/``tool_result`` blocks by text, in place (for a request without
+    tools, which Anthropic refuses to send them in)."""
+    for message in messages:
+        message["content"] = [_as_text(block) for block in message["content"]]
+
+
+def _as_text(block: dict[str, Any]) -> dict[str, Any]:
+    kind = block["type"]
+    if kind == "tool_use":
+        arguments = json.dumps(block["input"], ensure_ascii=False)
+        return {"type": "text", "text": f"[called tool {block['name']} with {arguments}]"}
+    if kind == "tool_result":
+        pieces = [
+            item["text"] if item["type"] == "text" else f"[{item['type']}]"
+            for item in block.get("content", ())
+        ]
+        status = "error" if block.get("is_error") else "result"
+        return {"type": "text", "text": f"[tool {status}: {' '.join(pieces)}]"}
+    return block
 
 
 def _block(block: Mapping[str, Any]) -> dict[str, Any] | None:

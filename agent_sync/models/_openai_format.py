@@ -46,6 +46,7 @@ def build_request_body(
     params: dict[str, Any],
     cache: str | None = None,
     cache_key: str | None = None,
+    response_format: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON body of a streaming ``POST /chat/completions``.
 
@@ -62,6 +63,7 @@ def build_request_body(
             when ``cache_key`` is set); ``"short"`` and ``None`` add nothing (OpenAI caches
             prefixes automatically).
         cache_key: A stable id of the conversation, sent as ``prompt_cache_key``.
+        response_format: Sent as ``response_format`` (structured output), or ``None``.
 
     Returns:
         The request body.
@@ -88,6 +90,8 @@ def build_request_body(
             raise UsageError(f"malformed tool spec: {type(exc).__name__}: {exc}") from exc
         if tool_choice is not None:
             body["tool_choice"] = _tool_choice(tool_choice)
+    if response_format is not None:
+        body["response_format"] = response_format
     body.update(params)
     body["stream"] = True  # the response parser needs SSE, whatever params say
     if body.get("stream_options", True) is None:

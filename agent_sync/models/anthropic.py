@@ -51,6 +51,7 @@ from ._anthropic_errors import PROVIDER, error_event, mapped_errors, rejects_cac
 from ._anthropic_format import build_body
 from ._anthropic_http import DEFAULT_TIMEOUT, abortable_http_client
 from ._anthropic_stream import EventTranslator, message_events
+from ._output import thinking_on, with_output_tool
 from ._wire import CacheRejection, shorten
 from .base import CacheMode, ModelRequest
 
@@ -253,6 +254,9 @@ class AnthropicModel:
     def _build(
         self, request: ModelRequest, cache: CacheMode | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
+        if request.output is not None:  # structured output: the forced output tool
+            thinking = thinking_on({**self.params, **request.params})
+            request = with_output_tool(request, force=not thinking)
         return build_body(
             request,
             model_id=self.model_id,

@@ -27,11 +27,27 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ..cancel import CancelScope
 from ..messages import Message, StreamEvent, ToolSpec
 
-__all__ = ["CacheMode", "Model", "ModelRequest"]
+__all__ = ["CacheMode", "Model", "ModelRequest", "OutputSchema"]
 
 CacheMode = Literal["short", "long"]
 """Prompt caching: ``"short"`` (the provider's default lifetime, about 5 minutes) or
 ``"long"`` (Anthropic/Bedrock 1 hour, OpenAI 24 hours). See ``docs/caching.md``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputSchema:
+    """The structured answer a request asks for (``output_type``, as the wire sees it).
+
+    Attributes:
+        name: The output's name (``"final_result"``): the output tool's name, or the
+            ``response_format`` schema's.
+        description: What the answer is (the output tool's description).
+        schema: The JSON schema of the answer, always an object.
+    """
+
+    name: str
+    description: str
+    schema: dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +70,11 @@ class ModelRequest:
             ``prompt_cache_retention: "24h"`` and ``prompt_cache_key``.
         cache_key: A stable id of the conversation (OpenAI's ``prompt_cache_key``), or
             ``None``.
+        output: Ask for a structured answer matching ``output.schema`` (``None``: free
+            text). Each provider uses its wire's best mechanism (OpenAI-compatible:
+            ``response_format`` json_schema; Anthropic, Bedrock: a forced output tool, see
+            ``agent_sync.models._output``); a model that ignores it answers in text, which
+            the loop parses.
     """
 
     messages: Sequence[Message]
@@ -63,6 +84,7 @@ class ModelRequest:
     params: dict[str, Any] = field(default_factory=dict)
     cache: CacheMode | None = None
     cache_key: str | None = None
+    output: OutputSchema | None = None
 
 
 @runtime_checkable

@@ -58,6 +58,7 @@ from ._bedrock_format import (
     split_params,
 )
 from ._bedrock_stream import normalized_events
+from ._output import thinking_on, with_output_tool
 from ._wire import CacheRejection
 from .base import ModelRequest
 
@@ -228,6 +229,9 @@ class BedrockModel:
                 )
 
     def _build(self, request: ModelRequest, cache: Any) -> dict[str, Any]:
+        if request.output is not None:  # structured output: the forced output tool
+            thinking = thinking_on({**self.params, **request.params})
+            request = with_output_tool(request, force=not thinking)
         return build_request(
             self.model_id,
             request.messages,

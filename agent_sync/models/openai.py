@@ -20,7 +20,10 @@ not failures of the server:
   :mod:`~agent_sync.models._abort.urllib3`);
 * prompt-cache fields (``prompt_cache_retention``/``prompt_cache_key``) that the server
   rejects with a 400 naming them are dropped, remembered per model, and the request is
-  sent again without them.
+  sent again without them;
+* ``response_format`` (structured output) that the server rejects with a 400 naming it:
+  remembered per model, and the request sent again asking for the output through a forced
+  output tool (:mod:`~agent_sync.models._output`).
 
 Tolerated: a ``200 application/json`` ``chat.completion`` answer to ``stream: true``
 (LiteLLM's mocked responses, some proxies) is taken as the whole message.
@@ -53,6 +56,7 @@ from ._openai_errors import (
 )
 from ._openai_format import CACHE_FIELDS, build_request_body
 from ._openai_stream import ChunkTranslator, completion_as_chunk
+from ._output import response_format, with_output_tool
 from ._sse import iter_sse
 from ._wire import CacheRejection
 from .base import ModelRequest
@@ -122,6 +126,7 @@ class OpenAIModel:
         _register_header_secrets(self._headers)
         _register_header_secrets(self.session.headers)
         self._cache_rejection = CacheRejection(logger)
+        self._format_rejection = CacheRejection(logger)  # response_format refused
         _mount_abortable(self.session)
         # OpenAI itself refuses a request without a key: say so before sending anything
         # (local servers at another base_url usually need none).
@@ -167,34 +172,11 @@ class OpenAIModel:
                 provider=PROVIDER,
                 retryable=False,
             )
-        body = build_request_body(
-            self.model_id,
-            request.messages,
-            system_prompt=request.system_prompt,
-            tool_specs=request.tool_specs,
-            tool_choice=request.tool_choice,
-            params={**self.params, **request.params},
-            cache=request.cache,
-            cache_key=request.cache_key,
-        )
-        if self._cache_rejection.rejected:
-            body = _without_cache_fields(body)
+        body = self._body(request)
         cancel.raise_if_cancelled()
         started = time.monotonic()
         with abort_on_cancel(cancel) as abort, mapped_errors(cancel):
-            try:
-                response = self._send(body, abort)
-            except ModelHTTPError as exc:
-                sent = [name for name in CACHE_FIELDS if name in body]
-                if not rejects_cache_fields(sent, exc):
-                    raise
-                self._cache_rejection.remember(
-                    "model=<%s>, fields=<%s> | server rejected the prompt cache fields; "
-                    "sending requests without them",
-                    self.model_id,
-                    ",".join(sent),
-                )
-                response = self._send(_without_cache_fields(body), abort)
+            response = self._send_adapting(body, request, abort)
             try:
                 logger.info(
                     "model=<%s>, status=<%d>, headers_ms=<%d> | openai response started",
@@ -211,6 +193,54 @@ class OpenAIModel:
                 response.close()
 
     # -- internals (each runs inside the caller's mapped_errors block) --
+
+    def _body(self, request: ModelRequest) -> dict[str, Any]:
+        """The request body, without what a server of this model refused before."""
+        if request.output is not None and self._format_rejection.rejected:
+            request = with_output_tool(request)
+        body = build_request_body(
+            self.model_id,
+            request.messages,
+            system_prompt=request.system_prompt,
+            tool_specs=request.tool_specs,
+            tool_choice=request.tool_choice,
+            params={**self.params, **request.params},
+            cache=request.cache,
+            cache_key=request.cache_key,
+            response_format=response_format(request.output) if request.output else None,
+        )
+        if self._cache_rejection.rejected:
+            body = _without_cache_fields(body)
+        return body
+
+    def _send_adapting(
+        self, body: dict[str, Any], request: ModelRequest, abort: RequestAbort
+    ) -> requests.Response:
+        """Send ``body``; a 400 naming a field some servers refuse (the prompt-cache fields,
+        ``response_format``) is remembered for this model and the request sent again at
+        once without it (at most once per field: each branch removes its field)."""
+        while True:
+            try:
+                return self._send(body, abort)
+            except ModelHTTPError as exc:
+                sent = [name for name in CACHE_FIELDS if name in body]
+                if sent and rejects_cache_fields(sent, exc):
+                    self._cache_rejection.remember(
+                        "model=<%s>, fields=<%s> | server rejected the prompt cache fields; "
+                        "sending requests without them",
+                        self.model_id,
+                        ",".join(sent),
+                    )
+                    body = _without_cache_fields(body)
+                elif "response_format" in body and rejects_cache_fields(["response_format"], exc):
+                    self._format_rejection.remember(
+                        "model=<%s> | server rejected response_format; asking for structured "
+                        "output through a forced output tool instead",
+                        self.model_id,
+                    )
+                    body = self._body(request)
+                else:
+                    raise
 
     def _send(self, body: dict[str, Any], abort: RequestAbort) -> requests.Response:
         headers = dict(self._headers)

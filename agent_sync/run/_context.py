@@ -1,6 +1,6 @@
-"""What the steps of a run work on: the agent's settings and the run's live state.
+"""What the steps of a run work on: the run's live state (its settings are
+:class:`~agent_sync.run._settings.RunSettings`).
 
-:class:`RunSettings` is the agent's configuration as a run needs it (immutable).
 :class:`RunContext` is one run's state in memory: the conversation it appends to, its cancel
 scope and inbox, counters, and the fields :meth:`~agent_sync.run.Run.snapshot` reads.
 
@@ -13,74 +13,24 @@ stored), so a reader sees one value or the next, never a torn one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._decisions import ApprovalRequest, Approve, Deny
-from ..errors import UsageError
-from ..messages import Message, ToolSpec, ToolUse, Usage
-from ..models.base import CacheMode, Model
+from ..messages import Message, ToolUse, Usage
+from ..models.base import CacheMode
 from ..result import AgentMetrics, AgentResult
-from ..retry import RetryPolicy
-from ..tools.decorator import Tool
-from ..tools.executor import ExecutorKind
 from ._inbox import Inbox
+from ._output import NO_OUTPUT, output_json, result_output
+from ._settings import RunSettings
 from ._state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
 
 if TYPE_CHECKING:
     from ..cancel import CancelScope
     from ._hooks import HookRunner
 
-__all__ = ["RunContext", "RunSettings", "checked_params", "run_settings"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunSettings:
-    """The agent's configuration, as a run needs it (immutable)."""
-
-    model: Model
-    tools: dict[str, Tool[Any]]
-    tool_specs: tuple[ToolSpec, ...]
-    system_prompt: str | None
-    max_cycles: int
-    tool_executor: ExecutorKind
-    max_tool_workers: int
-    tool_grace_period: float
-    retry: RetryPolicy
-    params: dict[str, Any]
-    cache: CacheMode | None = None
-    hooks: tuple[object, ...] = ()
-    trace_content: bool = False
-    conversation_id: str | None = None
-    approval_timeout: float | None = None
-    deps: Any = None  # the run's ToolContext.deps (process-local: never in a RunState)
-
-
-def checked_params(params: object) -> dict[str, Any]:
-    """A copy of model ``params`` (a mapping of names to values; ``None``: none).
-
-    Raises:
-        UsageError: ``params`` is not a mapping with str keys.
-    """
-    if params is None:
-        return {}
-    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
-        raise UsageError(
-            f"params must be a dict of model parameters, e.g. {{'temperature': 0}}, got "
-            f"{type(params).__name__}"
-        )
-    return dict(params)
-
-
-def run_settings(
-    settings: RunSettings, *, params: Mapping[str, Any] | None, deps: Any
-) -> RunSettings:
-    """The settings of one run: the agent's, with a call's ``deps`` and its ``params``
-    merged over the agent's (for every model call of the run)."""
-    if params is None and deps is settings.deps:
-        return settings
-    return replace(settings, params={**settings.params, **checked_params(params)}, deps=deps)
+__all__ = ["RunContext", "RunSettings"]
 
 
 class RunContext:
@@ -133,6 +83,10 @@ class RunContext:
         self.model_time = 0.0
         self.tool_time = 0.0
         self.first_token: float | None = None
+        # structured output (run/_output.py): the answer, as JSON, and re-asks made
+        self.output: Any = NO_OUTPUT
+        self.output_json: Any = NO_OUTPUT  # made when a state is asked for
+        self.output_attempts = 0
 
     def elapsed(self) -> float:
         """Seconds since the run started, or its length once it is over."""
@@ -168,6 +122,7 @@ class RunContext:
                 tool_duration_s=self.tool_time,
                 time_to_first_token_s=self.first_token,
             ),
+            output=result_output(self),
         )
         self.pending_tool_ids = ()
         self.phase = "idle"
@@ -212,6 +167,7 @@ class RunContext:
             conversation_id=self.settings.conversation_id,
             approvals=self.approvals,
             invalid_tool_inputs=dict(self.invalid_tool_inputs) if pending else {},
+            output=output_json(self),
         )
 
     def snapshot(self) -> RunSnapshot:

@@ -8,6 +8,7 @@ return the name of the next step (``None``: the run is over).
       └──(no tool calls)──> finish ──(input queued)──> model
                               └──> None (done)
     model, at the cycle limit ──> max_cycles ──> None
+    model, with an output type ──> output (run/_output.py: validate, re-ask or finish)
 
 Cancel checkpoints: before every model call (so after tools), on every stream event,
 during retry back-off (an ``Event.wait``), before tools, between sequential tools, and while
@@ -50,6 +51,7 @@ from ..tools.context import ToolContext
 from ._assemble import MessageAssembler
 from ._context import RunContext
 from ._history import add_user_blocks, close_turn, tool_result_message
+from ._output import output_request, output_step, partial_tracker
 from ._state import Step, StepName
 
 __all__ = ["STEPS", "end_cancelled", "end_failed"]
@@ -73,6 +75,7 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         tool_specs=settings.tool_specs,
         params=settings.params,
         cache=ctx.cache,
+        output=output_request(ctx),
     )
     if hooks is not None:
         hooks.before_model_call(
@@ -86,6 +89,7 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     started = time.perf_counter()
     assembler = MessageAssembler(emit_deltas=ctx.emit_deltas, run_id=ctx.run_id)
     add, cancelled = assembler.add, scope.event.is_set  # the per-chunk hot path
+    partials = partial_tracker(ctx)  # None without an output type or outside a stream
     try:
         stream = yield from _open_stream(ctx, request)
         try:
@@ -93,6 +97,8 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
                 delta = add(event)
                 if delta is not None:
                     yield delta
+                if partials is not None and (partial := partials.feed(event)) is not None:
+                    yield partial
                 if cancelled():  # checkpoint: every stream event
                     raise CancelledError(scope.reason or "cancelled")
         finally:
@@ -152,6 +158,8 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         )
     ctx.invalid_tool_inputs = assembled.invalid_tool_inputs
     ctx.last_stop_reason = assembled.stop_reason
+    if settings.output is not None:
+        return "output"  # the answer is read and validated there (run/_output.py)
     if any("toolUse" in block for block in message["content"]):
         return "tools"
     ctx.steps.append(Step(cycle=cycle, message=message, tool_results=()))
@@ -388,6 +396,7 @@ STEPS: dict[StepName, StepFunction] = {
     "approval": approval_step,
     "finish": finish_step,
     "max_cycles": max_cycles_step,
+    "output": output_step,
 }
 """Step name -> step function (a :class:`~agent_sync.run.RunState` names where to go on)."""
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._http_server import ScriptedServer, ServerTurn, TurnSpec
+from ._output_rules import anthropic_problem
 
 __all__ = ["AnthropicServer", "AnthropicTurn"]
 
@@ -125,7 +126,7 @@ class AnthropicServer(ScriptedServer):
             body = _error_body("invalid_request_error", message)
             handler.send_body(400, body, "application/json", {"request-id": _request_id()})
             return
-        problem = _validate(request)
+        problem = _validate(request) or anthropic_problem(request)
         if problem is not None:
             body = _error_body("invalid_request_error", problem)
             handler.send_body(400, body, "application/json", {"request-id": _request_id()})

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ._http_server import ScriptedServer, ServerTurn, TurnSpec, WireHandler
+from ._output_rules import bedrock_problem
 
 __all__ = ["BedrockServer", "BedrockTurn", "encode_message"]
 
@@ -129,6 +130,12 @@ class BedrockServer(ScriptedServer):
 
     def respond(self, handler: WireHandler, turn: ServerTurn, request: Any, path: str) -> None:
         """Stream for ``converse-stream``; a JSON document for ``converse``."""
+        problem = bedrock_problem(request)
+        if problem is not None:
+            refusal = ServerTurn(status=400, error_message=problem)
+            body, content_type = self.render_error(refusal, path)
+            handler.send_body(400, body, content_type, self.error_headers(refusal))
+            return
         match = _PATH.match(path)
         if match is not None and match.group("op") == "converse":
             body = json.dumps(self.converse_body(turn)).encode()

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from ._http_server import ScriptedServer, ServerTurn, TurnSpec, WireHandler
+from ._output_rules import openai_problem
 
 __all__ = ["ErrorShape", "OpenAIServer"]
 
@@ -131,6 +132,14 @@ class OpenAIServer(ScriptedServer):
             refusal = ServerTurn(
                 status=400, error_message=f"Unrecognized request argument supplied: {rejected[0]}"
             )
+            body = json.dumps(self._error_body(refusal)).encode()
+            handler.send_body(400, body, "application/json", self.error_headers(refusal))
+            return
+        problem = openai_problem(request)
+        if problem is not None:
+            with self._lock:  # refused before the model ran: the turn answers the next request
+                self._turns.appendleft(turn)
+            refusal = ServerTurn(status=400, error_message=problem)
             body = json.dumps(self._error_body(refusal)).encode()
             handler.send_body(400, body, "application/json", self.error_headers(refusal))
             return

@@ -33,6 +33,7 @@ from ..errors import ModelError, RunConflictError, StoreUnavailableError
 from ..events import Done, MessageComplete
 from ..stores import RunEventLog
 from ._local_log import open_local_log
+from ._partials import PartialThrottle
 from ._records import (
     cancelled_tool_ends,
     done_record,
@@ -93,6 +94,7 @@ class Publisher:
         self._run_id = run_id
         self._cycle = cycle
         self._denied = frozenset(denied)
+        self._partials = PartialThrottle()
         self._replay_ttl = replay_ttl
         self._local = open_local_log(run_id, after)
         try:
@@ -178,6 +180,8 @@ class Publisher:
                     continue
                 if isinstance(event, MessageComplete) and event.message["role"] == "assistant":
                     self._cycle += 1
+                if not self._partials.keep(event):
+                    continue  # the log keeps partials of a growing answer geometrically
                 records = records_of(event, cycle=self._cycle, denied=self._denied)
                 if records:
                     self._track_calls(records)

@@ -26,6 +26,8 @@ Records, in the order a run makes them:
                     (AI SDK only: a lone text block as a string, a lone JSON block as its
                     value, else the blocks without binary data)
 ``input_injected``  ``{"content": [blocks]}``: injected input went out (no binary data)
+``partial_output``  ``{"partial"}``: the structured answer so far (``output_type``; a
+                    growing answer's partials are kept geometrically, see ``_partials``)
 ``done``            ``{"run_id", "stop_reason", "cancel_reason", "usage", "text"}``: last
 ``error``           ``{"error", "message", "retryable", "status"?}``: last, the run failed
                     (``StoreUnavailable``/``StoreError``: its records could not be stored)
@@ -51,6 +53,7 @@ from ..events import (
     InputInjected,
     MessageComplete,
     ModelRetry,
+    PartialOutput,
     ReasoningDelta,
     TextDelta,
     ToolEnd,
@@ -136,6 +139,8 @@ def records_of(
         return [
             {"type": "retry", "attempt": event.attempt, "delay": event.delay, "error": event.error}
         ]
+    if isinstance(event, PartialOutput):
+        return [{"type": "partial_output", "partial": event.partial}]
     if isinstance(event, InputInjected):
         return [{"type": "input_injected", "content": public_blocks(event.content)}]
     if isinstance(event, ApprovalRequired):

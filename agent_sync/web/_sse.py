@@ -35,7 +35,16 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from ..errors import ModelError, ModelHTTPError, UsageError
-from ..events import AgentEvent, Done, ModelRetry, ReasoningDelta, TextDelta, ToolEnd, ToolStart
+from ..events import (
+    AgentEvent,
+    Done,
+    ModelRetry,
+    PartialOutput,
+    ReasoningDelta,
+    TextDelta,
+    ToolEnd,
+    ToolStart,
+)
 from ._disconnect import DisconnectWatch
 from ._stall import StallGuard
 
@@ -121,7 +130,8 @@ def encode_event(event: AgentEvent) -> bytes | None:
     """Encode an agent event as an SSE frame, or ``None`` for events not sent to browsers.
 
     Sent: ``text`` and ``reasoning`` (``{"text"}``), ``retry`` (``{"attempt", "delay",
-    "error"}``), ``tool_start`` (``{"id", "name", "input"}``), ``tool_end`` (``{"id",
+    "error"}``), ``partial_output`` (``{"partial"}``: the structured answer so far),
+    ``tool_start`` (``{"id", "name", "input"}``), ``tool_end`` (``{"id",
     "name", "status", "duration_s"}``: not the tool's output) and ``done`` (see
     :meth:`agent_sync.events.Done.to_dict`). ``message`` events are not sent: whole
     messages may carry tool output that is not meant for the browser.
@@ -151,6 +161,8 @@ def encode_event(event: AgentEvent) -> bytes | None:
     if isinstance(event, ModelRetry):
         data = {"attempt": event.attempt, "delay": event.delay, "error": event.error}
         return encode_frame(event.type, data)
+    if isinstance(event, PartialOutput):
+        return encode_frame(event.type, {"partial": event.partial})
     if isinstance(event, Done):
         return encode_frame(event.type, event.to_dict())
     return None

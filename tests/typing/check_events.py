@@ -16,6 +16,7 @@ from agent_sync.events import (
     InputInjected,
     MessageComplete,
     ModelRetry,
+    PartialOutput,
     ReasoningDelta,
     TextDelta,
     ToolEnd,
@@ -45,6 +46,8 @@ def narrows_on_type(agent: Agent) -> None:
             assert_type(event, InputInjected)
         elif event.type == "approval_required":
             assert_type(event, ApprovalRequired)
+        elif event.type == "partial_output":
+            assert_type(event, PartialOutput)
         else:
             assert_type(event, Done)
 

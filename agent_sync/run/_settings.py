@@ -1,0 +1,176 @@
+"""A run's settings: the agent's configuration, checked once when the agent is built
+(:func:`agent_settings`), and what one call changes in it (:func:`call_settings`: its
+``cache``, ``deps``, ``params`` and ``output_type``). Immutable: a run holds the settings it
+started with whatever happens to the agent meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from ..messages import ToolSpec
+from ..models.base import CacheMode, Model
+from ..output._checks import checked_output_retries, checked_output_type
+from ..retry import RetryPolicy
+from ..tools._registry import collect_tools
+from ..tools.decorator import Tool
+from ..tools.executor import ExecutorKind
+
+if TYPE_CHECKING:
+    from ..output import OutputSpec
+
+__all__ = ["UNSET", "RunSettings", "Unset", "agent_settings", "call_settings", "check_cache"]
+
+
+class Unset:
+    """Type of :data:`UNSET`: "not given", where ``None`` is a meaningful value."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = Unset()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """The agent's configuration, as a run needs it (immutable)."""
+
+    model: Model
+    tools: dict[str, Tool[Any]]
+    tool_specs: tuple[ToolSpec, ...]
+    system_prompt: str | None
+    max_cycles: int
+    tool_executor: ExecutorKind
+    max_tool_workers: int
+    tool_grace_period: float
+    retry: RetryPolicy
+    params: dict[str, Any]
+    cache: CacheMode | None = None
+    hooks: tuple[object, ...] = ()
+    trace_content: bool = False
+    conversation_id: str | None = None
+    approval_timeout: float | None = None
+    deps: Any = None  # the run's ToolContext.deps (process-local: never in a RunState)
+    output: OutputSpec | None = None  # the output type (structured output), if any
+    output_retries: int = 2
+
+
+def agent_settings(
+    model: Model,
+    *,
+    tools: Sequence[Tool[Any] | Callable[..., Any]],
+    system_prompt: str | None,
+    max_cycles: int,
+    tool_executor: ExecutorKind,
+    max_tool_workers: int,
+    tool_grace_period: float,
+    retry: RetryPolicy | None,
+    params: Mapping[str, Any] | None,
+    cache: CacheMode | None,
+    hooks: Sequence[object],
+    trace_content: bool,
+    approval_timeout: float | None,
+    conversation_id: str | None,
+    deps: Any,
+    output_type: object,
+    output_retries: int,
+) -> RunSettings:
+    """The settings of ``Agent(...)``'s arguments (see :class:`~agent_sync.Agent`).
+
+    Raises:
+        UsageError: An invalid argument, named.
+    """
+    if not callable(getattr(model, "stream", None)):
+        raise UsageError(f"model must have a stream(request, *, cancel) method, got {model!r}")
+    if max_cycles < 1:
+        raise UsageError("max_cycles must be at least 1")
+    if tool_executor not in ("concurrent", "sequential"):
+        raise UsageError("tool_executor must be 'concurrent' or 'sequential'")
+    if max_tool_workers < 1 or tool_grace_period < 0:
+        raise UsageError("max_tool_workers must be >= 1 and tool_grace_period >= 0")
+    check_cache(cache)
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise UsageError(f"system_prompt must be a str or None, got {type(system_prompt).__name__}")
+    registry = collect_tools(tools)
+    if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
+        raise UsageError("hooks must be a list of hook objects")
+    if approval_timeout is not None and not approval_timeout > 0:
+        raise UsageError("approval_timeout must be positive (seconds) or None")
+    if conversation_id is not None and (
+        not isinstance(conversation_id, str) or not conversation_id.strip()
+    ):
+        raise UsageError("conversation_id must be a non-empty str")
+    return RunSettings(
+        model=model,
+        tools=registry,
+        tool_specs=tuple(t.spec for t in registry.values()),
+        system_prompt=system_prompt,
+        max_cycles=max_cycles,
+        tool_executor=tool_executor,
+        max_tool_workers=max_tool_workers,
+        tool_grace_period=tool_grace_period,
+        retry=retry or RetryPolicy(),
+        params=_checked_params(params),
+        cache=cache,
+        hooks=tuple(hooks),
+        trace_content=bool(trace_content),
+        approval_timeout=approval_timeout,
+        conversation_id=conversation_id,
+        deps=deps,
+        output=checked_output_type(output_type),
+        output_retries=checked_output_retries(output_retries),
+    )
+
+
+def call_settings(
+    settings: RunSettings,
+    *,
+    cache: CacheMode | None | Unset = UNSET,
+    deps: Any = UNSET,
+    params: Mapping[str, Any] | None = None,
+    output_type: object = UNSET,
+) -> RunSettings:
+    """The settings of one call: the agent's, with the call's ``cache``, ``deps`` and
+    ``output_type`` if given, and its ``params`` merged over the agent's (for every model
+    call of the run).
+
+    Raises:
+        UsageError: An invalid argument, named.
+    """
+    changes: dict[str, Any] = {}
+    if not isinstance(cache, Unset):
+        check_cache(cache)
+        changes["cache"] = cache
+    if not isinstance(deps, Unset):
+        changes["deps"] = deps
+    if params is not None:
+        changes["params"] = {**settings.params, **_checked_params(params)}
+    if not isinstance(output_type, Unset):
+        changes["output"] = checked_output_type(output_type)
+    return replace(settings, **changes) if changes else settings
+
+
+def check_cache(cache: object) -> None:
+    """Refuse anything but ``None``, ``"short"`` or ``"long"``."""
+    if cache not in (None, "short", "long"):
+        raise UsageError(f"cache must be None, 'short' or 'long', got {cache!r}")
+
+
+def _checked_params(params: object) -> dict[str, Any]:
+    """A copy of model ``params`` (a mapping of names to values; ``None``: none).
+
+    Raises:
+        UsageError: ``params`` is not a mapping with str keys.
+    """
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
+        raise UsageError(
+            f"params must be a dict of model parameters, e.g. {{'temperature': 0}}, got "
+            f"{type(params).__name__}"
+        )
+    return dict(params)

@@ -1,0 +1,210 @@
+"""Structured output benchmarks (offline: local wire servers and ScriptedModel).
+
+    python bench/bench_output.py [--repeats 30]
+
+1. Model calls per structured answer, per provider, through the real SDKs against the local
+   wire servers (goal: 1 where the wire has native structured output, never more than one
+   extra): OpenAI-compatible ``response_format``; the same server refusing
+   ``response_format`` (the first answer pays one refused request, later ones none);
+   Anthropic and Bedrock, the forced output tool.
+2. Validation overhead per answer vs the raw text path: ``invoke()`` of a 200-chunk JSON
+   answer with ``output_type`` vs without (goal <= 1.05x).
+3. Partial parsing cost per chunk, 1 KB vs 100 KB answers (goal: flat per chunk, so linear
+   in the answer): agent_sync's incremental parser, and for contrast pydantic's ``jiter``
+   partial mode re-parsing the text so far at each chunk (quadratic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import boto3  # noqa: E402
+import jiter  # noqa: E402
+import pydantic  # noqa: E402
+
+from agent_sync import Agent  # noqa: E402
+from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel  # noqa: E402
+from agent_sync.output._partial import PartialJSON  # noqa: E402
+from agent_sync.testing import ScriptedModel  # noqa: E402
+from agent_sync.testing.anthropic_server import AnthropicServer  # noqa: E402
+from agent_sync.testing.bedrock_server import BedrockServer  # noqa: E402
+from agent_sync.testing.openai_server import OpenAIServer  # noqa: E402
+
+
+class Item(pydantic.BaseModel):
+    name: str
+    price: float
+    tags: list[str]
+
+
+class Order(pydantic.BaseModel):
+    number: str
+    items: list[Item]
+
+
+def _order(items: int) -> dict[str, Any]:
+    return {
+        "number": "A-1",
+        "items": [
+            {"name": f"item {i}", "price": i * 1.5, "tags": ["a", "b"]} for i in range(items)
+        ],
+    }
+
+
+def _final(value: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "final_result", "input": value}]}
+
+
+def calls_per_answer(answers: int) -> None:
+    """Requests the server received per structured answer, per provider."""
+    order = _order(3)
+    print(f"model calls per structured answer ({answers} answers each):")
+
+    with OpenAIServer([json.dumps(order)] * answers) as server:
+        model = OpenAIModel("gpt-test", base_url=server.url, api_key="sk-bench")
+        _answer_all(Agent(model, output_type=Order), answers)
+        model.close()
+        _row("openai-compatible, response_format", [len(server.requests)], answers)
+
+    with OpenAIServer([_final(order)] * answers, rejected_fields=["response_format"]) as server:
+        model = OpenAIModel("gpt-test", base_url=server.url, api_key="sk-bench")
+        agent = Agent(model, output_type=Order)
+        agent.invoke("extract")
+        first = len(server.requests)
+        _answer_all(agent, answers - 1)
+        model.close()
+        _row("openai-compatible, response_format refused", [first, len(server.requests)], answers)
+
+    with AnthropicServer([_final(order)] * answers) as server:
+        model = AnthropicModel(
+            "claude-test", client_args={"base_url": server.base_url, "api_key": "sk-bench"}
+        )
+        _answer_all(Agent(model, output_type=Order), answers)
+        model.close()
+        _row("anthropic, forced output tool", [len(server.requests)], answers)
+
+    with BedrockServer([_final(order)] * answers) as server:
+        session = boto3.Session(
+            aws_access_key_id="AKIDBENCH", aws_secret_access_key="bench", region_name="us-east-1"
+        )
+        model = BedrockModel("test-model", endpoint_url=server.base_url, boto_session=session)
+        _answer_all(Agent(model, output_type=Order), answers)
+        model.close()
+        _row("bedrock, forced output tool", [len(server.requests)], answers)
+
+
+def _answer_all(agent: Agent, answers: int) -> None:
+    for _ in range(answers):
+        agent.invoke("extract")
+        agent.messages = []  # each answer from a fresh conversation
+
+
+def _row(label: str, counts: list[int], answers: int) -> None:
+    total = counts[-1]
+    detail = f" (first answer: {counts[0]})" if len(counts) > 1 else ""
+    print(f"  {label:<46} {total / answers:.2f} per answer{detail}")
+
+
+def validation_overhead(chunks: int, repeats: int) -> None:
+    """invoke() of the same JSON answer with and without output_type: on ScriptedModel (a
+    model that costs nothing: the worst case for the ratio) and over the OpenAI wire."""
+    text = json.dumps(_order(12))  # ~200 chunks of ~4 chars: a 200-token answer
+    size = max(1, len(text) // chunks)
+    turn = {"text": text, "chunk_size": size}
+    events = -(-len(text) // size)
+    print(
+        f"validation overhead, invoke() of a {len(text)}-char answer in {events} chunks, "
+        f"median of {repeats} (goal <= 1.05):"
+    )
+    raw = _median(repeats, lambda: Agent(ScriptedModel([turn])).invoke("go"))
+    typed = _median(repeats, lambda: Agent(ScriptedModel([turn]), output_type=Order).invoke("go"))
+    print(
+        f"  ScriptedModel   raw {raw * 1000:7.3f} ms   output_type {typed * 1000:7.3f} ms"
+        f"   ratio {typed / raw:.3f}   (+{(typed - raw) * 1e6:.0f} us per answer)"
+    )
+    with OpenAIServer() as server:
+        model = OpenAIModel("gpt-test", base_url=server.url, api_key="sk-bench")
+        raw_agent, typed_agent = Agent(model), Agent(model, output_type=Order)
+
+        def ask(agent: Agent) -> None:
+            server.add_turns({"text": text, "chunk_size": size})
+            agent.invoke("go")
+            agent.messages = []
+
+        raw = _median(repeats, lambda: ask(raw_agent))
+        typed = _median(repeats, lambda: ask(typed_agent))
+        model.close()
+    print(
+        f"  OpenAI wire     raw {raw * 1000:7.3f} ms   output_type {typed * 1000:7.3f} ms"
+        f"   ratio {typed / raw:.3f}   (+{(typed - raw) * 1e6:.0f} us per answer)"
+    )
+
+
+def _median(repeats: int, run: Any) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def partial_cost(repeats: int) -> None:
+    """Per-chunk cost of the partial value, at two answer sizes (20-char chunks)."""
+    print("partial parsing per 20-char chunk (feed + snapshot of the value so far):")
+    for label, items in (("1 KB", 18), ("100 KB", 1800)):
+        text = json.dumps(_order(items))
+        chunks = [text[i : i + 20] for i in range(0, len(text), 20)]
+        ours = _median_per_chunk(repeats, chunks, _incremental)
+        theirs = _median_per_chunk(max(1, repeats // 10), chunks, _jiter_reparse)
+        print(
+            f"  {label:>6} ({len(text):>6} chars, {len(chunks):>5} chunks): "
+            f"agent_sync {ours * 1e6:7.2f} us/chunk   "
+            f"jiter re-parse {theirs * 1e6:9.2f} us/chunk"
+        )
+
+
+def _incremental(chunks: list[str]) -> None:
+    parser = PartialJSON()
+    for chunk in chunks:
+        if parser.feed(chunk):
+            parser.snapshot()
+
+
+def _jiter_reparse(chunks: list[str]) -> None:
+    so_far = b""
+    for chunk in chunks:
+        so_far += chunk.encode()
+        jiter.from_json(so_far, partial_mode="trailing-strings")
+
+
+def _median_per_chunk(repeats: int, chunks: list[str], run: Any) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run(chunks)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) / len(chunks)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    calls_per_answer(10)
+    validation_overhead(200, args.repeats)
+    partial_cost(max(3, args.repeats // 5))
+
+
+if __name__ == "__main__":
+    main()
