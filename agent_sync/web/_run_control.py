@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .._decisions import Decision, Deny
+from .._run_state import RunSnapshot
 from ..errors import (
     ConcurrentInvocationError,
     DecisionValidationError,
@@ -22,7 +23,6 @@ from ..errors import (
     RunConflictError,
     UsageError,
 )
-from ..run._state import RunSnapshot
 from ..stores import StoredRun
 from ..stores._event_log import EventLogStore
 from ._follow import close_log
