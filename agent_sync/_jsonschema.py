@@ -31,7 +31,7 @@ from referencing.jsonschema import DRAFT202012
 
 from .errors import UsageError
 
-__all__ = ["Schema", "compile_schema", "problems"]
+__all__ = ["Schema", "compile_schema", "json_type", "problems"]
 
 Schema = Draft202012Validator
 """A compiled schema: what :func:`compile_schema` returns and :func:`problems` takes."""
@@ -149,7 +149,7 @@ def _describe(error: ValidationError, path: str) -> str:
         return f"{where}: missing required parameter {name}"
     if kind == "type":
         expected = _types(error.validator_value)
-        return f"{where}: expected {expected}, got {_json_type(error.instance)}"
+        return f"{where}: expected {expected}, got {json_type(error.instance)}"
     if kind == "enum" and isinstance(error.validator_value, list):
         allowed = ", ".join(_short(repr(v), 60) for v in error.validator_value)
         return f"{where}: {_short(repr(error.instance), 100)} is not one of {allowed}"
@@ -157,7 +157,7 @@ def _describe(error: ValidationError, path: str) -> str:
         only_types = all(e.validator == "type" and not e.relative_path for e in error.context)
         if only_types:
             expected = " or ".join(_types(e.validator_value) for e in error.context)
-            return f"{where}: expected {expected}, got {_json_type(error.instance)}"
+            return f"{where}: expected {expected}, got {json_type(error.instance)}"
         branches: dict[object, list[ValidationError]] = {}
         for sub in error.context:
             branches.setdefault(sub.relative_schema_path[0], []).append(sub)
@@ -177,7 +177,8 @@ def _types(value: object) -> str:
     return str(value)
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
+    """The JSON type name of a value (``"integer"``, ``"object"``...), for problems."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -188,7 +189,7 @@ def _json_type(value: object) -> str:
         return "number"
     if isinstance(value, str):
         return "string"
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "array"
     return "object" if isinstance(value, dict) else type(value).__name__
 

@@ -96,6 +96,21 @@ class _Handle:
         """
         self._driver.inject(content)
 
+    def close(self) -> None:
+        """End or let go of the run (each handle says which)."""
+        raise NotImplementedError
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
 
 class _Owning(_Handle):
     """A handle that drives its run: closing it (or leaving its ``with`` block, or losing
@@ -112,17 +127,6 @@ class _Owning(_Handle):
         ends it as soon as its ``next()`` returns.
         """
         self._driver.close()
-
-    def __enter__(self: _Self) -> _Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         driver = getattr(self, "_driver", None)
@@ -163,17 +167,6 @@ class Run(_Handle):
             "only the run returned by agent.steps() can be iterated; this handle "
             "(from agent.active_run) is driven by its invoke() or stream()"
         )
-
-    def __enter__(self) -> Run:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Run) and other._driver is self._driver

@@ -21,7 +21,9 @@ from typing import Any
 
 from pydantic_core import ErrorDetails
 
-__all__ = ["describe_errors", "json_type"]
+from .._jsonschema import json_type
+
+__all__ = ["describe_errors"]
 
 # pydantic error types that only say "not of this JSON type": worded as the schema validator does
 _EXPECTED = {
@@ -104,23 +106,6 @@ def _describe(error: ErrorDetails, place: str, members: list[str], path: str) ->
     if members:
         where += f" (as {', '.join(members)})"
     return f"{where}: {text}"
-
-
-def json_type(value: object) -> str:
-    """The JSON type name of a value (``"integer"``, ``"object"``...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    return "object" if isinstance(value, dict) else type(value).__name__
 
 
 def _short(value: object) -> str:

@@ -14,9 +14,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .._jsonschema import compile_schema, problems
+from .._jsonschema import compile_schema, json_type, problems
 from ..errors import UsageError
-from ._problems import json_type
 
 __all__ = ["SchemaArguments", "check_explicit_schema", "parse_docstring"]
 

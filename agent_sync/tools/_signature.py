@@ -31,8 +31,9 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaWarningKind
 from pydantic_core import CoreSchema, to_jsonable_python
 from typing_extensions import NotRequired, Required, TypedDict
 
+from .._jsonschema import json_type
 from ..errors import UsageError
-from ._problems import describe_errors, json_type
+from ._problems import describe_errors
 from .context import ToolContext
 
 __all__ = ["SignatureArguments", "is_context_type", "type_hints"]
