@@ -124,8 +124,11 @@ def validation_overhead(chunks: int, repeats: int) -> None:
         f"validation overhead, invoke() of a {len(text)}-char answer in {events} chunks, "
         f"median of {repeats} (goal <= 1.05):"
     )
-    raw = _median(repeats, lambda: Agent(ScriptedModel([turn])).invoke("go"))
-    typed = _median(repeats, lambda: Agent(ScriptedModel([turn]), output_type=Order).invoke("go"))
+    raw, typed = _paired(
+        repeats,
+        lambda: Agent(ScriptedModel([turn])).invoke("go"),
+        lambda: Agent(ScriptedModel([turn]), output_type=Order).invoke("go"),
+    )
     print(
         f"  ScriptedModel   raw {raw * 1000:7.3f} ms   output_type {typed * 1000:7.3f} ms"
         f"   ratio {typed / raw:.3f}   (+{(typed - raw) * 1e6:.0f} us per answer)"
@@ -139,8 +142,7 @@ def validation_overhead(chunks: int, repeats: int) -> None:
             agent.invoke("go")
             agent.messages = []
 
-        raw = _median(repeats, lambda: ask(raw_agent))
-        typed = _median(repeats, lambda: ask(typed_agent))
+        raw, typed = _paired(repeats, lambda: ask(raw_agent), lambda: ask(typed_agent))
         model.close()
     print(
         f"  OpenAI wire     raw {raw * 1000:7.3f} ms   output_type {typed * 1000:7.3f} ms"
@@ -148,13 +150,16 @@ def validation_overhead(chunks: int, repeats: int) -> None:
     )
 
 
-def _median(repeats: int, run: Any) -> float:
-    times = []
+def _paired(repeats: int, first: Any, second: Any) -> tuple[float, float]:
+    """Medians of ``first`` and ``second`` run alternately (a loaded machine's drift hits
+    both alike)."""
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for run, into in ((first, times[0]), (second, times[1])):
+            start = time.perf_counter()
+            run()
+            into.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def partial_cost(repeats: int) -> None:

@@ -19,12 +19,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pydantic
 from typing_extensions import is_typeddict
 
+from .._encodable import Unencodable, clean_json
 from .._jsonschema import compile_schema, problems
 from ..errors import UsageError
 
@@ -35,6 +37,9 @@ OUTPUT_TOOL_NAME = "final_result"
 
 _WRAP_KEY = "result"
 _NOT_JSON: Any = object()  # OutputProblems.raw of a text that is not JSON at all
+# NaN, Infinity or an exponent that may overflow: such a text takes the Python path, which
+# refuses non-finite numbers (pydantic-core's JSON parser accepts them)
+_MAYBE_NON_FINITE = re.compile(r"NaN|Infinity|[eE][+]?[0-9]{3}")
 _MAX_INPUT_SHOWN = 80
 
 
@@ -90,14 +95,15 @@ class OutputSpec:
         Raises:
             OutputProblems: Not JSON, or JSON that does not validate.
         """
-        if self._check_json is not None and not self.wrapped:
-            body = _strip_fence(text)
+        body = _strip_fence(text)
+        if self._check_json is not None and _MAYBE_NON_FINITE.search(body) is None:
             try:
                 return self._check_json(body)
             except OutputProblems as exc:
-                if exc.raw is _NOT_JSON:
-                    self.load_text(text)  # raises the problem, naming the JSON error
-                raise
+                if exc.raw is not _NOT_JSON:
+                    raise
+                # not JSON to pydantic-core: the Python path names the JSON error (or
+                # reads what only Python's parser accepts)
         return self.validate(self.load_text(text))
 
     @staticmethod
@@ -109,10 +115,14 @@ class OutputSpec:
         """
         body = _strip_fence(text)
         try:
-            return json.loads(body)
+            value = json.loads(body)
         except ValueError as exc:
             shown = body if len(body) <= 200 else body[:200] + "..."
             raise OutputProblems([f"the answer is not valid JSON ({exc}): {shown}"], text) from None
+        try:  # what goes out (a stored state) must be plain JSON: no NaN, no Infinity
+            return clean_json(value, what="the answer")
+        except Unencodable as exc:
+            raise OutputProblems([str(exc)], text) from None
 
     def to_json(self, output: Any) -> Any:
         """``output`` as a JSON value (what a :class:`~agent_sync.run.RunState` stores)."""
@@ -172,7 +182,7 @@ def _type_spec(output_type: Any) -> OutputSpec:
         return adapter.dump_python(output, mode="json")
 
     spec = _spec(schema, wrapped=not is_object, label=label, doc=doc, check=check, dump=dump)
-    return dataclasses.replace(spec, _check_json=check_json)
+    return spec if not is_object else dataclasses.replace(spec, _check_json=check_json)
 
 
 def _schema_spec(schema: dict[str, Any]) -> OutputSpec:

@@ -4,7 +4,8 @@
 Inside (see ``docs/architecture.md``): ``_state`` (the data), ``_context`` (a run's live
 state), ``_steps`` (model, tools, finish: functions of that state that name the next step),
 ``_driver`` (the handle that owns scope, deadline, token and release), ``_assemble``
-(stream events into a message), ``_inbox`` (injected input), ``_hooks`` (calling hooks).
+(stream events into a message), ``_inbox`` (injected input), ``_hooks`` (calling hooks),
+``_output`` (the step that reads a structured answer, and partial output).
 """
 
 from ._driver import CancelMode

@@ -144,3 +144,16 @@ def test_output_validation_error_carries_the_problems_and_the_raw_answer() -> No
     assert isinstance(error, AgentSyncError)
     assert error.errors == ["a: bad", "b: worse"] and error.output == {"a": 1}
     assert str(error) == "the model's output is invalid: a: bad (and 1 more)"
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_a_non_finite_number_in_a_text_answer_is_a_problem(number: str) -> None:
+    """What goes out (a stored state holds the output as JSON) must be plain JSON."""
+    for spec_type, text in ((Line, '{"name": "x", "price": %s}'), (float, '{"result": %s}')):
+        with pytest.raises(OutputProblems) as caught:
+            output_spec(spec_type).parse_text(text % number)
+        assert "finite" in caught.value.problems[0] or "JSON" in caught.value.problems[0]
+
+
+def test_a_large_finite_exponent_still_validates() -> None:
+    assert output_spec(Line).parse_text('{"name": "x", "price": 1e200}').price == 1e200
