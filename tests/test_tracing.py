@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from agent_sync import Agent, ModelError, ToolContext, _tracing, tool
+from agent_sync._tracing import _genai_messages
 from agent_sync.cancel import CancelledError
 from agent_sync.errors import ModelThrottledError
 from agent_sync.hooks import AfterModelCall, AfterToolCall, BeforeModelCall
@@ -543,7 +544,7 @@ class TestContent:
             "role": "assistant",
             "content": [{"reasoningContent": {"reasoningText": {"text": "hmm", "signature": "s"}}}],
         }
-        assert _tracing._chat_messages([message, thinking]) == [
+        assert _genai_messages.chat_messages([message, thinking]) == [
             {
                 "role": "tool",
                 "parts": [

@@ -1,147 +1,40 @@
-"""OpenTelemetry tracing of runs (the ``otel`` extra), per the GenAI semantic conventions.
-
-* **Zero cost when off.** ``opentelemetry`` is never imported at module level: the run
-  driver calls :func:`run_tracer` once per run, which imports the API on first use (the
-  outcome is cached) and returns ``None`` unless a real tracer provider is configured,
-  checked on every call since an application may configure one after importing us.
-* **Spans**: ``invoke_agent`` (kind INTERNAL: the agent runs in this process) per run, a
-  child of whatever span is current when the run starts; children ``chat {model_id}``
-  (CLIENT; one per model call, retries included) and ``execute_tool {name}`` (INTERNAL).
-  Children are parented explicitly. A span is made *current* only inside
-  :meth:`RunTracer.model_call_scope` (the start of a request, so a provider SDK's own span
-  nests under ``chat``): a run is a generator that hands control back to its caller
-  between events, and a context attached across a ``yield`` would leak into the caller.
-* **Attributes**: ``gen_ai.operation.name``, ``gen_ai.provider.name`` (:func:`provider_name`),
-  ``gen_ai.request.model`` (the model's ``model_id``), ``gen_ai.conversation.id``,
-  ``gen_ai.usage.input_tokens``/``output_tokens`` and, when reported,
-  ``gen_ai.usage.cache_read.input_tokens``/``cache_creation.input_tokens``
-  (``input_tokens`` includes cached tokens as the conventions ask: for Anthropic and
-  Bedrock, whose ``inputTokens`` omit them, it is the sum), ``gen_ai.response.finish_reasons``
-  (the model's stop reason as agent_sync spells it, e.g. ``["end_turn"]``),
-  ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.tool.type`` (``"function"``);
-  ``agent_sync.run_id`` on every span, ``agent_sync.cycle`` on model and tool spans,
-  ``agent_sync.stop_reason`` and ``agent_sync.cancel_reason`` on the run's span.
-* **Errors** (the ``error.type`` values, which the conventions ask us to list): the
-  exception's class name (``ModelThrottledError``, ``HookError``, ``KeyboardInterrupt``...)
-  with status ERROR, the redacted ``str(exc)`` as description and an ``exception`` event
-  (type, message, this exception's own traceback: not its chained causes, which may come
-  from code that does not redact); ``cancelled``: a model or tool call cut short by a
-  cancel; ``tool_error``: a tool call answered with an error result (it raised, had bad
-  input, was denied or unknown; the text is tool output, so never in the description);
-  ``abandoned``: a span still open when the run ended (a tool that ignored cancel). A
-  cancelled *run* is not an error: status UNSET, with ``agent_sync.cancel_reason``.
-* **Content** only with ``trace_content=True``: ``gen_ai.input.messages`` (the history
-  sent, on chat spans; the prompt, on the run's span), ``gen_ai.output.messages`` (the
-  assistant message; on the run's span the last one), ``gen_ai.tool.call.arguments`` and
-  ``gen_ai.tool.call.result``: JSON strings in the conventions' message schema (what they
-  prescribe while the Python SDK has no structured span attributes). Tool results become
-  ``role: "tool"`` messages; images and documents a part naming kind and format, never
-  their bytes. The system prompt is not recorded (the hook events do not carry it).
-* A tool call that never started (denied, unknown tool) still gets an ``execute_tool``
-  span, created and ended when its result arrives: status ERROR ``not run``.
-* **Never breaks a run**: every :class:`RunTracer` method catches ``Exception`` and logs
-  it at DEBUG.
+"""The :class:`RunTracer`: the spans of one run, a hook of the run's
+:class:`~agent_sync.run._hooks.HookRunner` (what it records: see :mod:`agent_sync._tracing`).
 
 Thread-safety: a :class:`RunTracer` is used by its run's loop thread only (no lock).
-:func:`run_tracer` and :func:`use_provider` may be called from any thread: the module
-caches are single assignments of immutable values, and a race only repeats a lookup.
+:func:`run_tracer` and :func:`tracing_hooks` may be called from any thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
-from . import __version__
-from ._redact import redact
-from .cancel import CancelledError
-from .hooks import AfterModelCall, AfterToolCall, BeforeModelCall
-from .messages import CANCELLED_TEXT, ContentBlock, Message, ToolResult, ToolUse, Usage
+from .._redact import redact
+from ..cancel import CancelledError
+from ..hooks import AfterModelCall, AfterToolCall, BeforeModelCall
+from ..messages import CANCELLED_TEXT, ContentBlock, Message, ToolUse, Usage
+from ._genai_messages import chat_messages, output_message, result_value, to_json
+from ._otel import current_tracer
+from ._providers import provider_name, usage_attributes
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
-    from types import ModuleType
 
     from opentelemetry.context import Context
-    from opentelemetry.trace import Span, Tracer, TracerProvider
+    from opentelemetry.trace import Span, Tracer
 
-__all__ = ["RunTracer", "provider_name", "run_tracer", "use_provider"]
+__all__ = ["RunTracer", "run_tracer", "tracing_hooks"]
 
 logger = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
-
-_NOT_LOADED: Any = object()
-_api: ModuleType | None = _NOT_LOADED
-"""``opentelemetry.trace``; ``None`` if it is not importable."""
-_cache: tuple[object, Tracer | None] | None = None
-"""The last provider seen and its tracer (``None``: a no-op provider)."""
-_override: TracerProvider | None = None
-
-_PROVIDERS = {
-    ("agent_sync.models.anthropic", "AnthropicModel"): "anthropic",
-    ("agent_sync.models.bedrock", "BedrockModel"): "aws.bedrock",
-    ("agent_sync.models.openai", "OpenAIModel"): "openai",
-}
-_CACHE_EXCLUDED = frozenset({"anthropic", "aws.bedrock"})  # inputTokens omit cached tokens
-_FINISH = {  # stop reason -> the conventions' output-message finish_reason
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "max_tokens": "length",
-    "tool_use": "tool_call",
-    "content_filtered": "content_filter",
-    "guardrail_intervened": "content_filter",
-}
-
-
-def use_provider(provider: TracerProvider | None) -> None:
-    """Trace runs into ``provider`` instead of the global tracer provider.
-
-    For tests (the global provider can be set only once per process) and for an
-    application that keeps agent_sync's spans apart; ``None`` goes back to the global
-    provider. Thread-safe; runs already started keep their tracer.
-    """
-    global _override, _cache
-    _override = provider
-    _cache = None
-
-
-def _trace_api() -> ModuleType | None:
-    global _api
-    if _api is _NOT_LOADED:
-        try:
-            from opentelemetry import trace
-        except ImportError:
-            _api = None
-        else:
-            _api = trace
-    return _api
-
-
-def _tracer() -> Tracer | None:
-    """The current provider's tracer, or ``None`` when nothing would record spans."""
-    global _cache
-    api = _trace_api()
-    if api is None:
-        return None
-    provider = _override if _override is not None else api.get_tracer_provider()
-    cached = _cache
-    if cached is not None and cached[0] is provider:
-        return cached[1]
-    tracer: Tracer | None = None
-    if not isinstance(provider, (api.ProxyTracerProvider, api.NoOpTracerProvider)):
-        tracer = provider.get_tracer("agent_sync", __version__)
-        if isinstance(tracer, (api.NoOpTracer, api.ProxyTracer)):  # e.g. OTEL_SDK_DISABLED
-            tracer = None
-    _cache = (provider, tracer)
-    return tracer
 
 
 def run_tracer(
@@ -162,7 +55,7 @@ def run_tracer(
         A :class:`RunTracer` for the run's loop thread, or ``None``. Never raises.
     """
     try:
-        tracer = _tracer()
+        tracer = current_tracer()
         if tracer is None:
             return None
         return RunTracer(
@@ -177,21 +70,15 @@ def run_tracer(
         return None
 
 
-def provider_name(model: object) -> str:
-    """``gen_ai.provider.name`` of a model.
-
-    A non-empty ``provider_name`` string attribute wins; else agent_sync's models (and
-    their subclasses) give ``anthropic``, ``aws.bedrock``, ``openai``; else the class
-    name, lowercased.
-    """
-    name = getattr(model, "provider_name", None)
-    if isinstance(name, str) and name:
-        return name
-    for cls in type(model).__mro__:
-        known = _PROVIDERS.get((cls.__module__, cls.__qualname__))
-        if known is not None:
-            return known
-    return type(model).__name__.lower()
+def tracing_hooks(
+    *, run_id: str, model: object, conversation_id: str | None, trace_content: bool
+) -> tuple[RunTracer, ...]:
+    """The run's tracing hooks: its :class:`RunTracer`, or none when tracing is off
+    (arguments as for :func:`run_tracer`). Never raises."""
+    tracer = run_tracer(
+        run_id=run_id, model=model, conversation_id=conversation_id, trace_content=trace_content
+    )
+    return () if tracer is None else (tracer,)
 
 
 def _guarded(
@@ -262,7 +149,7 @@ class RunTracer:
         attributes = {"gen_ai.operation.name": "invoke_agent", **self._common}
         if self._content and prompt:
             user: Message = {"role": "user", "content": prompt}
-            attributes["gen_ai.input.messages"] = _json(_chat_messages([user]))
+            attributes["gen_ai.input.messages"] = to_json(chat_messages([user]))
         kind = self._trace.SpanKind.INTERNAL
         self._run = span = self._tracer.start_span("invoke_agent", kind=kind, attributes=attributes)
         self._parent = self._trace.set_span_in_context(span)
@@ -278,7 +165,7 @@ class RunTracer:
             "agent_sync.cycle": event.cycle,
         }
         if self._content:
-            attributes["gen_ai.input.messages"] = _json(_chat_messages(event.messages))
+            attributes["gen_ai.input.messages"] = to_json(chat_messages(event.messages))
         name = f"chat {self._model_id}" if self._model_id else "chat"
         kind = self._trace.SpanKind.CLIENT
         self._chats[event.cycle] = self._tracer.start_span(
@@ -293,7 +180,7 @@ class RunTracer:
             return
         try:
             if event.usage is not None:
-                span.set_attributes(_usage_attributes(event.usage, self._provider))
+                span.set_attributes(usage_attributes(event.usage, self._provider))
             if event.stop_reason is not None:
                 span.set_attribute("gen_ai.response.finish_reasons", [event.stop_reason])
             if event.error is not None:
@@ -301,8 +188,8 @@ class RunTracer:
             elif event.message is not None:
                 self._last_output = (event.message, event.stop_reason)
                 if self._content:
-                    output = _output_message(event.message, event.stop_reason)
-                    span.set_attribute("gen_ai.output.messages", _json([output]))
+                    output = output_message(event.message, event.stop_reason)
+                    span.set_attribute("gen_ai.output.messages", to_json([output]))
         finally:
             span.end()
 
@@ -343,7 +230,7 @@ class RunTracer:
         try:
             result = event.result
             if self._content:
-                span.set_attribute("gen_ai.tool.call.result", _json(_result_value(result)))
+                span.set_attribute("gen_ai.tool.call.result", to_json(result_value(result)))
             if result.get("status") == "error":
                 if result.get("content") == [{"text": CANCELLED_TEXT}]:
                     self._error(span, "cancelled", "cancelled")
@@ -384,7 +271,7 @@ class RunTracer:
         if run is None:
             return
         try:
-            run.set_attributes(_usage_attributes(usage, self._provider))
+            run.set_attributes(usage_attributes(usage, self._provider))
             if stop_reason is not None:
                 run.set_attribute("agent_sync.stop_reason", stop_reason)
             if cancel_reason is not None:
@@ -392,8 +279,8 @@ class RunTracer:
             if error is not None:
                 self._fail(run, error)
             elif self._content and self._last_output is not None:
-                output = _output_message(*self._last_output)
-                run.set_attribute("gen_ai.output.messages", _json([output]))
+                output = output_message(*self._last_output)
+                run.set_attribute("gen_ai.output.messages", to_json([output]))
         finally:
             run.end()
 
@@ -408,7 +295,7 @@ class RunTracer:
             "agent_sync.cycle": cycle,
         }
         if self._content:
-            attributes["gen_ai.tool.call.arguments"] = _json(tool_use.get("input"))
+            attributes["gen_ai.tool.call.arguments"] = to_json(tool_use.get("input"))
         return self._tracer.start_span(
             f"execute_tool {name}",
             context=self._parent,
@@ -469,84 +356,6 @@ class _Current:
                 logger.debug(
                     "run_id=<%s> | tracing failed to detach", self._tracer.run_id, exc_info=True
                 )
-
-
-def _usage_attributes(usage: Mapping[str, Any], provider: str) -> dict[str, int]:
-    read, write = usage.get("cacheReadInputTokens"), usage.get("cacheWriteInputTokens")
-    inputs, outputs = usage.get("inputTokens"), usage.get("outputTokens")
-    attributes: dict[str, int] = {}
-    if isinstance(inputs, int):
-        if provider in _CACHE_EXCLUDED:
-            inputs += sum(n for n in (read, write) if isinstance(n, int))
-        attributes["gen_ai.usage.input_tokens"] = inputs
-    if isinstance(outputs, int):
-        attributes["gen_ai.usage.output_tokens"] = outputs
-    if isinstance(read, int):
-        attributes["gen_ai.usage.cache_read.input_tokens"] = read
-    if isinstance(write, int):
-        attributes["gen_ai.usage.cache_creation.input_tokens"] = write
-    return attributes
-
-
-# --- content, in the conventions' message schema (trace_content=True only) -------------
-
-
-def _chat_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """``[{"role", "parts"}]``; a user message's tool results become a ``tool`` message."""
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        blocks = message["content"]
-        results = [_part(b) for b in blocks if "toolResult" in b]
-        others = [_part(b) for b in blocks if "toolResult" not in b]
-        if results:
-            out.append({"role": "tool", "parts": results})
-        if others or not results:
-            out.append({"role": message["role"], "parts": others})
-    return out
-
-
-def _output_message(message: Message, stop_reason: str | None) -> dict[str, Any]:
-    parts = [_part(b) for b in message["content"]]
-    finish = _FINISH.get(stop_reason, stop_reason) if stop_reason else "error"
-    return {"role": "assistant", "parts": parts, "finish_reason": finish}
-
-
-def _part(block: ContentBlock) -> dict[str, Any]:
-    if "text" in block:
-        return {"type": "text", "content": block["text"]}
-    if "toolUse" in block:
-        use = block["toolUse"]
-        return {
-            "type": "tool_call",
-            "id": use["toolUseId"],
-            "name": use["name"],
-            "arguments": use.get("input"),
-        }
-    if "toolResult" in block:
-        result = block["toolResult"]
-        part = {"type": "tool_call_response", "id": result["toolUseId"]}
-        part["response"] = _result_value(result)
-        if result.get("status") == "error":
-            part["status"] = "error"
-        return part
-    if "reasoningContent" in block:
-        text = block["reasoningContent"].get("reasoningText", {}).get("text", "")
-        return {"type": "reasoning", "content": text}
-    if "image" in block:
-        return {"type": "image", "format": block["image"].get("format")}
-    if "document" in block:
-        return {"type": "document", "format": block["document"].get("format")}
-    return {"type": next(iter(block), "unknown")}
-
-
-def _result_value(result: ToolResult) -> Any:
-    """A result's content as one value: a lone piece's text or JSON, else the list."""
-    values = [piece.get("text", piece.get("json")) for piece in result.get("content", [])]
-    return values[0] if len(values) == 1 else values
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=lambda o: f"<{type(o).__name__}>")
 
 
 def _safe_str(exc: BaseException) -> str:
