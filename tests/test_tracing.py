@@ -102,10 +102,8 @@ def drive_tool_run(tracer: Any, *, tool_result_text: str = "21 degrees") -> None
         "content": [{"text": "let me look"}, {"toolUse": TOOL_USE}],
     }
     tracer.run_started([{"text": PROMPT}])
-    tracer.model_call_started(
-        BeforeModelCall(run_id="run-1", cycle=1, messages=(user,), model=None)
-    )
-    tracer.model_call_ended(
+    tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(user,), model=None))
+    tracer.after_model_call(
         AfterModelCall(
             run_id="run-1",
             cycle=1,
@@ -122,15 +120,15 @@ def drive_tool_run(tracer: Any, *, tool_result_text: str = "21 degrees") -> None
         "status": "success",
         "content": [{"text": tool_result_text}],
     }
-    tracer.tool_ended(
+    tracer.after_tool_call(
         AfterToolCall(run_id="run-1", cycle=1, tool_use=TOOL_USE, result=result, duration_s=0.01)
     )
     answered: Message = {"role": "user", "content": [{"toolResult": result}]}
     final: Message = {"role": "assistant", "content": [{"text": ANSWER}]}
-    tracer.model_call_started(
+    tracer.before_model_call(
         BeforeModelCall(run_id="run-1", cycle=2, messages=(user, asking, answered), model=None)
     )
-    tracer.model_call_ended(
+    tracer.after_model_call(
         AfterModelCall(
             run_id="run-1",
             cycle=2,
@@ -220,7 +218,7 @@ class TestSpans:
     def test_no_conversation_id_no_model_id(self, exporter: InMemorySpanExporter) -> None:
         tracer = make_tracer(model=FakeModel(model_id=None), conversation_id=None)
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         tracer.run_ended(stop_reason=None, cancel_reason=None, usage={}, error=None)
         spans = exporter.get_finished_spans()
         chat = one(spans, "chat")
@@ -272,9 +270,9 @@ class TestErrorsAndCancel:
     def test_model_error(self, exporter: InMemorySpanExporter) -> None:
         tracer = make_tracer()
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         error = ModelThrottledError("slow down", status=429, provider="acme")
-        tracer.model_call_ended(
+        tracer.after_model_call(
             AfterModelCall(
                 run_id="run-1",
                 cycle=1,
@@ -318,8 +316,8 @@ class TestErrorsAndCancel:
     def test_cancelled_run_is_not_an_error(self, exporter: InMemorySpanExporter) -> None:
         tracer = make_tracer()
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
-        tracer.model_call_ended(
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.after_model_call(
             AfterModelCall(
                 run_id="run-1",
                 cycle=1,
@@ -349,7 +347,7 @@ class TestErrorsAndCancel:
         tracer = make_tracer()
         tracer.run_started(None)
         tracer.tool_started(TOOL_USE, 1)  # abandoned: never answered
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=2, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=2, messages=(), model=None))
         tracer.run_ended(stop_reason="cancelled", cancel_reason="timeout", usage={}, error=None)
         spans = exporter.get_finished_spans()
         assert len(spans) == 3  # every span ended (unended spans are not exported)
@@ -364,7 +362,7 @@ class TestErrorsAndCancel:
     ) -> None:
         tracer = make_tracer()
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         error = KeyboardInterrupt()
         tracer.run_ended(
             stop_reason="cancelled", cancel_reason="interrupted", usage={}, error=error
@@ -380,7 +378,7 @@ class TestErrorsAndCancel:
         tracer.run_started(None)
         tracer.run_ended(stop_reason="end_turn", cancel_reason=None, usage={}, error=None)
         tracer.run_ended(stop_reason="end_turn", cancel_reason=None, usage={}, error=None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         tracer.tool_started(TOOL_USE, 1)
         assert [s.name for s in exporter.get_finished_spans()] == ["invoke_agent"]
 
@@ -397,7 +395,7 @@ class TestErrorsAndCancel:
             use: ToolUse = {"toolUseId": call_id, "name": call_id, "input": {}}
             if started:
                 tracer.tool_started(use, 1)
-            tracer.tool_ended(
+            tracer.after_tool_call(
                 AfterToolCall(
                     run_id="run-1",
                     cycle=1,
@@ -428,8 +426,8 @@ class TestErrorsAndCancel:
         tracer = make_tracer(trace_content=True)
         tracer.run_started([{"text": "hi"}])
         caplog.set_level("DEBUG", logger="agent_sync._tracing")
-        tracer.tool_ended("not an event")  # a bug in the caller
-        tracer.model_call_started(object())
+        tracer.after_tool_call("not an event")  # a bug in the caller
+        tracer.before_model_call(object())
         tracer.run_ended(stop_reason=None, cancel_reason=None, usage=None, error=None)
         assert sum("tracing failed" in r.getMessage() for r in caplog.records) == 3
         assert one(exporter.get_finished_spans(), "invoke_agent").end_time is not None
@@ -452,7 +450,7 @@ class TestModelCallScope:
     def test_the_chat_span_is_current_inside_only(self, exporter: InMemorySpanExporter) -> None:
         tracer = make_tracer()
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         before = trace.get_current_span()
         with tracer.model_call_scope(1):
             inner = _PROVIDER.get_tracer("sdk").start_span("sdk call")  # e.g. anthropic's span
@@ -469,7 +467,7 @@ class TestModelCallScope:
     ) -> None:
         tracer = make_tracer()
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         before = trace.get_current_span()
         with pytest.raises(ModelThrottledError), tracer.model_call_scope(1):
             raise ModelThrottledError()

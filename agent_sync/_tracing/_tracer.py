@@ -155,7 +155,7 @@ class RunTracer:
         self._parent = self._trace.set_span_in_context(span)
 
     @_guarded
-    def model_call_started(self, event: BeforeModelCall) -> None:
+    def before_model_call(self, event: BeforeModelCall) -> None:
         """Open a ``chat {model_id}`` span."""
         if self._ended:
             return
@@ -173,7 +173,7 @@ class RunTracer:
         )
 
     @_guarded
-    def model_call_ended(self, event: AfterModelCall) -> None:
+    def after_model_call(self, event: AfterModelCall) -> None:
         """End the call's span with usage, finish reason, and the error or the output."""
         span = self._chats.pop(event.cycle, None)
         if span is None:
@@ -218,7 +218,7 @@ class RunTracer:
             self._tools[tool_use["toolUseId"]] = self._tool_span(tool_use, cycle, None)
 
     @_guarded
-    def tool_ended(self, event: AfterToolCall) -> None:
+    def after_tool_call(self, event: AfterToolCall) -> None:
         """End the call's span; a call that never started gets one created and ended now."""
         if self._ended:
             return

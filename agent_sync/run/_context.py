@@ -24,12 +24,12 @@ from ..result import AgentMetrics, AgentResult
 from ..retry import RetryPolicy
 from ..tools.decorator import Tool
 from ..tools.executor import ExecutorKind
+from ._hooks import NO_HOOKS, HookRunner
 from ._inbox import Inbox
 from ._state import RunPhase, RunState, RunStatus, Step, StepName
 
 if TYPE_CHECKING:
     from ..cancel import CancelScope
-    from ._hooks import HookRunner
 
 __all__ = ["RunContext", "RunSettings"]
 
@@ -69,7 +69,7 @@ class RunContext:
         emit_deltas: bool,
         cache: CacheMode | None,
         agent: object = None,
-        hooks: HookRunner | None = None,
+        hooks: HookRunner = NO_HOOKS,
     ) -> None:
         self.settings = settings
         self.agent = agent  # what a tool's context.agent views (bound to this run)
