@@ -735,6 +735,25 @@ class TestEndToEnd:
         assert run.status.status_code is StatusCode.UNSET
         assert attrs(one(spans, "chat"))["error.type"] == "cancelled"
 
+    def test_the_tracer_is_a_hook_called_before_the_users(
+        self, exporter: InMemorySpanExporter
+    ) -> None:
+        seen: list[tuple[str, list[str]]] = []
+
+        class Watcher:  # which spans had ended when each hook method ran
+            def after_model_call(self, event: AfterModelCall) -> None:
+                seen.append(("model", [s.name for s in exporter.get_finished_spans()]))
+
+            def after_tool_call(self, event: AfterToolCall) -> None:
+                seen.append(("tool", [s.name for s in exporter.get_finished_spans()]))
+
+        Agent(weather_model(), tools=[get_weather], hooks=[Watcher()]).invoke("Weather?")
+        assert seen == [
+            ("model", ["chat"]),
+            ("tool", ["chat", "execute_tool get_weather"]),
+            ("model", ["chat", "execute_tool get_weather", "chat"]),
+        ]
+
     def test_cancelled_by_a_tool(self, exporter: InMemorySpanExporter) -> None:
         model = ScriptedModel([{"tool_calls": [{"name": "stop_the_run", "input": {}}]}, "never"])
         result = Agent(model, tools=[stop_the_run]).invoke("hi")
