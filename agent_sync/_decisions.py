@@ -1,9 +1,9 @@
 """Human approval: :class:`ApprovalRequest`, and the answers :class:`Approve` and :class:`Deny`.
 
-The same two objects answer a human approval (``agent.resume``, DESIGN.md section 6) and a
-``before_tool_call`` hook (section 5): ``Approve(input=...)`` lets the call run, with a
-replaced input if given; ``Deny("why")`` answers it with an error ``toolResult`` carrying
-the reason, and the run goes on.
+The same two objects answer a human approval (``agent.resume`` of a run paused on a tool
+that requires approval) and a ``before_tool_call`` hook: ``Approve(input=...)`` lets the
+call run, with a replaced input if given; ``Deny("why")`` answers it with an error
+``toolResult`` carrying the reason, and the run goes on.
 """
 
 from __future__ import annotations

@@ -27,8 +27,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._encodable import clean_content
+from ._message_checks import block_problem
 from .errors import UsageError
-from .messages import ContentBlock, Message, _block_problem
+from .messages import ContentBlock, Message
 from .tools._results import error_result
 
 __all__ = ["repair_history"]
@@ -114,7 +115,7 @@ def _clean_message(item: Any) -> Message | None:
         return None
     blocks: list[ContentBlock] = []
     for block in content:
-        if _block_problem(block, role) is not None:
+        if block_problem(block, role) is not None:
             continue
         try:
             block = clean_content(block)  # a copy, lone surrogates replaced

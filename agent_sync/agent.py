@@ -14,26 +14,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
 from typing import Any, TypeVar, Union
 
 from ._decisions import ApprovalRequest, Approve, Decision, Deny
 from ._prompt import history_copy
-from .cancel import CancelToken
-from .errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
-from .events import AgentEvent
-from .messages import CANCELLED_TEXT, ContentBlock, Message
+from .cancel import CancelToken, check_mode
+from .errors import RunConflictError, UsageError
+from .messages import ContentBlock, Message
 from .models.base import CacheMode, Model
 from .result import AgentResult
 from .retry import RetryPolicy
-from .run import CancelMode, Run, RunSnapshot, RunState
+from .run import CancelMode, Run, RunState
 from .run._approvals import check_decisions
 from .run._context import RunSettings
-from .run._driver import RunDriver, RunSlot
+from .run._driver import RunDriver, release_surely
 from .run._durable import StoreLink, load_log
-from .run._history import add_user_blocks, close_turn
+from .run._handle import AgentStream, StepsRun
+from .run._slot import RunSlot
 from .stores._protocol import RunStore
-from .stores._rules import check_mode
 from .tools._registry import collect_tools
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
@@ -64,25 +62,18 @@ def _check_cache(cache: object) -> None:
 _Face = TypeVar("_Face")
 
 
-def _owner_handle(run: RunDriver) -> Run:
-    return Run(run, owner=True)
-
-
 _NO_MESSAGES = 2**62  # load(since=...): only the conversation's current run is needed
 
 
-def _run_to_end(run: RunDriver) -> AgentResult:
+def _run_to_end(driver: RunDriver) -> AgentResult:
     """Drive a blocking run (``invoke``, ``resume``) to its result; free the agent whatever
     happens, a Ctrl-C included."""
     try:
-        run.start()
-        run.drain()
+        driver.start()
+        driver.drain()
     finally:
-        try:
-            run.release()
-        finally:
-            run.release()  # again: completes whatever a Ctrl-C cut short
-    result = run.result
+        release_surely(driver)
+    result = driver.result
     assert result is not None
     return result
 
@@ -220,11 +211,12 @@ class Agent:
     def messages(self) -> list[Message]:
         """The whole history, Converse-shaped and JSON-serialisable.
 
-        This is the agent's own list: read it freely, but do not mutate it while the agent
-        is running. Assign a new history (only while idle) to replace it: with a store, it
-        is written to the store as the conversation's history, which every worker then
-        reads (refused while a run of the conversation is live or paused, in this process
-        or another).
+        This is the agent's own list: read it freely, but do not change it or its messages
+        in place (with a store, agents of the same conversation in this process share the
+        messages they read from it). Assign a new history (only while idle) to replace it:
+        with a store, it is written to the store as the conversation's history, which every
+        worker then reads (refused while a run of the conversation is live or paused, in
+        this process or another).
 
         Raises (on assignment):
             UsageError: An invalid history.
@@ -238,28 +230,19 @@ class Agent:
     @messages.setter
     def messages(self, value: Sequence[Message]) -> None:
         checked = self._checked_history(value)
-        slot = self._slot
-        with slot.lock:  # held across the store write: no run of this agent starts meanwhile
-            if slot.run is not None:
-                raise ConcurrentInvocationError(
-                    "cannot replace the history while the agent is running"
-                )
-            if slot.paused is not None:
-                raise PendingApprovalError(
-                    "cannot replace the history while a run waits for approval"
-                )
-            if self._store is None:
-                slot.messages = checked
-                return
-            assert self._settings.conversation_id is not None
-            generation = self._store.replace_log(self._settings.conversation_id, checked)
-            slot.messages = checked
-            slot.synced, slot.generation = len(checked), generation  # the stored log now
+        store, conversation_id = self._store, self._settings.conversation_id
+        if store is None:
+            self._slot.replace_history(checked, None)
+            return
+        assert conversation_id is not None
+        self._slot.replace_history(
+            checked, lambda messages: store.replace_log(conversation_id, messages)
+        )
 
     @property
     def is_running(self) -> bool:
         """Whether an invocation (or an unfinished stream or steps run) holds the agent."""
-        return self._slot.run is not None
+        return self._slot.driver is not None
 
     @property
     def is_paused(self) -> bool:
@@ -279,7 +262,7 @@ class Agent:
         Read it once and keep the handle: its ``cancel``/``inject``/``snapshot`` act on
         that run only, from any thread, even after the agent has moved on.
         """
-        driver = self._slot.run
+        driver = self._slot.driver
         return Run(driver) if driver is not None else None
 
     def invoke(
@@ -358,7 +341,7 @@ class Agent:
         The agent is taken at once, as for :meth:`stream`; same arguments and errors as
         :meth:`invoke` (a model error is raised from the iteration).
         """
-        return self._open(prompt, timeout, cache, cancel, emit_deltas=False, face=_owner_handle)
+        return self._open(prompt, timeout, cache, cancel, emit_deltas=False, face=StepsRun)
 
     def resume(
         self,
@@ -427,7 +410,7 @@ class Agent:
     ) -> tuple[RunState, dict[str, Approve | Deny]]:
         """The paused run (refreshed from the store) and the decisions checked against it."""
         local = self._slot.paused
-        if self._store is not None and self._slot.run is None:
+        if self._store is not None and self._slot.driver is None:
             self._refresh()
             stored = self._slot.paused
             if local is not None and (stored is None or stored.run_id != local.run_id):
@@ -461,24 +444,18 @@ class Agent:
             UsageError: ``mode`` is neither ``"now"`` nor ``"after_turn"`` (even when idle).
         """
         check_mode(mode)  # first, whatever there is to cancel: a bad mode is never ignored
-        run = self._slot.run  # one read: the run of this moment, or None
-        if run is not None:
-            return run.cancel(reason, mode=mode)
+        driver = self._slot.driver  # one read: the run of this moment, or None
+        if driver is not None:
+            return driver.cancel(reason, mode=mode)
         if self._store is not None:
             return self._cancel_stored(reason, mode)
         return self._cancel_paused()
 
     def _cancel_paused(self) -> bool:
         """Drop a paused run: pending calls answered "Cancelled by user", turn closed."""
-        slot = self._slot
-        with slot.lock:
-            paused = slot.paused
-            if paused is None or slot.run is not None:
-                return False
-            slot.paused = None
-            queued = [block for blocks in paused.queued_inputs for block in blocks]
-            add_user_blocks(slot.messages, queued)
-            close_turn(slot.messages, CANCELLED_TEXT)
+        paused = self._slot.drop_paused()
+        if paused is None:
+            return False
         logger.debug("run_id=<%s> | paused run cancelled", paused.run_id)
         return True
 
@@ -489,34 +466,23 @@ class Agent:
         Raises:
             UsageError: The agent is idle (or its run just ended), or invalid content.
         """
-        run = self._slot.run
-        if run is None:
+        driver = self._slot.driver
+        if driver is None:
             raise UsageError("the agent is idle: there is no run to inject into")
-        run.inject(content)
+        driver.inject(content)
 
     # -- internals --
 
     def _refresh(self) -> None:
         """Load the history and any paused run from the store (only while idle here)."""
         assert self._store is not None and self._settings.conversation_id is not None
-        slot = self._slot
-        with slot.lock:
-            known, synced, generation = slot.messages, slot.synced, slot.generation
-        record, messages, mirrored = load_log(
+        known, synced, generation = self._slot.sync_point()
+        record, logged, mirrored = load_log(
             self._store, self._settings.conversation_id, known, synced, generation
         )
-        with slot.lock:
-            if slot.run is not None or slot.messages is not known or slot.synced != synced:
-                return  # a run took the agent meanwhile (it loads for itself), or a new history
-            slot.synced, slot.generation = mirrored, record.generation
-            stored = record.run
-            if stored is not None and stored.state.status == "paused":
-                slot.paused, slot.paused_version = stored.state, stored.version
-                del messages[stored.state.history_start :]  # the log, then the paused run's
-                messages.extend(stored.state.messages)
-            else:
-                slot.paused, slot.paused_version = None, 0
-            slot.messages[:] = messages
+        # Not applied if a run took the agent meanwhile (it loads for itself) or the
+        # history was replaced.
+        self._slot.apply_record(record, logged, mirrored, unless_changed_since=(known, synced))
 
     def _cancel_stored(self, reason: str | None, mode: CancelMode) -> bool:
         """Cancel the conversation's current run, wherever it runs (its owner's watcher
@@ -526,7 +492,7 @@ class Agent:
         if record.run is None:
             return False
         cancelled = self._store.cancel(record.run.state.run_id, reason, mode=mode)
-        if self._slot.run is None:
+        if self._slot.driver is None:
             self._refresh()
         return cancelled
 
@@ -541,19 +507,18 @@ class Agent:
         face: Callable[[RunDriver], _Face],
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
     ) -> _Face:
-        """Start a run that the caller drives, and return ``face(run)``, its public view.
+        """Start a run that the caller drives, and return ``face(driver)``, its owning handle.
 
-        The view is made inside the ``try``: a Ctrl-C before it exists releases the agent.
+        The handle is made inside the ``try``: a Ctrl-C before it exists releases the agent.
         """
-        run = self._new_run(prompt, timeout, cache, token, emit_deltas=emit_deltas, resume=resume)
+        driver = self._new_run(
+            prompt, timeout, cache, token, emit_deltas=emit_deltas, resume=resume
+        )
         try:
-            run.start()
-            return face(run)
+            driver.start()
+            return face(driver)
         except BaseException:
-            try:
-                run.release()
-            finally:
-                run.release()
+            release_surely(driver)
             raise
 
     def _new_run(
@@ -597,85 +562,3 @@ class Agent:
         state = "running" if self.is_running else "idle"
         count = len(self._slot.messages)
         return f"<Agent {state} model={type(self.model).__name__} messages={count}>"
-
-
-class AgentStream:
-    """The iterator ``Agent.stream()`` returns. Close it (or use ``with``) to stop early.
-
-    Iterate it from one thread at a time; ``close()``, ``cancel()``, ``inject()`` and
-    ``snapshot()`` may be called from any thread at any moment and act on this stream's
-    own run, never on a later run of the agent. If another thread is inside ``next()``
-    when ``close()`` is called, ``close()`` cancels the run and returns at once, and that
-    thread ends the run and releases the agent as soon as its ``next()`` returns.
-    Either way the run is ended exactly once, with one closing message.
-    """
-
-    __slots__ = ("_run",)
-
-    def __init__(self, run: RunDriver) -> None:
-        self._run = run
-
-    @property
-    def run(self) -> Run:
-        """This stream's run (a :class:`~agent_sync.run.Run` handle; the stream drives it)."""
-        return Run(self._run)
-
-    @property
-    def run_id(self) -> str:
-        """This stream's run id (also on each of its events)."""
-        return self._run.run_id
-
-    @property
-    def result(self) -> AgentResult | None:
-        """The result once the stream has ended (also after ``close()``)."""
-        return self._run.result
-
-    def __iter__(self) -> AgentStream:
-        return self
-
-    def __next__(self) -> AgentEvent:
-        return self._run.next_event()
-
-    def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
-        """Cancel this stream's run, from any thread; never a later run of the agent.
-
-        ``agent.cancel()`` stops whatever the agent is running *now*; a web view that
-        streams one run and cancels on disconnect should use this instead, so a late
-        cancel cannot reach the conversation's next message.
-
-        Returns:
-            ``True`` if the run was still going and is now signalled.
-        """
-        return self._run.cancel(reason, mode=mode)
-
-    def inject(self, content: str | Sequence[ContentBlock]) -> None:
-        """Queue input for this stream's run (see :meth:`agent_sync.run.Run.inject`)."""
-        self._run.inject(content)
-
-    def snapshot(self) -> RunSnapshot:
-        """Where this stream's run is now (see :meth:`agent_sync.run.Run.snapshot`)."""
-        return self._run.snapshot()
-
-    def close(self) -> None:
-        """Cancel the run if it is still going and release the agent.
-
-        Idempotent and safe from any thread; never raises (a failure while ending the run
-        is logged). The closing message ("Cancelled by user") is written exactly once.
-        """
-        self._run.close()
-
-    def __enter__(self) -> AgentStream:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        run = getattr(self, "_run", None)
-        if run is not None and not run.ended:
-            run.close()

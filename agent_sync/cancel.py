@@ -56,13 +56,22 @@ from typing import Literal
 
 from ._encodable import clean_text
 from ._signal_safe import Event
-from .errors import AgentSyncError
+from .errors import AgentSyncError, UsageError
 
 __all__ = ["AbortCallback", "CancelMode", "CancelScope", "CancelToken", "CancelledError"]
 
 CancelMode = Literal["now", "after_turn"]
 """How a run is cancelled: ``"now"``, or ``"after_turn"`` (the turn in flight and its tools
 finish first)."""
+
+
+def check_mode(mode: str) -> CancelMode:
+    """A cancel mode, checked at the edge (``run.cancel``, ``agent.cancel``, a store's
+    ``cancel``): a bad mode is a :class:`~agent_sync.errors.UsageError`, never ignored."""
+    if mode not in ("now", "after_turn"):
+        raise UsageError(f'mode must be "now" or "after_turn", got {mode!r}')
+    return mode  # type: ignore[return-value]
+
 
 logger = logging.getLogger(__name__)
 

@@ -38,12 +38,12 @@ from agent_sync import (
     tool,
     validate_history,
 )
+from agent_sync._run_state import json_ready as _encode
 from agent_sync.errors import ModelError
 from agent_sync.events import AgentEvent, Done
 from agent_sync.hooks import BeforeToolCall
 from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel
 from agent_sync.models.base import Model
-from agent_sync.run._state import _encode
 from agent_sync.stores import MemoryRunStore, RedisRunStore, RunStore, SQLiteRunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.anthropic_server import AnthropicServer

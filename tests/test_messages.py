@@ -148,3 +148,13 @@ def test_validate_history_never_raises() -> None:
     assert validate_history([{"role": "user", "content": [{Hostile(): 1}]}])
     assert validate_history(None)  # type: ignore[arg-type]
     assert validate_history([user({"text": "q"}), assistant({"text": Hostile()})])
+
+
+def test_the_stream_delta_reasoning_shape_keeps_its_former_name() -> None:
+    # Renamed after Converse's ReasoningContentBlockDelta (events.ReasoningDelta is the
+    # agent's event); code that imported the TypedDict by its former name still works.
+    from agent_sync import messages
+
+    assert messages.ReasoningDelta is messages.ReasoningContentBlockDelta
+    delta: messages.ReasoningDelta = {"text": "hmm", "signature": "sig"}
+    assert messages.ContentBlockDelta(reasoningContent=delta) == {"reasoningContent": delta}

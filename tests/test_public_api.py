@@ -80,8 +80,23 @@ def test_core_internals_are_private() -> None:
     """The loop's machinery is not importable under public-looking names."""
     import importlib.util
 
-    for name in ("agent_sync.loop", "agent_sync.stream", "agent_sync._history"):
+    for name in ("agent_sync.loop", "agent_sync.stream"):
         assert importlib.util.find_spec(name) is None, name
+    # The history rules are shared by the run and the stores (agent_sync._history, below
+    # both): private, and absent from every public namespace.
+    import agent_sync
+    from agent_sync import run
+
+    for public in (agent_sync, run):
+        assert not {"close_turn", "add_user_blocks"} & set(public.__all__)
+
+
+def test_the_tool_executor_module_exports_only_the_executor_kind() -> None:
+    # ToolBatch and ToolCall are the run's machinery (agent_sync.tools._batch), not API.
+    from agent_sync.tools import executor
+
+    assert executor.__all__ == ["ExecutorKind"]
+    assert not hasattr(executor, "ToolBatch") and not hasattr(executor, "ToolCall")
 
 
 def test_importing_the_package_loads_no_provider_sdk_or_web_framework() -> None:

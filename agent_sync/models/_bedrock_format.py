@@ -14,7 +14,8 @@ rejected request is a dead conversation. :func:`build_request` therefore
 
 With ``cache`` set, :func:`build_request` adds ``cachePoint`` blocks after the system
 prompt, after the last tool spec and at the end of the last message before the newest
-user message (DESIGN.md 4b); ``"long"`` asks for the one-hour ``ttl``.
+user message (the prefix that stays the same from call to call); ``"long"`` asks for the
+one-hour ``ttl``.
 
 Stream events from botocore already have the agent's :data:`StreamEvent` shapes;
 :func:`normalize_event` keeps the known keys, and :func:`converse_to_events` turns a
@@ -35,6 +36,7 @@ from typing import Any, cast
 
 from ..errors import AgentSyncError, ModelStreamError, UsageError
 from ..messages import Message, StreamEvent, ToolSpec
+from ._wire import MALFORMED as _MALFORMED
 from ._wire import shorten
 from .base import CacheMode
 
@@ -88,8 +90,6 @@ _BLOCK_KINDS = frozenset(
     }
 )
 _TOOL_RESULT_KINDS = frozenset({"json", "text", "image", "document", "video", "searchResult"})
-# What a translator may hit on content built by hand: turned into agent_sync errors.
-_MALFORMED = (TypeError, AttributeError, KeyError, ValueError, IndexError)
 _CACHE_TTL: dict[str, str] = {"long": "1h"}
 _USAGE_KEYS = ("cacheReadInputTokens", "cacheWriteInputTokens")
 

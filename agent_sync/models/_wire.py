@@ -2,7 +2,8 @@
 
 * :func:`mapping`: the rule of every provider's error-mapping context manager;
 * :class:`CacheRejection`: a server refused the prompt-cache fields, remembered per model;
-* the wording table of context overflows, ``retry-after`` parsing, request ids.
+* the wording table of context overflows, ``retry-after`` parsing, request ids;
+* :data:`MALFORMED`: what the wire-format translators catch at their boundaries.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..errors import AgentSyncError, ModelError
 
 __all__ = [
     "CONTEXT_OVERFLOW_MARKERS",
+    "MALFORMED",
     "CacheRejection",
     "is_context_overflow",
     "mapping",
@@ -27,6 +29,11 @@ __all__ = [
     "shorten",
     "with_request_id",
 ]
+
+MALFORMED = (AttributeError, IndexError, KeyError, TypeError, ValueError)
+"""What translating malformed content raises, in either direction (``ValueError`` covers
+``json.dumps`` of a circular or oversized value): each translator turns it into a
+``UsageError`` (the caller's history) or a ``ModelStreamError`` (the server's output)."""
 
 
 @contextmanager

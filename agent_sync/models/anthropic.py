@@ -1,7 +1,7 @@
 """Anthropic Messages API provider, on the official ``anthropic`` SDK (streaming).
 
 ``AnthropicModel.stream`` sends one ``POST /v1/messages`` with ``stream=True`` and turns the
-server-sent events into Converse stream events (see :mod:`._anthropic_format`).
+server-sent events into Converse stream events (see :mod:`._anthropic_stream`).
 
 Cancellation reaches blocked I/O: the SDK client is built on an
 :class:`~._abort.httpx.AbortableTransport`, and each call binds an
@@ -16,7 +16,7 @@ policy decides, using the ``retryable`` flag and ``retry_after`` of the errors r
 (mapped in one place, the :func:`~._anthropic_errors.mapped_errors` block around every
 call site; the default client is built in :mod:`._anthropic_http`).
 
-Hardening (DESIGN.md 4a, 4b):
+Hardening (secrets, proxies, stale connections, cache markers):
 
 * every credential the model is given or the SDK resolves (API key, auth token, secret
   headers, proxy passwords) is registered with :mod:`agent_sync._redact` at construction,
@@ -48,8 +48,9 @@ from ..errors import ModelError, ModelStreamError, UsageError
 from ..messages import StreamEvent
 from ._abort.httpx import AbortSlot, bound, current, is_abortable
 from ._anthropic_errors import PROVIDER, error_event, mapped_errors, rejects_cache
-from ._anthropic_format import EventTranslator, build_body, message_events
+from ._anthropic_format import build_body
 from ._anthropic_http import DEFAULT_TIMEOUT, abortable_http_client
+from ._anthropic_stream import EventTranslator, message_events
 from ._wire import CacheRejection, shorten
 from .base import CacheMode, ModelRequest
 
@@ -217,7 +218,7 @@ class AnthropicModel:
                     events: Iterator[Any] = iter(())
                 else:
                     # The SDK's own SSE decoder; the JSON is translated from plain dicts
-                    # (see _anthropic_format: the SDK's per-event pydantic models cost ~30%).
+                    # (see _anthropic_stream: the SDK's per-event pydantic models cost ~30%).
                     events = anthropic.Stream.raw_events(response)
                 while True:
                     # Inline rather than `with bound(slot)`: this runs once per event.

@@ -7,8 +7,8 @@ reads error answers) or replays a non-streaming ``Converse`` response as events,
 every failure in one :func:`~._bedrock_errors.mapped_errors` block around every call site.
 
 Cancellation: botocore sits on urllib3, so the generic per-request socket abort of
-:mod:`._abort.urllib3` applies. :func:`_make_abortable` swaps the client's connection-pool
-classes for abortable subclasses; each call captures a
+:mod:`._abort.urllib3` applies. :func:`~._bedrock_client.make_abortable` swaps the client's
+connection-pool classes for abortable subclasses; each call captures a
 :class:`~._abort.urllib3.RequestAbort` registered with the invocation's cancel scope, so
 ``cancel()`` shuts down *that request's* socket while connecting, while waiting for headers
 and while the stream is silent. Other threads sharing the client are not touched.
@@ -27,19 +27,29 @@ the call is sent again at once without them, and this model never sends them aga
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .._redact import install_log_filter, register_secret
+from .._redact import install_log_filter
 from ..cancel import CancelScope
-from ..errors import ModelStreamError, UsageError
+from ..errors import ModelStreamError
 from ..messages import StreamEvent
-from ._abort.urllib3 import AbortableConnectionMixin, abort_on_cancel, abortable_pool_class
+from ._abort.urllib3 import abort_on_cancel
+from ._bedrock_client import (
+    abort_response_on_cancel,
+    close_pools,
+    is_abortable_response,
+    known_credentials,
+    library_logger_names,
+    make_abortable,
+    noop,
+    register_credentials,
+    resolve_session,
+    signing_credentials,
+)
 from ._bedrock_errors import PROVIDER, is_cache_rejection, mapped_errors
 from ._bedrock_format import (
     build_request,
@@ -109,14 +119,14 @@ class BedrockModel:
             UsageError: Unknown parameter, or no region could be determined.
         """
         split_params(params)  # fail fast on a typo, not at the first call
-        install_log_filter(_library_logger_names())
+        install_log_filter(library_logger_names())
         self.model_id = model_id
         self.streaming = streaming
         self.params = dict(params)
         self._client = client
         self._owns_client = client is None
         if client is not None:
-            _make_abortable(client)
+            make_abortable(client)
         self._client_lock = threading.Lock()
         self._endpoint_url = endpoint_url
         self._timeouts = (connect_timeout, read_timeout)
@@ -125,8 +135,8 @@ class BedrockModel:
         self.region_name = region_name
         self._cache_rejection = CacheRejection(logger)
         if client is None:
-            self._session, self.region_name = _resolve_session(boto_session, region_name)
-        _register_credentials(_known_credentials(self._session, client))
+            self._session, self.region_name = resolve_session(boto_session, region_name)
+        register_credentials(known_credentials(self._session, client))
 
     def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
         """Send ``request`` and yield Converse stream events as they arrive.
@@ -145,10 +155,10 @@ class BedrockModel:
         """
         cache = None if self._cache_rejection.rejected else request.cache
         client = self._get_client()
-        _register_credentials(_signing_credentials(client))
+        register_credentials(signing_credentials(client))
         cancel.raise_if_cancelled()
         response_stream: Any = None
-        unregister_fallback: Callable[[], None] = _noop
+        unregister_fallback: Callable[[], None] = noop
         finished = False
         started = time.monotonic()
         with abort_on_cancel(cancel) as abort, mapped_errors(cancel):
@@ -187,8 +197,8 @@ class BedrockModel:
                     finished = True
                     return
                 response_stream = response["stream"]
-                if not _is_abortable_response(response_stream):
-                    unregister_fallback = _abort_response_on_cancel(response_stream, cancel)
+                if not is_abortable_response(response_stream):
+                    unregister_fallback = abort_response_on_cancel(response_stream, cancel)
                 saw_stop = False
                 # the loop checks for cancel after every event
                 for event in guard_events(normalized_events(response_stream)):
@@ -235,7 +245,7 @@ class BedrockModel:
             if owned:
                 self._client = None
         if client is not None and owned:
-            _close_pools(client)
+            close_pools(client)
             client.close()
 
     def _get_client(self) -> Any:
@@ -244,7 +254,7 @@ class BedrockModel:
         with self._client_lock:
             if self._client is None:
                 self._client = self._create_client()
-                _make_abortable(self._client)
+                make_abortable(self._client)
             return self._client
 
     def _create_client(self) -> Any:
@@ -275,162 +285,3 @@ class BedrockModel:
             f"BedrockModel(model_id={self.model_id!r}, region_name={self.region_name!r}, "
             f"streaming={self.streaming!r})"
         )
-
-
-def _resolve_session(boto_session: Any | None, region_name: str | None) -> tuple[Any, str]:
-    import boto3
-
-    session = boto_session if boto_session is not None else boto3.Session()
-    region = region_name or session.region_name
-    if not region:
-        raise UsageError(
-            "BedrockModel needs an AWS region: pass region_name=, a boto_session with a "
-            "region, or set AWS_REGION"
-        )
-    return session, str(region)
-
-
-@functools.cache
-def _library_logger_names() -> tuple[str, ...]:
-    """Every logger botocore, boto3 and urllib3 may log on (each module logs on its name).
-
-    Found from the installed files without importing anything; botocore's ``data`` folder
-    (service models, thousands of JSON files) holds no code and is skipped.
-    """
-    import boto3
-    import botocore
-    import urllib3
-
-    names: list[str] = []
-    for package in (botocore, boto3, urllib3):
-        root = os.path.dirname(package.__file__ or "")
-        for folder, subfolders, files in os.walk(root):
-            subfolders[:] = [d for d in subfolders if d not in ("data", "__pycache__")]
-            relative = os.path.relpath(folder, os.path.dirname(root))
-            prefix = relative.replace(os.sep, ".")
-            names.append(prefix)
-            names += [f"{prefix}.{f[:-3]}" for f in files if f.endswith(".py")]
-    return tuple(sorted(set(n.removesuffix(".__init__") for n in names)))
-
-
-def _known_credentials(session: Any, client: Any) -> Any:
-    """Credentials already held by ``session`` or ``client``, without resolving any.
-
-    Resolving the credential chain may query instance metadata, which construction must
-    not do; credentials resolved later are registered at each call instead.
-    """
-    if client is not None:
-        return getattr(getattr(client, "_request_signer", None), "_credentials", None)
-    return getattr(getattr(session, "_session", None), "_credentials", None)
-
-
-def _signing_credentials(client: Any) -> Any:
-    """The frozen credentials the client signs this call with (the chain's current ones)."""
-    credentials = getattr(getattr(client, "_request_signer", None), "_credentials", None)
-    freeze = getattr(credentials, "get_frozen_credentials", None)
-    if not callable(freeze):
-        return credentials
-    try:
-        return freeze()
-    except Exception:  # a refresh failing here fails again, mapped, when the call signs
-        return None
-
-
-def _register_credentials(credentials: Any) -> None:
-    # The access key id is an identifier, not a secret (AWS prints it in errors): keep it
-    # readable; the secret key and the session token are what must never leak.
-    if credentials is None:
-        return
-    if hasattr(credentials, "refresh_needed"):
-        # RefreshableCredentials: the public properties may refresh (a network call);
-        # the fields hold the current values.
-        secret = getattr(credentials, "_secret_key", None)
-        token = getattr(credentials, "_token", None)
-    else:  # Credentials or the ReadOnlyCredentials of get_frozen_credentials()
-        secret = getattr(credentials, "secret_key", None)
-        token = getattr(credentials, "token", None)
-    for value in (secret, token):
-        if isinstance(value, str):
-            register_secret(value)
-
-
-def _make_abortable(client: Any) -> None:
-    """Make the connection pools of ``client`` abortable per request (idempotent)."""
-    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
-    pool_classes = getattr(session, "_pool_classes_by_scheme", None)
-    if not isinstance(pool_classes, dict):
-        logger.warning(
-            "session=<%s> | unknown botocore http session; cancel() can only abort a "
-            "request after its response headers arrived",
-            type(session).__name__,
-        )
-        return
-    # botocore's PoolManager and its proxy managers share this very dict, so updating it
-    # in place covers every pool created from now on.
-    for scheme, pool_cls in list(pool_classes.items()):
-        pool_classes[scheme] = abortable_pool_class(pool_cls)
-    # Pools a user's client created before it reached us keep their old classes: drop
-    # them from the managers so the next call builds abortable ones. In-flight calls keep
-    # their pool object; its idle connections close when it is garbage collected.
-    for manager in _managers(session):
-        pools = getattr(manager, "pools", None)
-        if pools is None:
-            continue
-        stale = [k for k in pools.keys() if not _is_abortable_pool(pools.get(k))]
-        if stale:
-            manager.clear()
-
-
-def _is_abortable_pool(pool: Any) -> bool:
-    return pool is None or issubclass(
-        getattr(pool, "ConnectionCls", object), AbortableConnectionMixin
-    )
-
-
-def _managers(session: Any) -> list[Any]:
-    managers = [getattr(session, "_manager", None)]
-    managers += list(getattr(session, "_proxy_managers", {}).values())
-    return [m for m in managers if m is not None]
-
-
-def _close_pools(client: Any) -> None:
-    # urllib3 2 no longer closes a pool's connections on PoolManager.clear() (it leaves it
-    # to garbage collection), so idle keep-alive sockets would outlive close(): close the
-    # pools ourselves.
-    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
-    for manager in _managers(session):
-        pools = getattr(manager, "pools", None)
-        if pools is None:
-            continue
-        for key in list(pools.keys()):
-            pool = pools.get(key)
-            if pool is not None:
-                pool.close()
-
-
-def _is_abortable_response(response_stream: Any) -> bool:
-    connection = getattr(getattr(response_stream, "_raw_stream", None), "_connection", None)
-    return isinstance(connection, AbortableConnectionMixin)
-
-
-def _abort_response_on_cancel(response_stream: Any, cancel: CancelScope) -> Callable[[], None]:
-    """Fallback for clients we could not instrument (returns the unregister function).
-
-    urllib3's ``HTTPResponse.shutdown()`` shuts the socket's read side, which wakes a
-    blocked read, once the response headers are in.
-    """
-    shutdown = getattr(getattr(response_stream, "_raw_stream", None), "shutdown", None)
-    if not callable(shutdown):
-        return _noop
-
-    def abort() -> None:
-        try:
-            shutdown()
-        except (ValueError, RuntimeError, OSError):
-            pass  # already released or closed: nothing to wake
-
-    return cancel.register_abort(abort)
-
-
-def _noop() -> None:
-    return None

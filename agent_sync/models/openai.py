@@ -51,7 +51,8 @@ from ._openai_errors import (
     rejects_cache_fields,
     stream_error,
 )
-from ._openai_format import CACHE_FIELDS, ChunkTranslator, build_request_body, completion_as_chunk
+from ._openai_format import CACHE_FIELDS, build_request_body
+from ._openai_stream import ChunkTranslator, completion_as_chunk
 from ._sse import iter_sse
 from ._wire import CacheRejection
 from .base import ModelRequest

@@ -244,7 +244,7 @@ def _normalise_usage(usage: Any) -> Usage:
         "outputTokens": output_tokens,
         "totalTokens": int(total) if total is not None else input_tokens + output_tokens,
     }
-    for key in _OPTIONAL_USAGE_KEYS:  # DESIGN.md 4b: only when the provider reports them
+    for key in _OPTIONAL_USAGE_KEYS:  # cache token counts: only when the provider reports them
         value = usage.get(key)
         if value is not None:
             normalised[key] = int(value)

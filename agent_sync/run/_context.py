@@ -26,7 +26,7 @@ from ..tools.decorator import Tool
 from ..tools.executor import ExecutorKind
 from ._hooks import NO_HOOKS, HookRunner
 from ._inbox import Inbox
-from ._state import RunPhase, RunState, RunStatus, Step, StepName
+from ._state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
 
 if TYPE_CHECKING:
     from ..cancel import CancelScope
@@ -101,14 +101,14 @@ class RunContext:
         self.tool_calls = 0
         self.retries = 0
         self.started = time.perf_counter()
-        self.ended: float | None = None
+        self.ended_at: float | None = None
         self.model_time = 0.0
         self.tool_time = 0.0
         self.first_token: float | None = None
 
     def elapsed(self) -> float:
         """Seconds since the run started, or its length once it is over."""
-        end = self.ended if self.ended is not None else time.perf_counter()
+        end = self.ended_at if self.ended_at is not None else time.perf_counter()
         return end - self.started
 
     def add_usage(self, usage: Usage | None) -> None:
@@ -122,7 +122,7 @@ class RunContext:
 
     def finish(self, status: RunStatus, stop_reason: str, cancel_reason: str | None) -> None:
         """Record the outcome and build the result (the history is already closed)."""
-        self.ended = time.perf_counter()
+        self.ended_at = time.perf_counter()
         message = self.messages[-1]  # a run always has its user message, at least
         self.stop_reason = stop_reason
         self.result = AgentResult(
@@ -135,7 +135,7 @@ class RunContext:
                 cycles=self.cycle,
                 tool_calls=self.tool_calls,
                 retries=self.retries,
-                duration_s=self.ended - self.started,
+                duration_s=self.ended_at - self.started,
                 model_duration_s=self.model_time,
                 tool_duration_s=self.tool_time,
                 time_to_first_token_s=self.first_token,
@@ -156,7 +156,7 @@ class RunContext:
 
     def fail(self) -> None:
         """Record that the run ended with an exception (no result)."""
-        self.ended = time.perf_counter()
+        self.ended_at = time.perf_counter()
         self.pending_tool_ids = ()
         self.phase = "idle"
         self.next_step = None
@@ -185,3 +185,30 @@ class RunContext:
             approvals=self.approvals,
             invalid_tool_inputs=dict(self.invalid_tool_inputs) if pending else {},
         )
+
+    def snapshot(self) -> RunSnapshot:
+        """Where the run is now (see :meth:`~agent_sync.run.Run.snapshot`); any thread."""
+        result = self.result
+        return RunSnapshot(
+            run_id=self.run_id,
+            status=self.status,
+            phase=self.phase,
+            cycle=self.cycle,
+            pending_tool_ids=self.pending_tool_ids,
+            queued_inputs=self.inbox.queued(),
+            usage=self.usage,
+            elapsed_s=self.elapsed(),
+            conversation_id=self.settings.conversation_id,
+            stop_reason=None if result is None else result.stop_reason,
+            cancel_reason=None if result is None else result.cancel_reason,
+        )
+
+    def restore(self, state: RunState, decisions: dict[str, Approve | Deny]) -> None:
+        """Set this new context up to go on from a paused run's state, with the decisions."""
+        self.history_start = state.history_start
+        self.cycle = state.cycle
+        self.usage = dict(state.usage)  # type: ignore[assignment]
+        self.next_step = state.next_step or "tools"
+        self.inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
+        self.invalid_tool_inputs = dict(state.invalid_tool_inputs)
+        self.decisions = decisions

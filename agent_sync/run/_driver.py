@@ -20,11 +20,14 @@ Either way the run is ended exactly once (:meth:`RunDriver.release`), with one c
 message.
 
 Ctrl-C: ``KeyboardInterrupt`` can land between any two bytecodes of the iterating thread.
-So callers take the slot *inside* the ``try`` whose ``finally`` calls
-:meth:`RunDriver.release` twice (the second completes whatever an interruption of the first
-cut short), and ``release`` ends the run (the steps' own cleanup cancels the scope, wakes
-running tools and closes the turn, while the scope is still open), then frees the slot with
-one attribute store that no call precedes.
+So everything the driver arms has its undo pushed onto one :class:`contextlib.ExitStack`
+*before* it is armed (each undo is a no-op for what was never armed): give the slot back,
+close the store link, close the scope, end the steps (the steps' own cleanup cancels the
+scope, wakes running tools and closes the turn, while the scope is still open), close the
+turn, disarm the deadline, unlink the token. :meth:`RunDriver.release` closes the stack
+twice: ``ExitStack`` pops each undo before running it and runs the rest when one raises, so
+the second close finishes whatever a Ctrl-C cut short, by construction. Callers that drive a
+run call :func:`release_surely` in their ``finally``.
 """
 
 from __future__ import annotations
@@ -34,22 +37,23 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Generator
+from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from .._decisions import Approve, Deny
 from .._prompt import content_blocks
-from ..cancel import CancelledError, CancelMode, CancelScope
-from ..errors import ConcurrentInvocationError, PendingApprovalError, UsageError
+from ..cancel import CancelledError, CancelMode, CancelScope, check_mode
+from ..errors import UsageError
 from ..events import AgentEvent, Done, InputInjected
-from ..messages import CANCELLED_TEXT, ContentBlock, Message
+from ..messages import ContentBlock, Message
 from ..result import AgentResult
-from ..stores._rules import check_mode
+from ._commits import Commits
 from ._context import RunContext, RunSettings
-from ._durable import StoreLink, load_log
-from ._history import add_user_blocks, close_turn
+from ._durable import StoreLink
+from ._history import close_turn
 from ._hooks import run_hooks
-from ._inbox import Inbox
+from ._slot import RunSlot
 from ._state import RunSnapshot, RunState, RunStatus, Step
 from ._steps import STEPS, end_cancelled, end_failed
 
@@ -58,31 +62,12 @@ if TYPE_CHECKING:
     from ..cancel import CancelToken
     from ..models.base import CacheMode
 
-__all__ = ["STREAM_CLOSED", "CancelMode", "RunDriver", "RunSlot"]
+__all__ = ["STREAM_CLOSED", "CancelMode", "RunDriver", "release_surely"]
 
 logger = logging.getLogger(__name__)
 
 
 STREAM_CLOSED = "stream closed"
-
-
-class RunSlot:
-    """An agent's history and its active run (``None`` or the live :class:`RunDriver`).
-
-    ``lock`` makes "check ``run``, then take it (and read ``messages``)" atomic, and
-    replacing ``messages`` only while idle; freeing the slot is one store.
-    """
-
-    __slots__ = ("generation", "lock", "messages", "paused", "paused_version", "run", "synced")
-
-    def __init__(self, messages: list[Message]) -> None:
-        self.lock = threading.Lock()
-        self.messages = messages
-        self.run: RunDriver | None = None
-        self.paused: RunState | None = None  # a run waiting for approval decisions
-        self.paused_version = 0  # its version in the store, if there is one
-        self.synced = 0  # with a store: messages[:synced] are the stored log's first ones
-        self.generation = 0  # ... of the log's generation (bumped when it is replaced)
 
 
 def new_run_id() -> str:
@@ -127,18 +112,19 @@ class RunDriver:
         self._resume = resume
         self._link = link
         if resume is not None:
-            _restore(self._ctx, *resume)
-        self._ctx.commit_pause = self._commit_pause
+            self._ctx.restore(*resume)
+        self._commits = Commits(link, self._ctx, slot)
+        self._ctx.commit_pause = self._commits.pause
         self._prompt = prompt
         self._timeout = timeout
         self._token = token
         self._events: Generator[AgentEvent, None, None] | None = None
         self._deadline: Deadline | None = None
-        self._unlink: Callable[[], None] | None = None
         self._guard = threading.Lock()  # orders next() against close() from other threads
         self._iterating = False  # a thread is inside next(self._events)
         self._closing = False  # close() was called: no new next(); an iterator finishes
-        self._ended = False  # the run has been ended (exactly once)
+        self._releaser: int | None = None  # the thread that ends the run (exactly once)
+        self._undo = ExitStack()  # what release() undoes, last armed first (module docstring)
 
     # -- any thread (documented on agent_sync.run.Run, which forwards here) --
 
@@ -155,21 +141,7 @@ class RunDriver:
         return self._ctx.state()
 
     def snapshot(self) -> RunSnapshot:
-        ctx = self._ctx
-        result = ctx.result
-        return RunSnapshot(
-            run_id=self.run_id,
-            status=ctx.status,
-            phase=ctx.phase,
-            cycle=ctx.cycle,
-            pending_tool_ids=ctx.pending_tool_ids,
-            queued_inputs=ctx.inbox.queued(),
-            usage=ctx.usage,
-            elapsed_s=ctx.elapsed(),
-            conversation_id=ctx.settings.conversation_id,
-            stop_reason=None if result is None else result.stop_reason,
-            cancel_reason=None if result is None else result.cancel_reason,
-        )
+        return self._ctx.snapshot()
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         if check_mode(mode) == "now":
@@ -189,7 +161,7 @@ class RunDriver:
         is logged). The closing message ("Cancelled by user") is written exactly once.
         """
         with self._guard:
-            if self._ended:
+            if self._releaser is not None:
                 return
             self._closing = True
             busy = self._iterating
@@ -214,9 +186,9 @@ class RunDriver:
         return steps[seen]
 
     @property
-    def ended(self) -> bool:
+    def released(self) -> bool:
         """Whether the run has been ended and the agent released (or is being)."""
-        return self._ended
+        return self._releaser is not None
 
     def __repr__(self) -> str:
         return f"<RunDriver {self.run_id} {self._ctx.status}>"
@@ -224,33 +196,24 @@ class RunDriver:
     def start(self) -> None:
         """Take the agent, add the prompt, arm the deadline and the token.
 
-        The caller's ``finally`` calls :meth:`release`, whether or not this got as far as
-        taking the agent (it only frees a slot that holds this run).
+        The caller's ``finally`` calls :func:`release_surely`, whether or not this got as
+        far as taking the agent: each undo is pushed before what it undoes is armed.
         """
-        slot = self._slot
-        with slot.lock:
-            if slot.run is not None:
-                raise ConcurrentInvocationError(
-                    "this agent is already running; use one agent per conversation or wait for it"
-                )
-            if self._resume is None and slot.paused is not None and self._link is None:
-                raise PendingApprovalError(
-                    "this agent's run waits for approval: answer it with agent.resume(...) "
-                    "or drop it with agent.cancel()"
-                )
-            if self._resume is not None and slot.paused is not self._resume[0]:
-                raise ConcurrentInvocationError(
-                    "this paused run was resumed or cancelled meanwhile"
-                )
-            slot.paused = None
-            slot.run = self
-            messages = slot.messages
+        undo, slot, link = self._undo, self._slot, self._link
+        undo.callback(slot.release, self)
+        if link is not None:
+            undo.callback(link.close)
+        undo.callback(self._scope.close)
+        undo.callback(self._close_turn)
+        undo.callback(self._end_steps)
+        resuming = self._resume[0] if self._resume is not None else None
+        messages = slot.take(self, resuming=resuming, stored=link is not None)
         ctx = self._ctx
         ctx.messages = messages
         logged: list[Message] | None = None
-        if self._link is not None and self._resume is None:
-            logged = self._load_conversation(messages)
-        blocks = self._prompt_blocks(messages) if self._resume is None else []
+        if link is not None and resuming is None:
+            logged = self._commits.load(link, messages)
+        blocks = self._prompt_blocks(messages) if resuming is None else []
         if blocks:
             if messages and messages[-1]["role"] == "user":
                 ctx.history_start = len(messages) - 1
@@ -258,12 +221,11 @@ class RunDriver:
             else:
                 ctx.history_start = len(messages)
                 messages.append({"role": "user", "content": blocks})
-        elif self._resume is None:
+        elif resuming is None:
             ctx.history_start = len(messages) - 1  # answering the trailing user message
-        link = self._link
         if link is not None:
-            if self._resume is not None:
-                link.claim(self._resume[0], slot.paused_version, self)
+            if resuming is not None:
+                link.claim(resuming, slot.paused_version, self)
             else:
                 assert logged is not None
                 try:
@@ -276,9 +238,10 @@ class RunDriver:
         if self._timeout is not None:
             from .._deadlines import schedule
 
+            undo.callback(self._disarm_deadline)
             self._deadline = schedule(self._timeout, self._timed_out)
         if self._token is not None:
-            self._unlink = self._token._link(self._scope)
+            undo.callback(self._token._link(self._scope))
 
     def _prompt_blocks(self, messages: list[Message]) -> list[ContentBlock]:
         prompt = self._prompt
@@ -287,80 +250,6 @@ class RunDriver:
                 raise UsageError("prompt is None but the history does not end with a user message")
             return []
         return content_blocks(prompt)
-
-    def _load_conversation(self, messages: list[Message]) -> list[Message]:
-        """Refresh the history from the store; refuse if the conversation is busy there."""
-        assert self._link is not None
-        slot = self._slot  # this run holds it: nobody else changes it meanwhile
-        record, logged, slot.synced = load_log(
-            self._link.store, self._link.conversation_id, messages, slot.synced, slot.generation
-        )
-        slot.generation = record.generation
-        messages[:] = logged
-        stored = record.run
-        self._slot.paused, self._slot.paused_version = None, 0  # the store knows better
-        if stored is not None:
-            if stored.state.status == "paused":
-                self._slot.paused, self._slot.paused_version = stored.state, stored.version
-                messages[stored.state.history_start :] = list(stored.state.messages)
-                raise PendingApprovalError(
-                    f"conversation {self._link.conversation_id!r} has a run waiting for "
-                    "approval: resume or cancel it first"
-                )
-            raise ConcurrentInvocationError(
-                f"conversation {self._link.conversation_id!r} is running in another worker"
-            )
-        return logged
-
-    def _commit_pause(self, state: RunState) -> None:
-        """Store the pause before anyone is told of it (fail closed). Input the store
-        accepted while the run was pausing is carried by the paused state (answered in the
-        first user message after the resume), never dropped with the run's queue."""
-        version = 0
-        link = self._link
-        if link is not None:
-            while late := link.commit_end(state):
-                self._ctx.inbox.requeue(late)
-                state = self._ctx.state()
-            version = link.version
-        self._slot.paused, self._slot.paused_version = state, version
-
-    def _checkpoint(self) -> None:
-        """Commit a running run's state at a step boundary (a failure stops the run)."""
-        link = self._link
-        if link is not None and self._ctx.status == "running":
-            link.commit(self._ctx.state())
-
-    def _commit_final(self, *, strict: bool) -> list[ContentBlock]:
-        """Commit the end of the run; ``strict``: raise a failure, else log it.
-
-        Input injected through the store that the run has not answered yet (accepted just
-        before the end) stops a ``done`` end: nothing is committed and it is returned, for
-        one more model call. Any other end writes it to the history first (nothing
-        injected is lost)."""
-        link = self._link
-        if link is None or link.ended or self._ctx.status in ("running", "paused"):
-            return []
-        going_on = False
-        try:
-            while True:
-                state = self._ctx.state()
-                late = link.commit_end(state)
-                if not late:
-                    self._slot.synced = state.history_start + len(state.messages)  # the log now
-                    return []
-                if self._ctx.status == "done":
-                    going_on = True
-                    return late
-                _write_late(self._ctx, late)
-        except Exception:
-            if strict:
-                raise
-            logger.warning("run_id=<%s> | could not store the end of the run", self.run_id)
-            return []
-        finally:
-            if not going_on:
-                link.close()
 
     def _timed_out(self) -> None:
         self._scope.cancel("timeout")
@@ -377,7 +266,7 @@ class RunDriver:
             while True:
                 try:
                     if late:  # answered as input queued at the end is: one more model call
-                        _reopen(ctx, late)
+                        self._commits.reopen(late)
                         yield InputInjected(content=tuple(late), run_id=self.run_id)
                         step = ctx.next_step
                     while step is not None:
@@ -385,16 +274,16 @@ class RunDriver:
                         step = yield from STEPS[step](ctx)
                         if step is not None:
                             ctx.next_step = step  # the state names where it goes on
-                        self._checkpoint()
+                        self._commits.checkpoint()
                 except CancelledError:
                     injected = end_cancelled(ctx)
-                    self._commit_final(strict=True)
+                    self._commits.final(strict=True)
                     if injected:
                         yield InputInjected(content=tuple(injected), run_id=self.run_id)
                 except GeneratorExit:  # the caller abandoned the stream: that is a cancel
                     self._scope.cancel(STREAM_CLOSED)
                     end_cancelled(ctx)
-                    self._commit_final(strict=False)
+                    self._commits.final(strict=False)
                     raise
                 except BaseException as exc:  # a model or hook error, or Ctrl-C
                     error = exc
@@ -406,9 +295,9 @@ class RunDriver:
                         end_cancelled(ctx)
                     else:
                         end_failed(ctx)
-                    self._commit_final(strict=False)
+                    self._commits.final(strict=False)
                     raise
-                late = self._commit_final(strict=True)
+                late = self._commits.final(strict=True)
                 if not late:
                     break
             result = ctx.result
@@ -435,7 +324,7 @@ class RunDriver:
         mine = False  # whether this call entered the generator (then it must finish)
         try:
             with self._guard:
-                if self._ended or self._closing:
+                if self._releaser is not None or self._closing:
                     raise StopIteration
                 if self._iterating:
                     raise UsageError("this run is being iterated by another thread")
@@ -451,91 +340,52 @@ class RunDriver:
         except BaseException:
             if mine:
                 self._iterating = False
-                self.release()
+                release_surely(self)
             raise
 
     def release(self) -> None:
-        """End the run (once) and free the agent. Callers call it twice from ``finally``."""
-        mine = False
-        try:
-            with self._guard:
-                if not self._ended:
-                    self._ended = mine = True
-            if mine:
-                self._end()
-        finally:
-            if mine:
-                try:
-                    self._end()  # again: completes whatever a Ctrl-C cut short
-                finally:
-                    slot = self._slot
-                    if slot.run is self:  # no call before the store: Ctrl-C cannot skip it
-                        slot.run = None
-
-    def _end(self) -> None:
-        """Leave the history valid, close the scope, disarm deadline and token.
-
-        Idempotent; each part runs even if an earlier one is interrupted.
-        """
-        try:
-            events, ctx = self._events, self._ctx
-            if events is not None:
-                if inspect.getgeneratorstate(events) == inspect.GEN_CREATED:
-                    self._scope.cancel(STREAM_CLOSED)  # a stream nobody read: keep the
-                    end_cancelled(ctx)  # prompt, close the turn
-                    self._commit_final(strict=False)
-                # The steps' own cleanup runs here, while the scope is still open: it
-                # cancels the scope (waking running tools), waits out their grace period
-                # and closes the turn. No-op if the generator has finished.
-                events.close()
-                if ctx.status != "paused":  # a paused run's calls await their decisions
-                    close_turn(ctx.messages, None)  # never leave a toolUse unanswered
-                if ctx.ended is None:
-                    ctx.ended = time.perf_counter()
-        finally:
+        """End the run (once, by one thread) and free the agent; a second call finishes
+        what a Ctrl-C cut short of the first (module docstring)."""
+        me = threading.get_ident()
+        with self._guard:
+            if self._releaser is None:
+                self._releaser = me
+        if self._releaser == me:
             try:
-                self._scope.close()
+                self._undo.close()
             finally:
-                try:
-                    deadline = self._deadline
-                    if deadline is not None:
-                        deadline.cancel()
-                finally:
-                    try:
-                        unlink = self._unlink
-                        if unlink is not None:
-                            unlink()
-                    finally:
-                        if self._link is not None:
-                            self._link.close()
+                self._undo.close()
+
+    def _end_steps(self) -> None:
+        """Let the steps end the run: a stream nobody read is cancelled with its prompt
+        kept; else the generator's own cleanup runs (no-op if it has finished)."""
+        events = self._events
+        if events is None:
+            return
+        if inspect.getgeneratorstate(events) == inspect.GEN_CREATED:
+            self._scope.cancel(STREAM_CLOSED)
+            end_cancelled(self._ctx)
+            self._commits.final(strict=False)
+        events.close()
+
+    def _close_turn(self) -> None:
+        """Never leave a ``toolUse`` unanswered (a paused run's calls await decisions)."""
+        ctx = self._ctx
+        if self._events is not None and ctx.status != "paused":
+            close_turn(ctx.messages, None)
+        if ctx.ended_at is None:
+            ctx.ended_at = time.perf_counter()
+
+    def _disarm_deadline(self) -> None:
+        deadline = self._deadline
+        if deadline is not None:
+            deadline.cancel()
 
 
-def _reopen(ctx: RunContext, blocks: list[ContentBlock]) -> None:
-    """A ``done`` run given input the store accepted before its end was stored: it goes on
-    (DESIGN section 5: input queued when the model ends its turn gets one more model call)."""
-    ctx.inbox = Inbox()  # the closed one refused local input meanwhile; this one takes more
-    add_user_blocks(ctx.messages, blocks)
-    ctx.result = None
-    ctx.stop_reason = None
-    ctx.ended = None
-    ctx.next_step = "model"
-    ctx.status = "running"
-
-
-def _write_late(ctx: RunContext, blocks: list[ContentBlock]) -> None:
-    """A cancelled or failed run given input the store accepted before its end was stored:
-    the input goes into the history (a cancelled run's turn closed again after it)."""
-    add_user_blocks(ctx.messages, blocks)
-    if ctx.status == "cancelled":
-        close_turn(ctx.messages, CANCELLED_TEXT)
-
-
-def _restore(ctx: RunContext, state: RunState, decisions: dict[str, Approve | Deny]) -> None:
-    """Set a new context up to go on from a paused run's state, with the decisions."""
-    ctx.history_start = state.history_start
-    ctx.cycle = state.cycle
-    ctx.usage = dict(state.usage)  # type: ignore[assignment]
-    ctx.next_step = state.next_step or "tools"
-    ctx.inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
-    ctx.invalid_tool_inputs = dict(state.invalid_tool_inputs)
-    ctx.decisions = decisions
+def release_surely(driver: RunDriver) -> None:
+    """Release ``driver`` from a caller's ``finally``: twice, so a Ctrl-C landing in the
+    first call before its own ``try`` cannot leave the agent held."""
+    try:
+        driver.release()
+    finally:
+        driver.release()

@@ -30,6 +30,7 @@ from ..messages import ContentBlock, Message
 from ..stores._protocol import ConversationRecord, RunStore
 from ..stores._rules import InputPending
 from ..stores._watcher import Watched, watch
+from . import _log_cache as log_cache
 from ._state import RunState
 
 __all__ = ["StoreLink", "load_log", "new_owner"]
@@ -54,14 +55,18 @@ def load_log(
     mirrored count stops at a paused run's start: after it, an agent holds the paused
     run's own messages.
     """
+    if synced == 0:  # a new agent: start from what this process last synced, if anything
+        known, synced, generation = log_cache.recall(store, conversation_id)
     since = synced - 1 if 0 < synced <= len(known) else 0
     record = store.load(conversation_id, since=since)
-    if record.start > 0 and record.generation != generation:
-        record = store.load(conversation_id)  # replaced: what we hold is not its prefix
+    if record.start > 0 and (record.generation != generation or record.start != since):
+        # replaced (or shorter than what we hold): what we hold is not its prefix
+        record = store.load(conversation_id)
     logged = [*known[: record.start], *record.messages]
     mirrored = record.log_length
     if record.run is not None and record.run.state.status == "paused":
         mirrored = min(mirrored, record.run.state.history_start)
+    log_cache.remember(store, conversation_id, logged, mirrored, record.generation)
     return record, logged, mirrored
 
 

@@ -1,45 +1,39 @@
-"""The public :class:`Run` handle: a view of one run's driver.
+"""The handles users hold on a run: views of one run's :class:`RunDriver`.
 
-Handles are cheap views: ``agent.active_run`` makes a new one each time, all equal for the
-same run. The handle ``agent.steps()`` returns *owns* its run: iterating it drives the run,
-and closing it (explicitly, at the end of a ``with`` block, or when it is garbage-collected)
-ends the run and releases the agent, as an ``AgentStream`` does. The agent keeps the driver,
-not the handle, so dropping an owner handle can never leave the agent held.
+* :class:`Run`: a view (``agent.active_run``, ``AgentStream.run``): cheap, all equal for the
+  same run; ``cancel``/``inject``/``snapshot`` act on that run only, from any thread.
+* Owning handles drive their run and end it: ``AgentStream`` (``agent.stream()``: events)
+  and the run ``agent.steps()`` returns (a :class:`Run` that yields steps). Closing one
+  (explicitly, at the end of a ``with`` block, or when it is garbage-collected) ends the run
+  and releases the agent. The agent keeps the driver, not the handle, so dropping an owning
+  handle can never leave the agent held.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from types import TracebackType
+from typing import TypeVar
 
 from ..errors import UsageError
+from ..events import AgentEvent
 from ..messages import ContentBlock
 from ..result import AgentResult
 from ._driver import STREAM_CLOSED, CancelMode, RunDriver
 from ._state import RunSnapshot, RunState, RunStatus, Step
 
-__all__ = ["Run"]
+__all__ = ["AgentStream", "Run", "StepsRun"]
+
+_Self = TypeVar("_Self", bound="_Handle")
 
 
-class Run:
-    """A run: the handle of one invocation, usable from any thread.
+class _Handle:
+    """What every handle offers: the run's id, state and result, cancel and inject."""
 
-    ``agent.active_run`` and ``agent.steps()`` give you one (``AgentStream.run`` too).
-    ``cancel``, ``inject``, ``snapshot``, ``state``, ``status`` and ``result`` may be used
-    from any thread at any moment; they act on this run only, never on a later run of the
-    same agent.
+    __slots__ = ("_driver",)
 
-    The handle from ``agent.steps()`` is iterated (one thread at a time): each iteration
-    makes one model call and runs the tools it asked for, and yields a
-    :class:`~agent_sync.run.Step`. Leaving early (``close()``, the end of a ``with``
-    block, garbage collection) cancels the run with a valid history.
-    """
-
-    __slots__ = ("_driver", "_owner")
-
-    def __init__(self, driver: RunDriver, *, owner: bool = False) -> None:
+    def __init__(self, driver: RunDriver) -> None:
         self._driver = driver
-        self._owner = owner
 
     @property
     def run_id(self) -> str:
@@ -66,7 +60,7 @@ class Run:
         return self._driver.snapshot()
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
-        """Stop this run, from any thread, at any moment.
+        """Stop this run, from any thread, at any moment; never a later run of the agent.
 
         Args:
             reason: Reported as ``result.cancel_reason`` (the first reason wins).
@@ -102,6 +96,56 @@ class Run:
         """
         self._driver.inject(content)
 
+
+class _Owning(_Handle):
+    """A handle that drives its run: closing it (or leaving its ``with`` block, or losing
+    it to the garbage collector) ends the run and releases the agent."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        """Cancel the run if it is still going (valid history) and release the agent.
+
+        Idempotent and safe from any thread; never raises (a failure while ending the run
+        is logged). The closing message ("Cancelled by user") is written exactly once. If
+        another thread is inside ``next()``, the run is cancelled at once and that thread
+        ends it as soon as its ``next()`` returns.
+        """
+        self._driver.close()
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        driver = getattr(self, "_driver", None)
+        if driver is not None and not driver.released:
+            driver.close()
+
+
+class Run(_Handle):
+    """A run: the handle of one invocation, usable from any thread.
+
+    ``agent.active_run`` and ``agent.steps()`` give you one (``AgentStream.run`` too).
+    ``cancel``, ``inject``, ``snapshot``, ``state``, ``status`` and ``result`` may be used
+    from any thread at any moment; they act on this run only, never on a later run of the
+    same agent.
+
+    The handle from ``agent.steps()`` is iterated (one thread at a time): each iteration
+    makes one model call and runs the tools it asked for, and yields a
+    :class:`~agent_sync.run.Step`. Leaving early (``close()``, the end of a ``with``
+    block, garbage collection) cancels the run with a valid history.
+    """
+
+    __slots__ = ()
+
     def close(self) -> None:
         """End the run if it is still going (cancelled, valid history) and release the agent.
 
@@ -109,21 +153,16 @@ class Run:
         handle from ``agent.active_run`` (someone else drives the run) it cancels the run
         with reason ``"stream closed"``; the driving thread ends it.
         """
-        if self._owner:
-            self._driver.close()
-        else:
-            self._driver.cancel(STREAM_CLOSED)
+        self._driver.cancel(STREAM_CLOSED)
 
     def __iter__(self) -> Iterator[Step]:
         return self
 
     def __next__(self) -> Step:
-        if not self._owner:
-            raise UsageError(
-                "only the run returned by agent.steps() can be iterated; this handle "
-                "(from agent.active_run) is driven by its invoke() or stream()"
-            )
-        return self._driver.next_step()
+        raise UsageError(
+            "only the run returned by agent.steps() can be iterated; this handle "
+            "(from agent.active_run) is driven by its invoke() or stream()"
+        )
 
     def __enter__(self) -> Run:
         return self
@@ -136,10 +175,6 @@ class Run:
     ) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        if getattr(self, "_owner", False) and not self._driver.ended:
-            self._driver.close()
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Run) and other._driver is self._driver
 
@@ -148,3 +183,39 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.status}>"
+
+
+class StepsRun(_Owning, Run):
+    """The :class:`Run` ``agent.steps()`` returns: it drives its run one step at a time."""
+
+    __slots__ = ()
+
+    def __next__(self) -> Step:
+        return self._driver.next_step()
+
+
+class AgentStream(_Owning):
+    """The iterator ``Agent.stream()`` returns. Close it (or use ``with``) to stop early.
+
+    Iterate it from one thread at a time; ``close()``, ``cancel()``, ``inject()`` and
+    ``snapshot()`` may be called from any thread at any moment and act on this stream's
+    own run, never on a later run of the agent (``agent.cancel()`` stops whatever the agent
+    runs *now*: a web view that streams one run and cancels on disconnect should use the
+    stream's, so a late cancel cannot reach the conversation's next message). If another
+    thread is inside ``next()`` when ``close()`` is called, ``close()`` cancels the run and
+    returns at once, and that thread ends the run and releases the agent as soon as its
+    ``next()`` returns. Either way the run is ended exactly once, with one closing message.
+    """
+
+    __slots__ = ()
+
+    @property
+    def run(self) -> Run:
+        """This stream's run (a :class:`~agent_sync.run.Run` handle; the stream drives it)."""
+        return Run(self._driver)
+
+    def __iter__(self) -> AgentStream:
+        return self
+
+    def __next__(self) -> AgentEvent:
+        return self._driver.next_event()

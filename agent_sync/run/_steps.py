@@ -44,8 +44,8 @@ from ..events import (
 )
 from ..messages import CANCELLED_TEXT, ContentBlock, Message, StreamEvent, ToolResult, ToolUse
 from ..models.base import ModelRequest
+from ..tools._batch import ToolBatch, ToolCall
 from ..tools.context import ToolContext
-from ..tools.executor import ToolBatch, ToolCall
 from ._assemble import MessageAssembler
 from ._context import RunContext
 from ._history import add_user_blocks, close_turn, tool_result_message

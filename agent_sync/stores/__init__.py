@@ -1,6 +1,8 @@
-"""Run stores: conversations and runs that outlive a process (DESIGN.md section 6).
+"""Run stores: conversations and runs that outlive a process, shared by every process
+that opens the same store.
 
 - :class:`RunStore`: the protocol (the rules are in its module's docstring);
+- :class:`RunEventLog`: the protocol of a run's event log (what the web layer uses);
 - :class:`MemoryRunStore`: in one process (tests, single-process apps);
 - :class:`SQLiteRunStore`: the standard library's ``sqlite3``, many processes on one host;
 - :class:`RedisRunStore`: a Redis server (redis-py, ``pip install agent_sync[redis]``),
@@ -11,8 +13,9 @@ Every store passes one contract suite, :mod:`agent_sync.testing.run_store_contra
 
 from __future__ import annotations
 
+from ._event_log import RunEvent, RunEventLog
 from ._memory import MemoryRunStore
-from ._protocol import ConversationRecord, RunEvent, RunSignal, RunStore, StoredRun
+from ._protocol import ConversationRecord, RunSignal, RunStore, StoredRun
 from ._redis import RedisRunStore
 from ._sqlite import SQLiteRunStore
 
@@ -21,6 +24,7 @@ __all__ = [
     "MemoryRunStore",
     "RedisRunStore",
     "RunEvent",
+    "RunEventLog",
     "RunSignal",
     "RunStore",
     "SQLiteRunStore",

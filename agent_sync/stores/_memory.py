@@ -15,16 +15,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._prompt import content_blocks
-from ..cancel import CancelMode
+from .._run_state import RunSnapshot, RunState, RunStatus
+from ..cancel import CancelMode, check_mode
 from ..messages import ContentBlock, Message
-from ..run._state import RunSnapshot, RunState, RunStatus
-from ._protocol import ConversationRecord, RunEvent, RunSignal, StoredRun
+from ._event_log import RunEvent
+from ._protocol import ConversationRecord, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
     bad_conversation_id,
     cancelled_while_paused,
-    check_mode,
     check_reason,
     conversation_busy,
     conversation_paused,

@@ -43,12 +43,9 @@ Rules every store follows (:mod:`agent_sync.stores._rules` holds the shared part
 * **Ids.** No id names another key or row: a run or conversation id that is not a
   non-empty, UTF-8-encodable ``str`` names nothing (``get`` -> ``None``, ``cancel`` ->
   ``False``, ``inject`` -> ``UsageError``), never an error from the storage.
-* **Event logs.** Beside its state, a run may have an **event log**: JSON objects numbered
-  1, 2, 3, ... with no hole, appended with a compare-and-set on the last number (so two
-  writers never both append after the same event) and read from any number on, waiting
-  for the next append from any process (the web layer replays and follows a run's stream
-  from it). A log is kept while its run is, and ``keep_s`` seconds once its writer marks
-  it complete.
+* **Event logs.** Beside its state, a run may have an event log: the other role of every
+  store of the package, :class:`~agent_sync.stores.RunEventLog` (its rules are in
+  :mod:`._event_log`); :meth:`RunStore.prune` drops the logs of the runs it prunes.
 * **Fail closed.** A store that cannot be reached raises
   :class:`~agent_sync.errors.StoreUnavailableError` and changes nothing.
 """
@@ -57,13 +54,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
+from .._run_state import RunSnapshot, RunState
 from ..cancel import CancelMode
 from ..messages import ContentBlock, Message
-from ..run._state import RunSnapshot, RunState
 
-__all__ = ["ConversationRecord", "RunEvent", "RunSignal", "RunStore", "StoredRun"]
+__all__ = ["ConversationRecord", "RunSignal", "RunStore", "StoredRun"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,16 +117,6 @@ class RunSignal:
     """For ``cancel``: stop now, or after the turn in flight (``Run.cancel``'s modes)."""
     content: tuple[ContentBlock, ...] = ()
     """For ``inject``: the blocks (already validated)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunEvent:
-    """One entry of a run's event log."""
-
-    seq: int
-    """Its number: 1 for the log's first event, then one more for each."""
-    data: dict[str, Any]
-    """The JSON object appended (read back equal, its keys in the same order)."""
 
 
 @runtime_checkable
@@ -247,44 +234,6 @@ class RunStore(Protocol):
         ``run_ids`` may change while this waits (the watcher passes a live view of the
         runs its process owns): it is read again at every check, so a run added during
         the wait is heard at once, not at the next call."""
-        ...
-
-    def append_events(
-        self,
-        run_id: str,
-        events: Sequence[dict[str, Any]],
-        *,
-        after: int,
-        keep_s: float | None = None,
-    ) -> int:
-        """Append to a run's event log, numbered ``after + 1``, ``after + 2``, ...
-
-        Args:
-            run_id: The run (its log exists from its first append; the run itself need
-                not be in the store).
-            events: JSON objects (``dict`` with ``str`` keys, JSON-serialisable values).
-            after: The number of the log's last event (0 for an empty log): a
-                compare-and-set, so an append never lands after an event its writer has
-                not seen.
-            keep_s: The log is complete: keep it this many more seconds, then drop it. A
-                complete log takes no more appends.
-
-        Returns:
-            The number of the last event appended (``after`` if ``events`` is empty).
-
-        Raises:
-            RunConflictError: The log's last event is not ``after``, or the log is
-                complete; nothing was appended.
-            UsageError: An event is not a JSON object, or ``after``/``keep_s`` is negative.
-        """
-        ...
-
-    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
-        """The run's events numbered above ``after``, in order, every one.
-
-        When there are none, wait up to ``timeout`` seconds for an append (from any
-        process) and return what it added. Empty for an unknown or dropped log.
-        """
         ...
 
     def prune(self, *, older_than: float) -> int:

@@ -20,7 +20,8 @@ from dataclasses import replace
 from typing import Any
 
 from .._encodable import clean_text, loads_stored
-from ..cancel import CancelMode
+from .._history import add_user_blocks, close_turn
+from .._run_state import RunSnapshot, RunState, from_json_ready, json_ready
 from ..errors import (
     ConcurrentInvocationError,
     PendingApprovalError,
@@ -28,15 +29,12 @@ from ..errors import (
     UsageError,
 )
 from ..messages import CANCELLED_TEXT, ContentBlock, Message
-from ..run._history import add_user_blocks, close_turn
-from ..run._state import RunSnapshot, RunState, _decode, _encode
 from ..tools._results import error_result
 
 __all__ = [
     "FINAL_STATUSES",
     "InputPending",
     "bad_conversation_id",
-    "check_mode",
     "check_reason",
     "input_pending",
     "storable_id",
@@ -67,7 +65,8 @@ FINAL_STATUSES = frozenset({"done", "cancelled", "failed"})
 
 WORKER_STOPPED_TEXT = "The worker stopped while running this call; effect unknown."
 """The error result of a tool call whose owner died (its lease expired) mid-run: it contains
-"worker stopped" and "effect unknown", the words the durable contract pins (DESIGN section 6)."""
+"worker stopped" and "effect unknown", the words users may match on (the contract suite pins
+them)."""
 
 
 def abandoned(state: RunState) -> RunState:
@@ -92,7 +91,7 @@ def abandoned(state: RunState) -> RunState:
 
 def cancelled_while_paused(state: RunState, reason: str | None) -> RunState:
     """A paused run cancelled: pending calls answered "Cancelled by user", queued input
-    written, a closing assistant message (DESIGN.md section 3)."""
+    written, a closing assistant message: the history a cancel leaves in a running turn."""
     messages = [_copy(message) for message in state.messages]
     add_user_blocks(messages, _queued(state))
     close_turn(messages, CANCELLED_TEXT)
@@ -155,14 +154,15 @@ def encode_messages(messages: Sequence[Message]) -> list[str]:
             refuse them, see :mod:`agent_sync._encodable`).
     """
     return [
-        json.dumps(_encode(message), separators=(",", ":"), allow_nan=False) for message in messages
+        json.dumps(json_ready(message), separators=(",", ":"), allow_nan=False)
+        for message in messages
     ]
 
 
 def decode_messages(texts: Sequence[str | bytes]) -> list[Message]:
     """The messages :func:`encode_messages` wrote (made encodable: a lone surrogate or
     ``NaN`` stored by an earlier version must not make a conversation unreadable)."""
-    return [_decode(loads_stored(text)) for text in texts]
+    return [from_json_ready(loads_stored(text)) for text in texts]
 
 
 def _answer_pending(messages: list[Message], text: str) -> None:
@@ -179,7 +179,7 @@ def _queued(state: RunState) -> list[ContentBlock]:
 
 
 def _copy(message: Message) -> Message:
-    copied: Any = _decode(_encode(message))
+    copied: Any = from_json_ready(json_ready(message))
     return copied  # type: ignore[no-any-return]
 
 
@@ -229,13 +229,6 @@ def check_reason(reason: str | None) -> str | None:
     """A cancel's reason, made encodable at the edge (a store's ``cancel``): it is stored
     and shown in frames, and a lone surrogate would be refused by both."""
     return clean_text(reason) if isinstance(reason, str) else reason
-
-
-def check_mode(mode: str) -> CancelMode:
-    """A cancel mode, checked at the edge (a store's ``cancel``)."""
-    if mode not in ("now", "after_turn"):
-        raise UsageError(f'mode must be "now" or "after_turn", got {mode!r}')
-    return mode  # type: ignore[return-value]
 
 
 def conversation_paused(conversation_id: str) -> PendingApprovalError:

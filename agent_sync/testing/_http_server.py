@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, TypeVar, Union
 
-__all__ = ["RecordedRequest", "ScriptedServer", "ServerTurn", "TurnSpec"]
+__all__ = ["RecordedRequest", "ScriptedServer", "ServerTurn", "TurnSpec", "WireHandler"]
 
 _S = TypeVar("_S", bound="ScriptedServer")
 
@@ -134,7 +134,10 @@ class RecordedRequest:
     body: Any
 
 
-class _Handler(BaseHTTPRequestHandler):
+class WireHandler(BaseHTTPRequestHandler):
+    """One connection of the server, with the wire helpers a :meth:`ScriptedServer.respond`
+    override writes its answer with (chunked frames, a whole body, a TCP reset)."""
+
     protocol_version = "HTTP/1.1"
     # Streaming servers (uvicorn, vLLM, nginx, AWS) disable Nagle: without it each small
     # frame waits for the client's delayed ACK (~40 ms on Linux), which would swamp every
@@ -249,7 +252,7 @@ class ScriptedServer:
 
     def start(self: _S) -> _S:
         """Bind and serve in a background thread; returns ``self``."""
-        httpd = _Server((self._host, 0), _Handler)
+        httpd = _Server((self._host, 0), WireHandler)
         httpd.owner = self
         self._httpd = httpd
         self._thread = threading.Thread(
@@ -345,7 +348,7 @@ class ScriptedServer:
             return {}
         return {"retry-after": f"{turn.retry_after:g}"}
 
-    def respond(self, handler: _Handler, turn: ServerTurn, request: Any, path: str) -> None:
+    def respond(self, handler: WireHandler, turn: ServerTurn, request: Any, path: str) -> None:
         """Answer a model call with ``turn``: stream its frames, playing its faults."""
         frames = self.render_frames(turn, request, path)
         handler.begin_chunked(200, self.content_type, {"cache-control": "no-cache"})
@@ -372,7 +375,7 @@ class ScriptedServer:
 
     # -- internals --
 
-    def _dispatch(self, handler: _Handler) -> None:
+    def _dispatch(self, handler: WireHandler) -> None:
         raw = handler.read_body()
         try:
             body: Any = json.loads(raw) if raw else None
@@ -411,7 +414,7 @@ class ScriptedServer:
         except (BrokenPipeError, ConnectionResetError):
             handler.close_connection = True  # the client went away: that is its right
 
-    def _stall(self, handler: _Handler) -> None:
+    def _stall(self, handler: WireHandler) -> None:
         """Go silent until the client hangs up or the server closes."""
         with self._changed:
             self._stalls += 1

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ._http_server import ScriptedServer, ServerTurn, TurnSpec, _Handler
+from ._http_server import ScriptedServer, ServerTurn, TurnSpec, WireHandler
 
 __all__ = ["BedrockServer", "BedrockTurn", "encode_message"]
 
@@ -127,7 +127,7 @@ class BedrockServer(ScriptedServer):
         """Converse and ConverseStream calls."""
         return method == "POST" and _PATH.match(path) is not None
 
-    def respond(self, handler: _Handler, turn: ServerTurn, request: Any, path: str) -> None:
+    def respond(self, handler: WireHandler, turn: ServerTurn, request: Any, path: str) -> None:
         """Stream for ``converse-stream``; a JSON document for ``converse``."""
         match = _PATH.match(path)
         if match is not None and match.group("op") == "converse":

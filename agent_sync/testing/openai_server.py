@@ -44,7 +44,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from ._http_server import ScriptedServer, ServerTurn, TurnSpec, _Handler
+from ._http_server import ScriptedServer, ServerTurn, TurnSpec, WireHandler
 
 __all__ = ["ErrorShape", "OpenAIServer"]
 
@@ -123,7 +123,7 @@ class OpenAIServer(ScriptedServer):
     def corrupt_frame(self) -> bytes:
         return b'data: {"id": "chatcmpl-corrupt", "choices": [{"delta": {"content": "x"\n\n'
 
-    def respond(self, handler: _Handler, turn: ServerTurn, request: Any, path: str) -> None:
+    def respond(self, handler: WireHandler, turn: ServerTurn, request: Any, path: str) -> None:
         rejected = [f for f in self.rejected_fields if isinstance(request, dict) and f in request]
         if rejected:
             with self._lock:

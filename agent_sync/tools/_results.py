@@ -12,7 +12,8 @@ import json
 from typing import Any
 
 from .._encodable import Unencodable, clean_json, clean_text
-from ..messages import ToolResult, ToolResultContent, tool_result_piece_problem
+from .._message_checks import tool_result_piece_problem
+from ..messages import ToolResult, ToolResultContent
 
 __all__ = ["describe_exception", "error_result", "result_from_value", "safe_str"]
 

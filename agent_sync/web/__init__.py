@@ -1,7 +1,7 @@
 """Web integration: agents served to browsers as Server-Sent Events, from WSGI views.
 
 - :func:`agent_sync.web.flask.chat_blueprint` and :func:`agent_sync.web.django.chat_urls`:
-  the chat routes (DESIGN.md section 7) over a run store, served by any worker: streams
+  the chat routes (see ``docs/web.md``) over a run store, served by any worker: streams
   whose frames are stored before they are sent (a reconnect to any worker with
   ``Last-Event-ID`` gets exactly what it missed), stop, approvals and inject by run id,
   and the AI SDK's ``useChat`` as a client.

@@ -32,7 +32,8 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Final
 
 from ..errors import RunConflictError, StoreUnavailableError
-from ..stores import RunEvent, RunStore
+from ..stores import RunEvent
+from ..stores._event_log import EventLogStore
 from ..stores._rules import FINAL_STATUSES
 from ._disconnect import SocketProbe
 from ._encoders import StreamEncoder
@@ -58,7 +59,7 @@ _CHECK_INTERVAL_S: Final = 15.0
 """Without keep-alives, how often a silent follower asks the store whether the run is over."""
 
 
-def close_log(store: RunStore, run_id: str, after: int, replay_ttl: float) -> bool:
+def close_log(store: EventLogStore, run_id: str, after: int, replay_ttl: float) -> bool:
     """Append the closing record of a run that is over to its log, if the log is not
     complete yet and ends at ``after``. Returns whether it was appended."""
     snapshot = store.get(run_id)
@@ -79,7 +80,7 @@ class Follower:
 
     def __init__(
         self,
-        store: RunStore,
+        store: EventLogStore,
         run_id: str,
         *,
         after: int,

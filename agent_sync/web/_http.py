@@ -35,6 +35,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
     "BadRequest",
+    "Refusal",
     "WebRequest",
     "WebResponse",
     "check_id",
@@ -76,6 +77,15 @@ class BadRequest(Exception):
         self.message = message
         self.status = status
         self.error = error
+
+
+class Refusal(Exception):
+    """A route's answer that is not a success, raised anywhere below a route and answered
+    with :attr:`response` (an :func:`error_response`; add headers to it before raising)."""
+
+    def __init__(self, status: int, error: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.response = error_response(status, error, message, **extra)
 
 
 @dataclass(frozen=True)

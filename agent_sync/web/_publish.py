@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from ..errors import ModelError, RunConflictError, StoreUnavailableError
 from ..events import Done, MessageComplete
-from ..stores import RunStore
+from ..stores import RunEventLog
 from ._local_log import open_local_log
 from ._records import (
     cancelled_tool_ends,
@@ -76,7 +76,7 @@ class Publisher:
 
     def __init__(
         self,
-        store: RunStore,
+        store: RunEventLog,
         stream: RunStream,
         *,
         run_id: str,

@@ -42,6 +42,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
+from .._run_state import RunSnapshot
 from ..errors import ModelError, ModelHTTPError, StoreUnavailableError
 from ..events import (
     AgentEvent,
@@ -56,7 +57,6 @@ from ..events import (
     ToolStart,
 )
 from ..messages import CANCELLED_TEXT
-from ..run._state import RunSnapshot
 
 __all__ = [
     "TERMINAL_TYPES",

@@ -1,4 +1,4 @@
-"""The chat routes (DESIGN.md section 7), written once for every framework.
+"""The chat routes (start, stream, stop, approve, inject), written once for every framework.
 
 :class:`ChatRoutes` answers :class:`._http.WebRequest` with :class:`._http.WebResponse`;
 :func:`agent_sync.web.flask.chat_blueprint` and :func:`agent_sync.web.django.chat_urls`
@@ -20,21 +20,19 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .._decisions import Approve, Decision, Deny
 from .._prompt import content_blocks
+from .._run_state import RunSnapshot, json_ready
 from ..errors import (
-    ConcurrentInvocationError,
-    DecisionValidationError,
-    PendingApprovalError,
-    RunConflictError,
     StoreUnavailableError,
     UsageError,
 )
-from ..run._state import RunSnapshot, _encode
-from ..stores import RunStore
+from ..stores import RunEventLog, RunStore
+from ..stores._event_log import EventLogStore
 from ._disconnect import no_delay, socket_from_environ
 from ._encoders import NativeEncoder, StreamEncoder
-from ._follow import Follower, close_log
+from ._follow import Follower
 from ._http import (
     BadRequest,
+    Refusal,
     WebRequest,
     WebResponse,
     check_id,
@@ -46,9 +44,10 @@ from ._http import (
     required_str,
     valid_id,
 )
-from ._publish import Publisher, RunSlots
-from ._records import is_terminal, parse_event_id, run_record
-from ._sse import DISCONNECT_REASON, SSE_HEADERS
+from ._publish import Publisher
+from ._records import is_terminal, parse_event_id
+from ._run_control import RunControl
+from ._sse import SSE_HEADERS
 from ._ui_request import UIChatRequest, is_ui_chat, parse_ui_chat
 from ._ui_stream import UI_STREAM_HEADERS, UIStreamEncoder, shown_calls
 
@@ -73,21 +72,10 @@ Each holds two threads (and a tool's while it runs); the stores bound their desc
 process, not per run."""
 WRITE_TIMEOUT_S: Final = 60.0
 """The default ``write_timeout``: seconds a stream waits for a client that does not read."""
-RETRY_AFTER_S: Final = 5
-"""``Retry-After`` of a 503 answered because the worker runs ``max_live_runs``."""
-_SINCE_THE_END: Final = 1 << 62  # ``load(since=...)`` past any log: read no message
-
-
-class _Refusal(Exception):
-    """A route's answer that is not a success (raised anywhere below a route)."""
-
-    def __init__(self, status: int, error: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.response = error_response(status, error, message, **extra)
 
 
 class ChatRoutes:
-    """The section-7 routes over one store. See :func:`agent_sync.web.flask.chat_blueprint`
+    """The chat routes over one store. See :func:`agent_sync.web.flask.chat_blueprint`
     for the arguments."""
 
     def __init__(
@@ -105,6 +93,10 @@ class ChatRoutes:
     ) -> None:
         if not isinstance(store, RunStore):
             raise UsageError(f"store must be a RunStore, got {type(store).__name__}")
+        if not isinstance(store, RunEventLog):
+            raise UsageError(
+                f"store must keep event logs (a RunEventLog), got {type(store).__name__}"
+            )
         if on_disconnect not in ("continue", "cancel"):
             raise UsageError(f'on_disconnect must be "continue" or "cancel", got {on_disconnect!r}')
         if keepalive is not None and not keepalive > 0:
@@ -119,15 +111,19 @@ class ChatRoutes:
             raise UsageError("max_live_runs must be an int >= 1")
         if write_timeout is not None and not write_timeout > 0:
             raise UsageError("write_timeout must be a positive number of seconds, or None")
-        self._make_agent = make_agent
-        self._store = store
+        self._store: EventLogStore = store
         self._on_disconnect = on_disconnect
-        self._timeout = timeout
         self._keepalive = keepalive
         self._replay_ttl = float(replay_ttl)
         self._authorize = authorize
-        self._slots = RunSlots(max_live_runs)
         self._write_timeout = write_timeout
+        self._runs = RunControl(
+            make_agent,
+            store,
+            timeout=timeout,
+            replay_ttl=self._replay_ttl,
+            max_live_runs=max_live_runs,
+        )
 
     # -- the routes --
 
@@ -181,59 +177,9 @@ class ChatRoutes:
         if not isinstance(message, (str, list)) or not message:
             raise BadRequest("'message' must be a non-empty string or a list of content blocks")
         self._check_allowed(request, conversation_id)
-        publisher = self._start(conversation_id, message)
+        publisher = self._runs.start(conversation_id, message)
         return self._follow(
             request, publisher.run_id, 0, NativeEncoder(publisher.run_id), publisher
-        )
-
-    def _start(self, conversation_id: str, message: Any) -> Publisher:
-        """Start a run on the conversation and publish it (409 busy or paused; 503 if
-        this worker runs ``max_live_runs`` already)."""
-        slot = self._take_slot()
-        try:
-            return self._start_run(conversation_id, message, slot)
-        except BaseException:
-            slot.give()
-            raise
-
-    def _take_slot(self) -> RunSlots:
-        slot = self._slots.take()
-        if slot is None:
-            refusal = _Refusal(
-                503,
-                "busy_worker",
-                "this worker runs as many answers as it may; try again shortly",
-            )
-            refusal.response.headers["Retry-After"] = str(RETRY_AFTER_S)
-            raise refusal
-        return slot
-
-    def _start_run(self, conversation_id: str, message: Any, slot: RunSlots) -> Publisher:
-        agent = self._agent(conversation_id)
-        try:
-            stream = agent.stream(message, timeout=self._timeout)
-        except ConcurrentInvocationError:
-            raise _Refusal(
-                409, "busy", "this conversation is still answering; stop it or wait"
-            ) from None
-        except PendingApprovalError:
-            current = self._store.load(conversation_id, since=_SINCE_THE_END).run
-            raise _Refusal(
-                409,
-                "paused",
-                "this conversation waits for a decision",
-                run_id=None if current is None else current.state.run_id,
-            ) from None
-        except UsageError as exc:
-            raise BadRequest(str(exc)) from None
-        run_id = stream.run_id
-        return Publisher(
-            self._store,
-            stream,
-            run_id=run_id,
-            first=[run_record(run_id, conversation_id)],
-            replay_ttl=self._replay_ttl,
-            slot=slot,
         )
 
     def _follow(
@@ -253,7 +199,7 @@ class ChatRoutes:
             if publisher is not None:
                 on_gone = publisher.cancel
             else:
-                on_gone = lambda: self._cancel_if_running(run_id)  # noqa: E731
+                on_gone = lambda: self._runs.cancel_if_running(run_id)  # noqa: E731
         return self._stream(request, run_id, after, encoder, on_gone, headers)
 
     def _run_events(self, request: WebRequest, run_id: str) -> WebResponse:
@@ -268,61 +214,16 @@ class ChatRoutes:
         _check_run_id(run_id)
         reason = optional_str(parse_json_body(request, required=False), "reason")
         snapshot = self._run(request, run_id)
-        return json_response(200, {"cancelled": self._stop(snapshot, reason)})
+        return json_response(200, {"cancelled": self._runs.stop(snapshot, reason)})
 
     def _run_decisions(self, request: WebRequest, run_id: str) -> WebResponse:
         _check_run_id(run_id)
         decisions = _decisions(parse_json_body(request))
         snapshot = self._run(request, run_id)
         if snapshot.status != "paused":
-            raise _Refusal(409, "not_paused", f"the run is {snapshot.status}, not paused")
-        self._resume(snapshot, decisions)
+            raise Refusal(409, "not_paused", f"the run is {snapshot.status}, not paused")
+        self._runs.resume(snapshot, decisions)
         return json_response(202, {"run_id": run_id, "status": "running"})
-
-    def _resume(self, snapshot: RunSnapshot, decisions: dict[str, Decision]) -> Publisher:
-        """Go on with a paused run here, published after its log's last record (422 for
-        decisions the stored approvals refuse, 409 if another decision won, 503 if this
-        worker runs ``max_live_runs`` already)."""
-        slot = self._take_slot()
-        try:
-            return self._resume_run(snapshot, decisions, slot)
-        except BaseException:
-            slot.give()
-            raise
-
-    def _resume_run(
-        self, snapshot: RunSnapshot, decisions: dict[str, Decision], slot: RunSlots
-    ) -> Publisher:
-        run_id = snapshot.run_id
-        conversation_id = snapshot.conversation_id or ""
-        agent = self._agent(conversation_id)
-        pending = {approval.id: approval for approval in agent.pending_approvals}
-        try:
-            stream = agent.resume_stream(decisions, timeout=self._timeout)
-        except DecisionValidationError as exc:
-            raise _Refusal(422, "invalid_decision", str(exc), problems=list(exc.problems)) from None
-        except (RunConflictError, ConcurrentInvocationError, UsageError):
-            raise _Refusal(409, "conflict", "the run was resumed or cancelled meanwhile") from None
-        if stream.run_id != run_id:  # the conversation's paused run is another one
-            stream.close()
-            raise _Refusal(409, "conflict", "the run was resumed or cancelled meanwhile")
-        denied = {
-            pending[approval_id].tool_use["toolUseId"]
-            for approval_id, decision in decisions.items()
-            if approval_id in pending and (decision is False or isinstance(decision, Deny))
-        }
-        logged = self._store.read_events(run_id)
-        return Publisher(
-            self._store,
-            stream,
-            run_id=run_id,
-            first=[] if logged else [run_record(run_id, conversation_id)],
-            after=logged[-1].seq if logged else 0,
-            cycle=snapshot.cycle,
-            denied=denied,
-            replay_ttl=self._replay_ttl,
-            slot=slot,
-        )
 
     def _run_inject(self, request: WebRequest, run_id: str) -> WebResponse:
         _check_run_id(run_id)
@@ -335,7 +236,7 @@ class ChatRoutes:
         try:
             self._store.inject(run_id, blocks)
         except UsageError:
-            raise _Refusal(409, "not_running", "the run is not running") from None
+            raise Refusal(409, "not_running", "the run is not running") from None
         return json_response(202, {"run_id": run_id, "queued": True})
 
     def _cancel(self, request: WebRequest) -> WebResponse:
@@ -343,13 +244,15 @@ class ChatRoutes:
         conversation_id = required_str(data, "conversation_id", is_id=True)
         reason = optional_str(data, "reason")
         self._check_allowed(request, conversation_id)
-        return json_response(200, {"cancelled": self._stop_conversation(conversation_id, reason)})
+        return json_response(
+            200, {"cancelled": self._runs.stop_conversation(conversation_id, reason)}
+        )
 
     def _history(self, request: WebRequest) -> WebResponse:
         conversation_id = check_id(request.query.get("conversation_id", ""), "conversation_id")
         self._check_allowed(request, conversation_id)
         record = self._store.load(conversation_id)
-        return json_response(200, {"messages": _encode(list(record.messages))})
+        return json_response(200, {"messages": json_ready(list(record.messages))})
 
     # -- the AI SDK (UI message stream protocol v1) --
 
@@ -361,20 +264,20 @@ class ChatRoutes:
             raise BadRequest("regenerating a message is not supported: send it again")
         self._check_allowed(request, conversation_id)
         if asked.approvals is None:
-            publisher = self._start(conversation_id, asked.text)
+            publisher = self._runs.start(conversation_id, asked.text)
             run_id = publisher.run_id
             return self._follow(request, run_id, 0, UIStreamEncoder(run_id), publisher, _UI_HEADERS)
-        current = self._store.load(conversation_id, since=_SINCE_THE_END).run
+        current = self._runs.current_run(conversation_id)
         if current is None or current.state.status != "paused":
-            raise _Refusal(409, "not_paused", "no run of this conversation waits for a decision")
+            raise Refusal(409, "not_paused", "no run of this conversation waits for a decision")
         snapshot = self._store.get(current.state.run_id)
         if snapshot is None or snapshot.status != "paused":
-            raise _Refusal(409, "not_paused", "no run of this conversation waits for a decision")
+            raise Refusal(409, "not_paused", "no run of this conversation waits for a decision")
         decisions: dict[str, Decision] = {
             approval_id: True if answer.approved else Deny(reason=answer.reason or "")
             for approval_id, answer in asked.approvals.items()
         }
-        publisher = self._resume(snapshot, decisions)  # checked against the stored requests
+        publisher = self._runs.resume(snapshot, decisions)  # checked against the stored requests
         run_id = publisher.run_id
         seen = publisher.first_seq  # the client's message holds what these announced
         client_has = shown_calls(r.data for r in self._store.read_events(run_id) if r.seq <= seen)
@@ -384,7 +287,7 @@ class ChatRoutes:
     def _ui_resume(self, request: WebRequest, conversation_id: str) -> WebResponse:
         check_id(conversation_id, "conversation_id")
         self._check_allowed(request, conversation_id)
-        current = self._store.load(conversation_id, since=_SINCE_THE_END).run
+        current = self._runs.current_run(conversation_id)
         if current is None:
             return WebResponse(204)
         run_id = current.state.run_id
@@ -395,7 +298,8 @@ class ChatRoutes:
         reason = optional_str(parse_json_body(request, required=False), "reason")
         self._check_allowed(request, conversation_id)
         return json_response(
-            200, {"success": True, "cancelled": self._stop_conversation(conversation_id, reason)}
+            200,
+            {"success": True, "cancelled": self._runs.stop_conversation(conversation_id, reason)},
         )
 
     # -- shared --
@@ -409,7 +313,7 @@ class ChatRoutes:
             return route(request, *args)
         except BadRequest as exc:
             return error_response(exc.status, exc.error, exc.message)
-        except _Refusal as refusal:
+        except Refusal as refusal:
             return refusal.response
         except StoreUnavailableError:
             logger.warning("the run store is unavailable", exc_info=True)
@@ -417,25 +321,16 @@ class ChatRoutes:
 
     def _check_allowed(self, request: WebRequest, conversation_id: str) -> None:
         if self._authorize is not None and not self._authorize(request.native, conversation_id):
-            raise _Refusal(403, "forbidden", "not allowed")
+            raise Refusal(403, "forbidden", "not allowed")
 
     def _run(self, request: WebRequest, run_id: str) -> RunSnapshot:
         """The run's snapshot, once this request may touch its conversation."""
         _check_run_id(run_id)
         snapshot = self._store.get(run_id)
         if snapshot is None:
-            raise _Refusal(404, "not_found", "no such run")
+            raise Refusal(404, "not_found", "no such run")
         self._check_allowed(request, snapshot.conversation_id or "")
         return snapshot
-
-    def _agent(self, conversation_id: str) -> Agent:
-        agent = self._make_agent(conversation_id)
-        if getattr(agent, "_store", None) is not self._store:
-            raise UsageError(
-                "make_agent must build agents on the routes' store "
-                "(Agent(..., store=store, conversation_id=conversation_id))"
-            )
-        return agent
 
     def _stream(
         self,
@@ -481,34 +376,12 @@ class ChatRoutes:
             return True  # dropped after replay_ttl (or never written)
         return tail[-1].seq == after and is_terminal(tail[-1].data)
 
-    def _stop(self, snapshot: RunSnapshot, reason: str | None) -> bool:
-        """Cancel a run; one that was paused has no writer left, so its log is closed here."""
-        run_id = snapshot.run_id
-        cancelled = self._store.cancel(run_id, reason)
-        if cancelled and snapshot.status == "paused":
-            logged = self._store.read_events(run_id)
-            close_log(self._store, run_id, logged[-1].seq if logged else 0, self._replay_ttl)
-        return cancelled
-
-    def _stop_conversation(self, conversation_id: str, reason: str | None) -> bool:
-        current = self._store.load(conversation_id, since=_SINCE_THE_END).run
-        if current is None:
-            return False
-        snapshot = self._store.get(current.state.run_id)
-        return snapshot is not None and self._stop(snapshot, reason)
-
-    def _cancel_if_running(self, run_id: str) -> None:
-        """A disconnect with ``on_disconnect="cancel"``: never a paused run."""
-        snapshot = self._store.get(run_id)
-        if snapshot is not None and snapshot.status == "running":
-            self._store.cancel(run_id, DISCONNECT_REASON)
-
 
 def _check_run_id(run_id: str) -> None:
     """404 for an id no run can have (:func:`._http.valid_id`), before the store is asked:
     a crafted id (``<run_id>:signals``) must not name another key."""
     if not valid_id(run_id):
-        raise _Refusal(404, "not_found", "no such run")
+        raise Refusal(404, "not_found", "no such run")
 
 
 def _decisions(data: Mapping[str, Any]) -> dict[str, Decision]:

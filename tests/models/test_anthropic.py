@@ -20,7 +20,7 @@ from agent_sync.errors import (
 )
 from agent_sync.messages import Message, StreamEvent, ToolSpec
 from agent_sync.models import AnthropicModel, ModelRequest
-from agent_sync.models._anthropic_format import EventTranslator
+from agent_sync.models._anthropic_stream import EventTranslator
 from agent_sync.run._assemble import AssembledMessage, MessageAssembler
 from agent_sync.testing.anthropic_server import AnthropicServer
 

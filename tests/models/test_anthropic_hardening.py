@@ -24,7 +24,7 @@ from agent_sync.errors import (
 )
 from agent_sync.messages import Message, StreamEvent, ToolSpec
 from agent_sync.models import AnthropicModel
-from agent_sync.models._anthropic_format import EventTranslator
+from agent_sync.models._anthropic_stream import EventTranslator
 from agent_sync.models.base import CacheMode, ModelRequest
 from agent_sync.testing.anthropic_server import AnthropicServer
 from tests.fixtures.logs import RootRecords

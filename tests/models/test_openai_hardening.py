@@ -22,7 +22,7 @@ from agent_sync.errors import (
     UsageError,
 )
 from agent_sync.models import OpenAIModel
-from agent_sync.models._openai_format import ChunkTranslator
+from agent_sync.models._openai_stream import ChunkTranslator
 from agent_sync.models.base import CacheMode, ModelRequest
 from agent_sync.testing._keepalive_server import KeepAliveServer, Mode, chunked_response
 from agent_sync.testing.openai_server import ErrorShape, OpenAIServer

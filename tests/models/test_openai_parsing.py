@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_sync.messages import StreamEvent
-from agent_sync.models._openai_format import ChunkTranslator
+from agent_sync.models._openai_stream import ChunkTranslator
 from agent_sync.models._sse import SSEEvent, iter_sse
 from agent_sync.run._assemble import MessageAssembler
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from agent_sync import Agent, tool
 from agent_sync.errors import ConcurrentInvocationError, PendingApprovalError, UsageError
 from agent_sync.messages import Message
-from agent_sync.stores import MemoryRunStore, RunStore, SQLiteRunStore
+from agent_sync.stores import RunStore, SQLiteRunStore
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.doubles import BackgroundInvoke
 from tests.run._gates import Gate, gate_call
@@ -33,26 +32,6 @@ NEW: list[Message] = [
 def delete_file(path: str) -> str:
     """Delete a file."""
     return f"deleted {path}"
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], RunStore]]:
-    """Builds store objects on one set of data (each call: another object, as another
-    worker would have)."""
-    if request.param == "memory":
-        shared = MemoryRunStore()
-        yield lambda: shared
-    elif request.param == "sqlite":
-        path = str(tmp_path / "agent_sync.db")
-        yield lambda: SQLiteRunStore(path)
-    else:
-        server = request.getfixturevalue("redis_server")
-        import redis
-
-        from agent_sync.stores import RedisRunStore
-
-        prefix = f"rh{uuid.uuid4().hex[:10]}:"
-        yield lambda: RedisRunStore(redis.Redis(port=server.port), prefix=prefix)
 
 
 def texts(message: Message) -> list[str]:

@@ -78,7 +78,8 @@ def test_a_post_not_declared_json_gets_415_and_changes_nothing(site: Site, route
 def test_an_empty_stop_sent_as_json_stops(site: Site, path: str, body: bytes) -> None:
     status, answer = site.request("POST", path, body, "application/json; charset=utf-8")
     assert status == 200 and answer["cancelled"] is True, answer
-    site.gate.opened.set()
+    # The held tool gives up once the cancel reaches its run (the store's watcher delivers
+    # it, on its own thread): opening the gate here raced that delivery under load.
     assert frames_until(site.streams[0], "done")[-1].data["stop_reason"] == "cancelled"
 
 

@@ -1,0 +1,113 @@
+"""What a run commits to its store, and when: :class:`Commits`, the store side of a driver.
+
+A run with a store loads the conversation when it takes the agent, commits its state at
+every step boundary, stores a pause before anyone is told of it, and stores its end, where
+input the store accepted just before the end is answered (one more model call after a
+``done`` end) or written to the history (any other end): nothing injected is lost. A run
+without a store only records its pause in the agent's slot. Used by the run's driver, in
+the loop's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..messages import CANCELLED_TEXT, ContentBlock, Message
+from ._durable import StoreLink, load_log
+from ._history import add_user_blocks, close_turn
+from ._inbox import Inbox
+from ._slot import check_no_stored_run
+
+if TYPE_CHECKING:
+    from ._context import RunContext
+    from ._slot import RunSlot
+    from ._state import RunState
+
+__all__ = ["Commits"]
+
+logger = logging.getLogger(__name__)
+
+
+class Commits:
+    """One run's commits: ``link`` is its store link (``None`` without a store)."""
+
+    def __init__(self, link: StoreLink | None, ctx: RunContext, slot: RunSlot) -> None:
+        self._link = link
+        self._ctx = ctx
+        self._slot = slot
+
+    def load(self, link: StoreLink, messages: list[Message]) -> list[Message]:
+        """Refresh the history from the store (the run holds the slot: nobody else changes
+        it meanwhile) and return the log; refuse if the conversation is busy there."""
+        _, synced, generation = self._slot.sync_point()
+        record, logged, mirrored = load_log(
+            link.store, link.conversation_id, messages, synced, generation
+        )
+        self._slot.apply_record(record, logged, mirrored)
+        check_no_stored_run(record, link.conversation_id)
+        return logged
+
+    def pause(self, state: RunState) -> None:
+        """Store the pause before anyone is told of it (fail closed). Input the store
+        accepted while the run was pausing is carried by the paused state (answered in the
+        first user message after the resume), never dropped with the run's queue."""
+        version = 0
+        link = self._link
+        if link is not None:
+            while late := link.commit_end(state):
+                self._ctx.inbox.requeue(late)
+                state = self._ctx.state()
+            version = link.version
+        self._slot.pause(state, version)
+
+    def checkpoint(self) -> None:
+        """Commit a running run's state at a step boundary (a failure stops the run)."""
+        link = self._link
+        if link is not None and self._ctx.status == "running":
+            link.commit(self._ctx.state())
+
+    def final(self, *, strict: bool) -> list[ContentBlock]:
+        """Commit the end of the run; ``strict``: raise a failure, else log it.
+
+        Input injected through the store that the run has not answered yet (accepted just
+        before the end) stops a ``done`` end: nothing is committed and it is returned, for
+        one more model call (:meth:`reopen`). Any other end writes it to the history first
+        (nothing injected is lost)."""
+        link, ctx = self._link, self._ctx
+        if link is None or link.ended or ctx.status in ("running", "paused"):
+            return []
+        going_on = False
+        try:
+            while True:
+                state = ctx.state()
+                late = link.commit_end(state)
+                if not late:
+                    self._slot.mark_synced(state.history_start + len(state.messages))
+                    return []
+                if ctx.status == "done":
+                    going_on = True
+                    return late
+                add_user_blocks(ctx.messages, late)  # a cancelled or failed run keeps it,
+                if ctx.status == "cancelled":  # its turn closed again after it
+                    close_turn(ctx.messages, CANCELLED_TEXT)
+        except Exception:
+            if strict:
+                raise
+            logger.warning("run_id=<%s> | could not store the end of the run", ctx.run_id)
+            return []
+        finally:
+            if not going_on:
+                link.close()
+
+    def reopen(self, blocks: list[ContentBlock]) -> None:
+        """A ``done`` run given input the store accepted before its end was stored goes on,
+        as for input queued when the model ends its turn: one more model call answers it."""
+        ctx = self._ctx
+        ctx.inbox = Inbox()  # the closed one refused local input meanwhile; this one takes more
+        add_user_blocks(ctx.messages, blocks)
+        ctx.result = None
+        ctx.stop_reason = None
+        ctx.ended_at = None
+        ctx.next_step = "model"
+        ctx.status = "running"

@@ -1,0 +1,133 @@
+"""The event logs of :class:`~agent_sync.stores.RedisRunStore` (the
+:class:`~agent_sync.stores.RunEventLog` role).
+
+A run's event log is a stream whose entry ids are the events' numbers (``7-0`` is event 7;
+nothing is ever deleted from it, so its length is its last number). One script appends
+(``append`` in :mod:`._redis_scripts`): it checks the complete mark and the length
+(compare-and-set), ``XADD`` s the batch and sets the expiry: ``finished_ttl_s`` from the last
+append while the log is open, and ``keep_s`` for it and its complete mark once complete.
+``read_events`` reads with ``XRANGE`` and waits with ``XREAD BLOCK`` (at most
+:data:`_BLOCK_S` per call, well within the client's socket timeout), so an append from any
+process wakes it at once. A wait with nothing to read may end up to 0.1 s past its timeout
+(Redis ends a block on its next timer tick); a client whose socket timeout is under about
+0.25 s cannot block, and polls.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._event_log import RunEvent
+from ._redis_client import RedisScripts, text, translated
+from ._rules import decode_event, encode_events, events_complete, events_moved_on, storable_id
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["RedisEventLog"]
+
+_BLOCK_S = 1.0  # read_events: the longest XREAD BLOCK (then it blocks again, to its timeout)
+_TICK_S = 0.1  # how late Redis may end a BLOCK: it checks timeouts every 1 / hz (10) seconds
+_EVENT_POLL_S = 0.02  # read_events through a client whose socket timeout is too short to block
+_KEEP_FOR_EVER_S = 1e12  # a keep_s this long (31,000 years) sets no expiry (PEXPIRE overflows)
+
+
+class RedisEventLog:
+    """The event logs under ``prefix`` on the store's client: the
+    :class:`~agent_sync.stores.RunEventLog` half of :class:`~agent_sync.stores.RedisRunStore`,
+    which inherits it. Thread-safe."""
+
+    def __init__(
+        self, client: redis.Redis, scripts: RedisScripts, *, prefix: str, ttl_s: int
+    ) -> None:
+        self._client = client
+        self._scripts = scripts
+        self._events_prefix = prefix
+        self._events_ttl_s = ttl_s  # an open log's expiry after its last append (0: none)
+
+    def append_events(
+        self,
+        run_id: str,
+        events: Sequence[dict[str, Any]],
+        *,
+        after: int,
+        keep_s: float | None = None,
+    ) -> int:
+        texts = encode_events(events, after, keep_s)
+        keep_ms = "" if keep_s is None else str(_keep_ms(keep_s))
+        reply = self._scripts.run(
+            "append", self._events_prefix, run_id, after, self._events_ttl_s * 1000, keep_ms, *texts
+        )
+        outcome = text(reply[0])
+        if outcome == "ok":
+            return int(reply[1])
+        if outcome == "complete":
+            raise events_complete(run_id)
+        raise events_moved_on(run_id, int(reply[1]), after)
+
+    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
+        deadline = time.monotonic() + max(0.0, timeout)
+        if not storable_id(run_id):
+            return []
+        key = f"{self._events_prefix}events:{run_id}"
+        start = max(0, after)
+        client: Any = self._client  # redis-py's stream commands are loosely typed
+        block_s = self._block_s()
+        pause = threading.Event()
+        with translated():
+            events = _events(client.xrange(key, min=f"{start + 1}-0", max="+"))
+            while not events:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                if block_s is None:  # a socket timeout too short to block: poll
+                    pause.wait(min(_EVENT_POLL_S, remaining))
+                    events = _events(client.xrange(key, min=f"{start + 1}-0", max="+"))
+                    continue
+                block_ms = max(1, int(min(remaining, block_s) * 1000))
+                reply = client.xread({key: f"{start}-0"}, block=block_ms)
+                events = _events(_read_entries(reply))
+        return events
+
+    def _block_s(self) -> float | None:
+        """The longest ``XREAD BLOCK``: :data:`_BLOCK_S`, or less if the client's socket
+        timeout is short (a reply later than it reads as a dead server); ``None`` if it is
+        too short to block at all. Redis ends a block on its next timer tick, up to
+        :data:`_TICK_S` late, so that is kept in hand."""
+        pool = getattr(self._client, "connection_pool", None)
+        options = getattr(pool, "connection_kwargs", None)
+        socket_timeout = options.get("socket_timeout") if isinstance(options, dict) else None
+        if not isinstance(socket_timeout, (int, float)) or socket_timeout <= 0:
+            return _BLOCK_S
+        block_s = min(_BLOCK_S, socket_timeout / 2 - _TICK_S)
+        return block_s if block_s >= 0.01 else None
+
+
+def _keep_ms(keep_s: float) -> int:
+    """``keep_s`` as ``PEXPIRE`` milliseconds; -1 (no expiry) for a time past any server's."""
+    if keep_s >= _KEEP_FOR_EVER_S:
+        return -1
+    return math.ceil(keep_s * 1000)
+
+
+def _read_entries(reply: Any) -> Any:
+    """The entries of a one-stream ``XREAD`` reply: ``[[key, entries]]`` (RESP2) or
+    ``{key: [entries]}`` (RESP3); nothing if it timed out."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        return next(iter(reply.values()))[0]
+    return reply[0][1]
+
+
+def _events(entries: Any) -> list[RunEvent]:
+    """Stream entries (``[(id, {"d": json}), ...]``) as events, whatever the decoding."""
+    events = []
+    for entry_id, fields in entries:
+        data = fields.get("d", fields.get(b"d"))
+        events.append(RunEvent(seq=int(text(entry_id).partition("-")[0]), data=decode_event(data)))
+    return events

@@ -1,0 +1,283 @@
+"""The Lua scripts of :class:`~agent_sync.stores.RedisRunStore`: every change the store
+makes is one of them, so it checks (compare-and-set) and writes atomically, and reads the
+server's ``TIME`` (hosts with skewed clocks agree on when a lease ran out).
+
+:data:`SCRIPTS` maps each name the store runs to its source: the shared :data:`PRELUDE`
+(server time, the key names, and ``write_state``, the one place a run's status changes)
+followed by the script's body. The keys are described in :mod:`._redis`.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CHUNK", "PRELUDE", "SCRIPTS"]
+
+CHUNK = 500  # messages per RPUSH inside a script (Lua's unpack has a stack limit)
+
+# Shared Lua: server time, and writing a state (the one place a run's status changes).
+PRELUDE = """
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function fmt(x) return string.format('%.6f', x) end
+local function run_key(prefix, run_id) return prefix .. 'run:' .. run_id end
+local function conv_key(prefix, cid, part) return prefix .. 'conv:' .. cid .. ':' .. part end
+local function events_key(prefix, run_id) return prefix .. 'events:' .. run_id end
+local function complete_key(prefix, run_id) return prefix .. 'events-complete:' .. run_id end
+local function signals_key(prefix, run_id) return prefix .. 'signals:' .. run_id end
+
+-- Store a new state of the run at `key` (version + 1). Final: write the log from
+-- history_start, free the conversation, drop the signals, schedule expiry.
+local function write_state(prefix, key, run_id, state, status, history_start, ttl, msgs, t)
+  local version = tonumber(redis.call('HGET', key, 'version')) + 1
+  redis.call('HSET', key, 'state', state, 'status', status, 'version', version,
+             'updated_at', fmt(t))
+  if status == 'running' then
+    local lease = tonumber(redis.call('HGET', key, 'lease_s'))
+    redis.call('HSET', key, 'lease_expires_at', fmt(t + lease))
+  elseif status == 'paused' then
+    redis.call('HSET', key, 'owner', '', 'lease_expires_at', '')
+  else
+    local cid = redis.call('HGET', key, 'conversation_id')
+    local log = conv_key(prefix, cid, 'log')
+    if history_start == 0 then
+      redis.call('DEL', log)
+    else
+      redis.call('LTRIM', log, 0, history_start - 1)
+    end
+    for i = 1, #msgs, CHUNK do
+      redis.call('RPUSH', log, unpack(msgs, i, math.min(i + CHUNK - 1, #msgs)))
+    end
+    local current = conv_key(prefix, cid, 'current')
+    if redis.call('GET', current) == run_id then redis.call('DEL', current) end
+    redis.call('HSET', key, 'owner', '', 'lease_expires_at', '', 'ended_at', fmt(t))
+    redis.call('DEL', signals_key(prefix, run_id))
+    redis.call('ZADD', prefix .. 'finished', t, run_id)
+    if ttl > 0 then redis.call('EXPIRE', key, ttl) end
+  end
+  return version
+end
+""".replace("CHUNK", str(CHUNK))
+
+# ARGV: prefix, conversation_id, since. The conversation's log from `since` on, its current
+# run's fields (or nothing), and the log's length: one consistent read.
+_LOAD = """
+local prefix, cid = ARGV[1], ARGV[2]
+local key = conv_key(prefix, cid, 'log')
+local length = redis.call('LLEN', key)
+local start = math.min(tonumber(ARGV[3]), length)
+local log = redis.call('LRANGE', key, start, -1)
+local run_id = redis.call('GET', conv_key(prefix, cid, 'current'))
+local run = {}
+if run_id then
+  run = redis.call('HMGET', run_key(prefix, run_id), 'state', 'version', 'owner',
+                   'lease_expires_at', 'status')
+end
+local generation = tonumber(redis.call('GET', conv_key(prefix, cid, 'generation')) or '0')
+return {log, run, length, start, generation}
+"""
+
+# ARGV: prefix, conversation_id, messages... Replace the whole log (the user's new history)
+# unless a run is current: {'paused'} / {'busy'}, nothing changed; else {'ok', generation}.
+_REPLACE = """
+local prefix, cid = ARGV[1], ARGV[2]
+local busy = redis.call('GET', conv_key(prefix, cid, 'current'))
+if busy then
+  local status = redis.call('HGET', run_key(prefix, busy), 'status')
+  if status == 'paused' then return {'paused'} end
+  if status == 'running' then return {'busy'} end
+end
+local log = conv_key(prefix, cid, 'log')
+redis.call('DEL', log)
+for i = 3, #ARGV, CHUNK do
+  redis.call('RPUSH', log, unpack(ARGV, i, math.min(i + CHUNK - 1, #ARGV)))
+end
+return {'ok', redis.call('INCR', conv_key(prefix, cid, 'generation'))}
+""".replace("CHUNK", str(CHUNK))
+
+# ARGV: prefix, run_id. The run's fields needed to act on it.
+_READ = """
+local key = run_key(ARGV[1], ARGV[2])
+if redis.call('EXISTS', key) == 0 then return false end
+return redis.call('HMGET', key, 'state', 'status', 'version', 'conversation_id',
+                  'started_at', 'updated_at')
+"""
+
+# ARGV: prefix, conversation_id. Is its current run running past its lease? (run id or nil)
+_EXPIRED = """
+local prefix, cid = ARGV[1], ARGV[2]
+local run_id = redis.call('GET', conv_key(prefix, cid, 'current'))
+if not run_id then return false end
+local fields = redis.call('HMGET', run_key(prefix, run_id), 'status', 'lease_expires_at')
+if fields[1] ~= 'running' or not fields[2] or fields[2] == '' then return false end
+if tonumber(fields[2]) > now() then return false end
+return run_id
+"""
+
+# ARGV: prefix, conversation_id, run_id, state, owner, lease_s, expected_length.
+_BEGIN = """
+local prefix, cid, run_id = ARGV[1], ARGV[2], ARGV[3]
+local current = conv_key(prefix, cid, 'current')
+local busy = redis.call('GET', current)
+if busy then
+  local status = redis.call('HGET', run_key(prefix, busy), 'status')
+  if status == 'paused' then return {'paused'} end
+  if status == 'running' then return {'busy'} end
+end
+local length = redis.call('LLEN', conv_key(prefix, cid, 'log'))
+if length ~= tonumber(ARGV[7]) then return {'length', length} end
+local key = run_key(prefix, run_id)
+if redis.call('EXISTS', key) == 1 then return {'exists'} end
+local t = now()
+local lease = tonumber(ARGV[6])
+redis.call('HSET', key, 'state', ARGV[4], 'status', 'running', 'version', 1,
+           'owner', ARGV[5], 'lease_s', ARGV[6], 'lease_expires_at', fmt(t + lease),
+           'started_at', fmt(t), 'updated_at', fmt(t), 'ended_at', '',
+           'conversation_id', cid)
+redis.call('SET', current, run_id)
+return {'ok', 1}
+"""
+
+# ARGV: prefix, run_id, expected version, required owner ('' = any), state, status,
+# history_start, ttl, new owner ('' = keep), new lease_s ('' = keep), injects received
+# ('' = not checked), messages... A final write while the run has accepted more injects
+# than its owner received: {'injects', accepted}, nothing changed.
+_WRITE = """
+local prefix, run_id = ARGV[1], ARGV[2]
+local key = run_key(prefix, run_id)
+if redis.call('EXISTS', key) == 0 then return {'unknown'} end
+local fields = redis.call('HMGET', key, 'status', 'version', 'owner')
+if fields[1] == 'done' or fields[1] == 'cancelled' or fields[1] == 'failed' then
+  return {'over', fields[1]}
+end
+if tonumber(fields[2]) ~= tonumber(ARGV[3]) or (ARGV[4] ~= '' and fields[3] ~= ARGV[4]) then
+  return {'conflict', fields[2]}
+end
+local status = ARGV[6]
+if ARGV[11] ~= '' and status ~= 'running' then  -- an end or a pause: its last look
+  local accepted = tonumber(redis.call('HGET', key, 'injects') or '0')
+  if accepted > tonumber(ARGV[11]) then return {'injects', accepted} end
+end
+if ARGV[9] ~= '' then  -- a claim: the new owner receives the injects still queued
+  local queued = 0
+  for _, item in ipairs(redis.call('LRANGE', signals_key(prefix, run_id), 0, -1)) do
+    if cjson.decode(item).kind == 'inject' then queued = queued + 1 end
+  end
+  redis.call('HSET', key, 'owner', ARGV[9], 'lease_s', ARGV[10], 'injects', queued)
+end
+local msgs = {}
+for i = 12, #ARGV do msgs[#msgs + 1] = ARGV[i] end
+local version = write_state(prefix, key, run_id, ARGV[5], ARGV[6], tonumber(ARGV[7]),
+                            tonumber(ARGV[8]), msgs, now())
+return {'ok', version}
+"""
+
+# ARGV: prefix, run_id, owner, lease_s.
+_RENEW = """
+local key = run_key(ARGV[1], ARGV[2])
+local fields = redis.call('HMGET', key, 'status', 'owner')
+if fields[1] ~= 'running' or fields[2] ~= ARGV[3] then return 0 end
+redis.call('HSET', key, 'lease_s', ARGV[4], 'lease_expires_at', fmt(now() + tonumber(ARGV[4])))
+return 1
+"""
+
+# ARGV: prefix, run_id, kind, payload (JSON). Queue a signal for a running run's owner and
+# wake the watchers. Otherwise say why not: {'unknown'}, {'over'}, {'expired', conversation}
+# (its owner's lease ran out), {'paused', version, state} (a cancel applies at once).
+_SIGNAL = """
+local prefix, run_id = ARGV[1], ARGV[2]
+local key = run_key(prefix, run_id)
+local fields = redis.call('HMGET', key, 'status', 'lease_expires_at', 'conversation_id',
+                          'version')
+local status = fields[1]
+if not status then return {'unknown'} end
+if status == 'paused' then return {'paused', fields[4], redis.call('HGET', key, 'state')} end
+if status ~= 'running' then return {'over'} end
+if fields[2] and fields[2] ~= '' and tonumber(fields[2]) <= now() then
+  return {'expired', fields[3]}
+end
+local seq = redis.call('INCR', prefix .. 'signal-seq')
+if ARGV[3] == 'inject' then redis.call('HINCRBY', key, 'injects', 1) end
+redis.call('RPUSH', signals_key(prefix, run_id),
+           cjson.encode({seq = seq, kind = ARGV[3], payload = ARGV[4]}))
+redis.call('PUBLISH', prefix .. 'signals', run_id)
+return {'queued'}
+"""
+
+# ARGV: prefix, run ids... Take (read and delete) the queued signals of these runs.
+_TAKE = """
+local prefix = ARGV[1]
+local taken = {}
+for i = 2, #ARGV do
+  local key = signals_key(prefix, ARGV[i])
+  local items = redis.call('LRANGE', key, 0, -1)
+  if #items > 0 then
+    redis.call('DEL', key)
+    for _, item in ipairs(items) do taken[#taken + 1] = ARGV[i]; taken[#taken + 1] = item end
+  end
+end
+return taken
+"""
+
+# ARGV: prefix, run_id, after, open_ttl_ms (0: none), keep_ms ('': not complete; -1: for
+# ever), events (JSON)... Append the events numbered after + 1, ... if the log ends at `after`
+# and is not complete: {'ok', last}; else {'complete'} or {'moved', last}, nothing changed.
+_APPEND = """
+local prefix, run_id = ARGV[1], ARGV[2]
+local key, complete = events_key(prefix, run_id), complete_key(prefix, run_id)
+if redis.call('EXISTS', complete) == 1 then return {'complete'} end
+local last = redis.call('XLEN', key)
+if last ~= tonumber(ARGV[3]) then return {'moved', last} end
+for i = 6, #ARGV do
+  last = last + 1
+  redis.call('XADD', key, string.format('%d-0', last), 'd', ARGV[i])
+end
+local keep = ARGV[5]
+if keep ~= '' then
+  redis.call('SET', complete, '1')
+  if tonumber(keep) >= 0 then
+    redis.call('PEXPIRE', complete, keep)
+    redis.call('PEXPIRE', key, keep)
+  else
+    redis.call('PERSIST', key)
+  end
+elseif #ARGV >= 6 and tonumber(ARGV[4]) > 0 then
+  redis.call('PEXPIRE', key, ARGV[4])
+end
+return {'ok', last}
+"""
+
+# ARGV: prefix, older_than. Remove runs that ended more than older_than seconds ago.
+_PRUNE = """
+local prefix = ARGV[1]
+local cutoff = now() - tonumber(ARGV[2])
+local old = redis.call('ZRANGEBYSCORE', prefix .. 'finished', '-inf', cutoff)
+local removed = 0
+for _, run_id in ipairs(old) do
+  local key = run_key(prefix, run_id)
+  removed = removed + redis.call('DEL', key)
+  redis.call('DEL', signals_key(prefix, run_id), events_key(prefix, run_id),
+             complete_key(prefix, run_id))
+  redis.call('ZREM', prefix .. 'finished', run_id)
+end
+return removed
+"""
+
+
+SCRIPTS: dict[str, str] = {
+    name: PRELUDE + body
+    for name, body in (
+        ("load", _LOAD),
+        ("replace", _REPLACE),
+        ("read", _READ),
+        ("expired", _EXPIRED),
+        ("begin", _BEGIN),
+        ("write", _WRITE),
+        ("renew", _RENEW),
+        ("signal", _SIGNAL),
+        ("take", _TAKE),
+        ("append", _APPEND),
+        ("prune", _PRUNE),
+    )
+}
+"""The source of each script, by the name the store runs it under."""

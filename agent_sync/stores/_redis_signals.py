@@ -1,0 +1,136 @@
+"""How a :class:`~agent_sync.stores.RedisRunStore` owner hears its signals.
+
+Signals are a list per run plus a ``PUBLISH`` on one channel (the ``signal`` script);
+``wait_signals`` listens on that channel (one pub/sub connection per store object) and takes
+a run's list atomically (the ``take`` script), so a signal is delivered once, in order, and
+never lost between a look and a wait. While one thread of the store listens, the others
+poll every :data:`_POLL_S`. A forked child opens its own pub/sub connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from ..errors import StoreUnavailableError
+from ._protocol import RunSignal
+from ._redis_client import RedisScripts, text, translated
+from ._rules import decode_messages
+
+if TYPE_CHECKING:
+    import redis
+
+__all__ = ["RedisSignals"]
+
+_POLL_S = 0.005  # wait_signals, when another thread of this store holds the pub/sub
+
+
+class RedisSignals:
+    """The signals queued under ``prefix``, taken by the runs' owner. Thread-safe."""
+
+    def __init__(self, client: redis.Redis, scripts: RedisScripts, *, prefix: str) -> None:
+        self._client = client
+        self._scripts = scripts
+        self._prefix = prefix
+        self._channel = f"{prefix}signals"
+        self._listener_lock = threading.Lock()
+        self._pubsub: Any = None
+        self._pid = os.getpid()
+
+    def close(self) -> None:
+        """Close the pub/sub connection."""
+        with self._listener_lock:
+            self._drop_listener()
+
+    def wait(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
+        """:meth:`~agent_sync.stores.RunStore.wait_signals`: one thread listens on the
+        pub/sub connection, the others poll."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        if self._pid != os.getpid():  # forked: the parent's pub/sub and lock are not ours
+            self._listener_lock, self._pubsub, self._pid = threading.Lock(), None, os.getpid()
+        if not self._listener_lock.acquire(blocking=False):
+            return self._poll_signals(run_ids, deadline)  # another thread listens
+        try:
+            listener = self._listener()
+            while True:
+                wanted = list(run_ids)  # read again at each wake: it may have grown
+                taken = self.take(wanted) if wanted else []  # after subscribing: none missed
+                remaining = deadline - time.monotonic()
+                if taken or remaining <= 0:
+                    return taken
+                self._wait_for(listener, run_ids, deadline)
+        finally:
+            self._listener_lock.release()
+
+    def take(self, run_ids: list[str]) -> list[RunSignal]:
+        """Take (read and delete) the signals queued for these runs, in the order queued."""
+        flat = self._scripts.run("take", self._prefix, *run_ids)
+        items = []
+        for n in range(0, len(flat), 2):
+            run_id = text(flat[n])
+            data = json.loads(text(flat[n + 1]))
+            items.append((int(data["seq"]), run_id, data))
+        signals = []
+        for _, run_id, data in sorted(items, key=lambda item: item[0]):
+            payload = data["payload"]
+            if data["kind"] == "cancel":
+                asked = json.loads(payload)
+                signals.append(
+                    RunSignal(
+                        run_id=run_id,
+                        kind="cancel",
+                        reason=asked["reason"],
+                        mode=asked.get("mode", "now"),
+                    )
+                )
+            else:
+                blocks = tuple(decode_messages([payload])[0]["content"])
+                signals.append(RunSignal(run_id=run_id, kind="inject", content=blocks))
+        return signals
+
+    def _poll_signals(self, run_ids: Collection[str], deadline: float) -> list[RunSignal]:
+        pause = threading.Event()
+        while True:
+            wanted = list(run_ids)
+            taken = self.take(wanted) if wanted else []
+            remaining = deadline - time.monotonic()
+            if taken or remaining <= 0:
+                return taken
+            pause.wait(min(_POLL_S, remaining))
+
+    def _listener(self) -> Any:
+        """The subscribed pub/sub connection (under ``_listener_lock``)."""
+        if self._pubsub is None:
+            client: Any = self._client  # redis-py's pubsub() is untyped
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            with translated():
+                pubsub.subscribe(self._channel)
+            self._pubsub = pubsub
+        return self._pubsub
+
+    def _wait_for(self, listener: Any, wanted: Collection[str], deadline: float) -> None:
+        """Wait until a signal for one of ``wanted`` is published, or the deadline."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                with translated():
+                    message = listener.get_message(timeout=remaining)
+            except StoreUnavailableError:
+                self._drop_listener()
+                raise
+            if message is not None and text(message.get("data")) in wanted:
+                return
+
+    def _drop_listener(self) -> None:
+        if self._pubsub is not None:
+            try:
+                self._pubsub.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+            self._pubsub = None

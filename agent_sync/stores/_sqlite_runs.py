@@ -1,0 +1,197 @@
+"""The rows of runs, conversations and signals of :class:`~agent_sync.stores.SQLiteRunStore`,
+read and written inside a transaction the store holds (each function takes its connection).
+
+* The log is a table of (conversation, position, message JSON): a final state
+  (:func:`write_state`) deletes the positions from ``history_start`` on and inserts the
+  run's messages, so its cost does not grow with the conversation.
+* Leases use the database's clock (:data:`._sqlite_schema.NOW`): :func:`lease_ran_out`
+  compares in SQL; :func:`expire` fails the run of an owner that died (the shared rule
+  :func:`._rules.abandoned`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from .._run_state import RunState
+from ._protocol import ConversationRecord, RunSignal, StoredRun
+from ._rules import (
+    FINAL_STATUSES,
+    abandoned,
+    conversation_busy,
+    conversation_paused,
+    decode_messages,
+    decode_state,
+    encode_messages,
+    encode_state,
+)
+from ._sqlite_schema import NOW
+
+__all__ = [
+    "conversation_record",
+    "current_run",
+    "expire",
+    "refuse_unless_free",
+    "take_signals",
+    "lease_ran_out",
+    "log_length",
+    "stored_run",
+    "write_state",
+]
+
+
+def conversation_record(
+    db: sqlite3.Connection, conversation_id: str, since: int
+) -> ConversationRecord:
+    """What ``load`` returns: the log from ``since`` on, the current run, the generation."""
+    length = log_length(db, conversation_id)
+    start = min(max(0, since), length)
+    rows = db.execute(
+        "SELECT message FROM log WHERE conversation_id = ? AND position >= ? ORDER BY position",
+        (conversation_id, start),
+    ).fetchall()
+    current = current_run(db, conversation_id)
+    stored = stored_run(db, current) if current is not None else None
+    generation = db.execute(
+        "SELECT generation FROM log_generations WHERE conversation_id = ?", (conversation_id,)
+    ).fetchone()
+    return ConversationRecord(
+        conversation_id=conversation_id,
+        messages=tuple(decode_messages([row[0] for row in rows])),
+        run=stored,
+        start=start,
+        length=length,
+        generation=generation[0] if generation is not None else 0,
+    )
+
+
+def current_run(db: sqlite3.Connection, conversation_id: str) -> str | None:
+    """The id of the conversation's running or paused run, if any."""
+    row = db.execute(
+        "SELECT current_run FROM conversations WHERE conversation_id = ?", (conversation_id,)
+    ).fetchone()
+    return row[0] if row is not None else None
+
+
+def log_length(db: sqlite3.Connection, conversation_id: str) -> int:
+    """How many messages the conversation's log holds."""
+    row = db.execute(  # the primary key's index: no scan of the conversation
+        "SELECT MAX(position) FROM log WHERE conversation_id = ?", (conversation_id,)
+    ).fetchone()
+    return 0 if row[0] is None else int(row[0]) + 1
+
+
+def stored_run(db: sqlite3.Connection, run_id: str) -> StoredRun:
+    """The run as the store holds it."""
+    state, version, owner, expires, conversation_id = db.execute(
+        "SELECT state, version, owner, lease_expires_at, conversation_id FROM runs"
+        " WHERE run_id = ?",
+        (run_id,),
+    ).fetchone()
+    return StoredRun(
+        state=decode_state(state),
+        version=version,
+        owner=owner,
+        lease_expires_at=expires,
+        conversation_id=conversation_id,
+    )
+
+
+def write_state(db: sqlite3.Connection, state: RunState, now: float) -> None:
+    """Store ``state`` (bump the version); a final state goes into the log."""
+    db.execute(
+        "UPDATE runs SET state = ?, status = ?, version = version + 1, updated_at = ?"
+        " WHERE run_id = ?",
+        (encode_state(state), state.status, now, state.run_id),
+    )
+    if state.status == "paused":
+        db.execute(
+            "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ?",
+            (state.run_id,),
+        )
+    elif state.status in FINAL_STATUSES:
+        (conversation_id,) = db.execute(
+            "SELECT conversation_id FROM runs WHERE run_id = ?", (state.run_id,)
+        ).fetchone()
+        db.execute(
+            "DELETE FROM log WHERE conversation_id = ? AND position >= ?",
+            (conversation_id, state.history_start),
+        )
+        db.executemany(
+            "INSERT INTO log (conversation_id, position, message) VALUES (?, ?, ?)",
+            [
+                (conversation_id, state.history_start + n, text)
+                for n, text in enumerate(encode_messages(state.messages))
+            ],
+        )
+        db.execute(
+            "UPDATE conversations SET current_run = NULL WHERE conversation_id = ?",
+            (conversation_id,),
+        )
+        db.execute(
+            "UPDATE runs SET owner = NULL, lease_expires_at = NULL, ended_at = ? WHERE run_id = ?",
+            (now, state.run_id),
+        )
+        db.execute("DELETE FROM signals WHERE run_id = ?", (state.run_id,))
+
+
+def lease_ran_out(db: sqlite3.Connection, conversation_id: str) -> bool:
+    """Whether the conversation's running run is past its lease (database time)."""
+    row = db.execute(
+        "SELECT r.lease_expires_at <= " + NOW + " FROM conversations AS c"  # noqa: S608
+        " JOIN runs AS r ON r.run_id = c.current_run"
+        " WHERE c.conversation_id = ? AND r.status = 'running'",
+        (conversation_id,),
+    ).fetchone()
+    return row is not None and bool(row[0])
+
+
+def expire(db: sqlite3.Connection, conversation_id: str) -> None:
+    """Fail the conversation's running run if its owner's lease ran out."""
+    if lease_ran_out(db, conversation_id):
+        current = current_run(db, conversation_id)
+        (state,) = db.execute("SELECT state FROM runs WHERE run_id = ?", (current,)).fetchone()
+        write_state(db, abandoned(decode_state(state)), time.time())
+
+
+def refuse_unless_free(db: sqlite3.Connection, conversation_id: str) -> None:
+    """Fail the conversation's run if its lease ran out; then refuse a conversation that
+    still has a run (``begin``, ``replace_log``).
+
+    Raises:
+        PendingApprovalError: Its run is paused.
+        ConcurrentInvocationError: Its run is running.
+    """
+    expire(db, conversation_id)
+    current = current_run(db, conversation_id)
+    if current is not None:
+        (status,) = db.execute("SELECT status FROM runs WHERE run_id = ?", (current,)).fetchone()
+        if status == "paused":
+            raise conversation_paused(conversation_id)
+        raise conversation_busy(conversation_id)
+
+
+def take_signals(db: sqlite3.Connection, run_ids: list[str]) -> list[RunSignal]:
+    """Take (select and delete) the signals queued for these runs, in the order queued."""
+    marks = ",".join("?" * len(run_ids))
+    rows = db.execute(
+        f"SELECT id, run_id, kind, reason, content FROM signals"  # noqa: S608 - marks only
+        f" WHERE run_id IN ({marks}) ORDER BY id",
+        run_ids,
+    ).fetchall()
+    if rows:
+        db.execute(
+            f"DELETE FROM signals WHERE id IN ({','.join('?' * len(rows))})",  # noqa: S608
+            [row[0] for row in rows],
+        )
+    signals = []
+    for _, run_id, kind, reason, content in rows:
+        if kind == "cancel":  # its content column holds the mode (NULL: "now")
+            signals.append(
+                RunSignal(run_id=run_id, kind="cancel", reason=reason, mode=content or "now")
+            )
+            continue
+        blocks = tuple(decode_messages([content])[0]["content"])
+        signals.append(RunSignal(run_id=run_id, kind="inject", content=blocks))
+    return signals

@@ -1,0 +1,284 @@
+"""Running one assistant message's tool calls: threads, order, cancel, grace, abandonment.
+
+The run's machinery behind ``Agent(tool_executor=...)`` (:data:`~agent_sync.tools.ExecutorKind`).
+
+Every call runs in a named daemon worker thread, even in ``"sequential"`` mode, so that the
+invoking thread is always free to notice a cancel: it waits on a queue that the workers
+feed and that an abort callback wakes. ``"concurrent"`` uses up to ``max_workers`` workers;
+``"sequential"`` uses one, which checks for cancel between tools. Results are reported in
+call order whatever order the tools finish in.
+
+On cancel, calls not started yet are answered "Cancelled by user" at once; running calls
+get ``grace_period`` seconds to return (a cooperative tool returns sooner), then are
+abandoned: they are answered "Cancelled by user", and when one finally returns its late
+result is logged and discarded, never written into the history. Workers are daemon threads
+so an abandoned tool that never returns cannot keep the interpreter alive. Abandoned threads
+count against one process-wide cap (:mod:`agent_sync.tools._abandoned`): past it, the batch
+waits for its running tools instead of abandoning them.
+
+Reporting rule: a worker reports every call it takes exactly once, whatever the tool does
+(returns something that cannot be represented, raises anything, ``BaseException``
+included): :meth:`ToolBatch._work` runs each call inside ``try``/``finally`` whose
+``finally`` is the one report path, and result normalisation never raises. So the invoking
+thread, which waits on the report queue, never waits on a worker that died.
+
+Running calls are tracked in ``_running`` under ``_lock``; the batch decides "abandon"
+under the same lock, so each call is either reported to the batch or, exactly once,
+released from the abandoned count by its worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._decisions import Approve
+from ..cancel import CancelledError, CancelScope
+from ..events import ToolEnd, ToolStart
+from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
+from . import _abandoned
+from ._results import describe_exception, error_result, result_from_value
+from .context import ToolContext
+from .decorator import Tool
+
+__all__ = ["ToolBatch", "ToolCall"]
+
+# The logger name users filter on (docs/tools.md), from before this module was private.
+logger = logging.getLogger("agent_sync.tools.executor")
+
+_WAKE = object()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """One call to run: the model's request, the tool it names, and input problems.
+
+    Attributes:
+        tool_use: The model's ``toolUse`` block.
+        tool: The tool, or ``None`` if the model named an unknown tool.
+        invalid_input: Why the streamed input could not be parsed, if it could not.
+        denied: Set when a hook denied the call: the reason (the call never runs).
+        input: The input to run the tool with, when a hook or a decision replaced the
+            model's.
+        decision: The ``Approve`` a gated call got (the tool sees it as
+            ``context.decision``).
+    """
+
+    tool_use: ToolUse
+    tool: Tool[Any] | None
+    invalid_input: str | None = None
+    denied: str | None = None
+    input: dict[str, Any] | None = None
+    decision: Approve | None = None
+
+
+class ToolBatch:
+    """Runs a batch of tool calls. Use :meth:`run` (yields events), then always :meth:`finish`."""
+
+    def __init__(
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        scope: CancelScope,
+        agent: Any,
+        available: Sequence[str],
+        run_id: str = "",
+        max_workers: int,
+        grace_period: float,
+    ) -> None:
+        self._calls = list(calls)
+        self._scope = scope
+        self._agent = agent
+        self._run_id = run_id
+        self._available = ", ".join(available) or "none"
+        self._grace = grace_period
+        self._results: list[ToolResult | None] = [None] * len(self._calls)
+        self._outstanding = len(self._calls)
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._not_started = deque(range(len(self._calls)))
+        self._abandoned = False
+        self._running: set[int] = set()  # calls a worker is executing (under _lock)
+        self._grace_deadline: float | None = None
+        self._workers = [
+            threading.Thread(target=self._work, name=f"agent_sync-tool-{n}", daemon=True)
+            for n in range(min(max_workers, len(self._calls)))
+        ]
+        self._started = False
+        self._unregister = scope.register_abort(lambda: self._queue.put(_WAKE))
+
+    def run(self) -> Iterator[ToolStart | ToolEnd]:
+        """Start the workers, then yield start/end events as tools run, until every call has
+        a result or cancel's grace period is over.
+
+        Nothing runs before the first ``next()``: the caller enters its ``try`` (whose
+        ``finally`` calls :meth:`finish`) first, so a Ctrl-C landing while the workers
+        start still has every started tool told and its result kept.
+        """
+        self._started = True
+        for worker in self._workers:
+            worker.start()
+        yield from self._drain()
+
+    def finish(self) -> list[ToolResult]:
+        """Results in call order; unfinished calls are cancelled (after the grace period).
+
+        Safe to call at any point, from ``finally``: if the batch was interrupted without a
+        cancel (Ctrl-C, a closed generator), it cancels the invocation's scope first. Past
+        the abandoned-thread cap it waits for running tools, however long they take.
+        """
+        try:
+            if not self._started:  # run() never began: no tool ran, nothing to wait for
+                with self._lock:
+                    self._not_started.clear()
+            else:
+                if self._outstanding and not self._scope.cancelled:
+                    self._scope.cancel("interrupted")
+                for _ in self._drain():
+                    pass
+                self._abandon_or_wait()
+        finally:
+            self._unregister()
+        results: list[ToolResult] = []
+        for call, result in zip(self._calls, self._results, strict=True):
+            if result is None:
+                logger.debug("tool=<%s> | abandoned after the grace period", call.tool_use["name"])
+                result = error_result(call.tool_use["toolUseId"], CANCELLED_TEXT)
+            results.append(result)
+        return results
+
+    def _abandon_or_wait(self) -> None:
+        """Abandon the running tools if the process-wide cap allows, else wait for them."""
+        while self._outstanding:
+            with self._lock:
+                if _abandoned.reserve(len(self._running)):
+                    self._abandoned = True
+                    self._not_started.clear()
+                    break
+            for _ in self._drain(grace=False):  # past the cap: no grace period
+                pass
+        # Reports that arrived between the end of the grace period and the decision.
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not _WAKE and item[0] == "end":
+                self._record(item[1], item[2])
+
+    def _drain(self, *, grace: bool = True) -> Iterator[ToolStart | ToolEnd]:
+        while self._outstanding:
+            if grace and self._grace_deadline is None and self._scope.cancelled:
+                self._grace_deadline = time.monotonic() + self._grace
+            timeout = None
+            if grace and self._grace_deadline is not None:
+                timeout = max(0.0, self._grace_deadline - time.monotonic())
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                return  # grace period over: the rest is abandoned (or waited for)
+            if item is _WAKE:
+                continue
+            kind, index, payload = item
+            tool_use = self._calls[index].tool_use
+            if kind == "start":
+                yield ToolStart(tool_use=tool_use, run_id=self._run_id)
+            else:
+                result, duration = self._record(index, payload)
+                yield ToolEnd(
+                    tool_use=tool_use, result=result, duration_s=duration, run_id=self._run_id
+                )
+
+    def _record(self, index: int, payload: tuple[ToolResult, float]) -> tuple[ToolResult, float]:
+        if self._results[index] is None:
+            self._results[index] = payload[0]
+            self._outstanding -= 1
+        return payload
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if not self._not_started:
+                    return
+                index = self._not_started.popleft()
+                self._running.add(index)
+            outcome: tuple[ToolResult, float] | None = None
+            try:
+                outcome = self._call(index)
+            except BaseException as exc:  # noqa: BLE001 - reported below, never re-raised
+                name = self._calls[index].tool_use["name"]
+                text = f"Tool {name!r} failed: {describe_exception(exc)}"
+                outcome = (error_result(self._calls[index].tool_use["toolUseId"], text), 0.0)
+            finally:
+                self._report(index, outcome)
+
+    def _call(self, index: int) -> tuple[ToolResult, float]:
+        call = self._calls[index]
+        if self._scope.cancelled:  # checkpoint between sequential tools
+            return error_result(call.tool_use["toolUseId"], CANCELLED_TEXT), 0.0
+        self._queue.put(("start", index, None))
+        started = time.perf_counter()
+        result = self._execute(call)
+        return result, time.perf_counter() - started
+
+    def _report(self, index: int, outcome: tuple[ToolResult, float] | None) -> None:
+        """The one report path of a call: to the batch, or (abandoned) to the log."""
+        tool_use = self._calls[index].tool_use
+        if outcome is None:  # only if even building the error result failed
+            outcome = (error_result(tool_use["toolUseId"], "The tool's worker failed."), 0.0)
+        with self._lock:
+            self._running.discard(index)
+            late = self._abandoned
+        if not late:
+            self._queue.put(("end", index, outcome))
+            return
+        _abandoned.release()
+        logger.warning(
+            "tool=<%s>, duration_s=<%.2f> | discarding late result of an abandoned tool",
+            tool_use["name"],
+            outcome[1],
+        )
+
+    def _execute(self, call: ToolCall) -> ToolResult:
+        tool_use = call.tool_use
+        tool_use_id, name = tool_use["toolUseId"], tool_use["name"]
+        if call.denied is not None:
+            reason = f": {call.denied}" if call.denied else "."
+            return error_result(tool_use_id, f"The call to tool {name!r} was denied{reason}")
+        if call.invalid_input is not None:
+            return error_result(
+                tool_use_id,
+                f"Invalid input for tool {name!r}: {call.invalid_input}. "
+                "Send the arguments as one JSON object.",
+            )
+        if call.tool is None:
+            return error_result(
+                tool_use_id, f"Unknown tool {name!r}. Available tools: {self._available}."
+            )
+        tool_input = tool_use["input"] if call.input is None else call.input
+        problems = call.tool.validate_input(tool_input)
+        if problems:
+            return error_result(
+                tool_use_id, f"Invalid input for tool {name!r}: " + "; ".join(problems)
+            )
+        if call.input is not None:  # the tool sees the input it runs with
+            tool_use = {"toolUseId": tool_use_id, "name": name, "input": tool_input}
+        context = ToolContext(
+            tool_use=tool_use, agent=self._agent, _scope=self._scope, decision=call.decision
+        )
+        try:
+            value = call.tool.run(tool_input, context)
+        except CancelledError:
+            return error_result(tool_use_id, CANCELLED_TEXT)
+        except BaseException as exc:  # the worker must always report, whatever the tool raised
+            if self._scope.cancelled:
+                return error_result(tool_use_id, CANCELLED_TEXT)
+            logger.debug("tool=<%s> | tool raised %s", name, type(exc).__name__, exc_info=True)
+            return error_result(tool_use_id, f"Tool {name!r} failed: {describe_exception(exc)}")
+        return result_from_value(tool_use_id, value)

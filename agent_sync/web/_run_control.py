@@ -1,0 +1,198 @@
+"""What the chat routes do to runs, through the store: start, resume, stop.
+
+:class:`RunControl` starts a conversation's run (or goes on with a paused one) on this
+worker, each holding one of the worker's ``max_live_runs`` slots, and publishes it to the
+run's event log (:class:`._publish.Publisher`), from where every stream follows it on any
+worker. It stops runs wherever they run (a paused run has no writer left, so its log is
+closed here). Whatever it refuses is a :class:`._http.Refusal` or a
+:class:`._http.BadRequest`, answered by the routes (:mod:`._routes`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from .._decisions import Decision, Deny
+from ..errors import (
+    ConcurrentInvocationError,
+    DecisionValidationError,
+    PendingApprovalError,
+    RunConflictError,
+    UsageError,
+)
+from ..run._state import RunSnapshot
+from ..stores import StoredRun
+from ..stores._event_log import EventLogStore
+from ._follow import close_log
+from ._http import BadRequest, Refusal
+from ._publish import Publisher, RunSlots
+from ._records import run_record
+from ._sse import DISCONNECT_REASON
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+
+__all__ = ["RETRY_AFTER_S", "RunControl"]
+
+RETRY_AFTER_S: Final = 5
+"""``Retry-After`` of a 503 answered because the worker runs ``max_live_runs``."""
+_SINCE_THE_END: Final = 1 << 62  # ``load(since=...)`` past any log: read no message
+
+
+class RunControl:
+    """Starts, resumes and stops the runs of one store's conversations for the routes.
+
+    Args:
+        make_agent: Builds the agent of a conversation id, on ``store``.
+        store: The routes' store.
+        timeout: Each run's ``timeout``.
+        replay_ttl: Seconds a finished run's log is kept for reconnects.
+        max_live_runs: Runs this worker holds at once.
+    """
+
+    def __init__(
+        self,
+        make_agent: Callable[[str], Agent],
+        store: EventLogStore,
+        *,
+        timeout: float | None,
+        replay_ttl: float,
+        max_live_runs: int,
+    ) -> None:
+        self._make_agent = make_agent
+        self._store = store
+        self._timeout = timeout
+        self._replay_ttl = replay_ttl
+        self._slots = RunSlots(max_live_runs)
+
+    def current_run(self, conversation_id: str) -> StoredRun | None:
+        """The conversation's current run, read without its messages."""
+        return self._store.load(conversation_id, since=_SINCE_THE_END).run
+
+    def start(self, conversation_id: str, message: Any) -> Publisher:
+        """Start a run on the conversation and publish it (409 busy or paused; 503 if
+        this worker runs ``max_live_runs`` already)."""
+        return self._in_slot(functools.partial(self._start_run, conversation_id, message))
+
+    def _take_slot(self) -> RunSlots:
+        slot = self._slots.take()
+        if slot is None:
+            refusal = Refusal(
+                503,
+                "busy_worker",
+                "this worker runs as many answers as it may; try again shortly",
+            )
+            refusal.response.headers["Retry-After"] = str(RETRY_AFTER_S)
+            raise refusal
+        return slot
+
+    def _start_run(self, conversation_id: str, message: Any, slot: RunSlots) -> Publisher:
+        agent = self._agent(conversation_id)
+        try:
+            stream = agent.stream(message, timeout=self._timeout)
+        except ConcurrentInvocationError:
+            raise Refusal(
+                409, "busy", "this conversation is still answering; stop it or wait"
+            ) from None
+        except PendingApprovalError:
+            current = self.current_run(conversation_id)
+            raise Refusal(
+                409,
+                "paused",
+                "this conversation waits for a decision",
+                run_id=None if current is None else current.state.run_id,
+            ) from None
+        except UsageError as exc:
+            raise BadRequest(str(exc)) from None
+        run_id = stream.run_id
+        return Publisher(
+            self._store,
+            stream,
+            run_id=run_id,
+            first=[run_record(run_id, conversation_id)],
+            replay_ttl=self._replay_ttl,
+            slot=slot,
+        )
+
+    def resume(self, snapshot: RunSnapshot, decisions: dict[str, Decision]) -> Publisher:
+        """Go on with a paused run here, published after its log's last record (422 for
+        decisions the stored approvals refuse, 409 if another decision won, 503 if this
+        worker runs ``max_live_runs`` already)."""
+        return self._in_slot(functools.partial(self._resume_run, snapshot, decisions))
+
+    def _in_slot(self, begin: Callable[[RunSlots], Publisher]) -> Publisher:
+        """``begin(slot)`` holding one of the worker's slots, given back if it fails."""
+        slot = self._take_slot()
+        try:
+            return begin(slot)
+        except BaseException:
+            slot.give()
+            raise
+
+    def _resume_run(
+        self, snapshot: RunSnapshot, decisions: dict[str, Decision], slot: RunSlots
+    ) -> Publisher:
+        run_id = snapshot.run_id
+        conversation_id = snapshot.conversation_id or ""
+        agent = self._agent(conversation_id)
+        pending = {approval.id: approval for approval in agent.pending_approvals}
+        try:
+            stream = agent.resume_stream(decisions, timeout=self._timeout)
+        except DecisionValidationError as exc:
+            raise Refusal(422, "invalid_decision", str(exc), problems=list(exc.problems)) from None
+        except (RunConflictError, ConcurrentInvocationError, UsageError):
+            raise Refusal(409, "conflict", "the run was resumed or cancelled meanwhile") from None
+        if stream.run_id != run_id:  # the conversation's paused run is another one
+            stream.close()
+            raise Refusal(409, "conflict", "the run was resumed or cancelled meanwhile")
+        denied = {
+            pending[approval_id].tool_use["toolUseId"]
+            for approval_id, decision in decisions.items()
+            if approval_id in pending and (decision is False or isinstance(decision, Deny))
+        }
+        logged = self._store.read_events(run_id)
+        return Publisher(
+            self._store,
+            stream,
+            run_id=run_id,
+            first=[] if logged else [run_record(run_id, conversation_id)],
+            after=logged[-1].seq if logged else 0,
+            cycle=snapshot.cycle,
+            denied=denied,
+            replay_ttl=self._replay_ttl,
+            slot=slot,
+        )
+
+    def _agent(self, conversation_id: str) -> Agent:
+        agent = self._make_agent(conversation_id)
+        if getattr(agent, "_store", None) is not self._store:
+            raise UsageError(
+                "make_agent must build agents on the routes' store "
+                "(Agent(..., store=store, conversation_id=conversation_id))"
+            )
+        return agent
+
+    def stop(self, snapshot: RunSnapshot, reason: str | None) -> bool:
+        """Cancel a run; one that was paused has no writer left, so its log is closed here."""
+        run_id = snapshot.run_id
+        cancelled = self._store.cancel(run_id, reason)
+        if cancelled and snapshot.status == "paused":
+            logged = self._store.read_events(run_id)
+            close_log(self._store, run_id, logged[-1].seq if logged else 0, self._replay_ttl)
+        return cancelled
+
+    def stop_conversation(self, conversation_id: str, reason: str | None) -> bool:
+        """Cancel the conversation's current run, if it has one (:meth:`stop`)."""
+        current = self.current_run(conversation_id)
+        if current is None:
+            return False
+        snapshot = self._store.get(current.state.run_id)
+        return snapshot is not None and self.stop(snapshot, reason)
+
+    def cancel_if_running(self, run_id: str) -> None:
+        """A disconnect with ``on_disconnect="cancel"``: never a paused run."""
+        snapshot = self._store.get(run_id)
+        if snapshot is not None and snapshot.status == "running":
+            self._store.cancel(run_id, DISCONNECT_REASON)

@@ -1,0 +1,89 @@
+"""The package's parts import each other without a cycle (``python bench/import_graph.py``).
+
+A cycle between parts (the run imports the stores, the stores import the run's data) makes
+the import order decide what works and forces every part of it to be read at once; the
+layering is: shared data (``_run_state``, ``_history``) below the stores, the stores below
+the run, the run below the agent.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from bench import import_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_package_has_no_import_cycle_between_its_parts() -> None:
+    graph = import_graph.build()
+    assert graph.find_cycle() is None, "\n".join(import_graph.describe(graph))
+
+
+def test_the_stores_sit_below_the_run_and_the_run_below_the_agent() -> None:
+    layer = {
+        node: number for number, nodes in enumerate(import_graph.build().layers()) for node in nodes
+    }
+    assert (
+        layer["agent_sync._run_state"]
+        < layer["agent_sync.stores"]
+        < layer["agent_sync.run"]
+        < layer["agent_sync.agent"]
+    )
+    assert layer["agent_sync.stores"] < layer["agent_sync.web"]
+
+
+def test_the_command_prints_the_graph_and_exits_zero() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "import_graph.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1].startswith("no cycle")
+    assert any(line.split("] ")[-1].startswith("agent_sync.stores -> ") for line in lines)
+
+
+def test_a_cycle_is_found_named_and_fails_the_command(tmp_path: Path) -> None:
+    package = tmp_path / "agent_sync"
+    (package / "run").mkdir(parents=True)
+    (package / "stores").mkdir()
+    files = {
+        "__init__.py": "from .run import x\nfrom .stores import y\n",  # the facade: no node
+        "run/__init__.py": "from ._driver import x\n",
+        "run/_driver.py": "from ..stores._protocol import y\nx = 1\n",
+        "stores/__init__.py": "from ._protocol import y\n",
+        "stores/_protocol.py": """
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from ..run import x  # not at import time: no edge
+            try:
+                from ..run._state import State  # at import time: an edge
+            except ImportError:
+                pass
+            def later():
+                from ..run import x  # inside a function: no edge
+            y = 2
+        """,
+        "run/_state.py": "State = object\n",
+    }
+    for name, text in files.items():
+        (package / name).write_text(textwrap.dedent(text))
+
+    graph = import_graph.build(package)
+    assert graph.find_cycle() == ["agent_sync.run", "agent_sync.stores", "agent_sync.run"]
+    lines = import_graph.describe(graph)
+    assert lines[0] == "CYCLE: agent_sync.run -> agent_sync.stores -> agent_sync.run"
+    assert "  agent_sync.stores._protocol:6 imports agent_sync.run._state" in lines
+    assert not any("_protocol:4 " in line or "_protocol:10 " in line for line in lines)
+    assert import_graph.main(["--package", str(package)]) == 1
+
+    (package / "stores" / "_protocol.py").write_text("y = 2\n")
+    assert import_graph.build(package).find_cycle() is None
+    assert import_graph.main(["--package", str(package), "--modules"]) == 0
