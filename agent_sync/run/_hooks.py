@@ -115,10 +115,11 @@ class HookRunner:
         *,
         run_id: str,
         cycle: int,
-        message: Message,
+        message: Message | None,
         stop_reason: str | None,
         usage: Usage | None,
         duration_s: float,
+        error: BaseException | None = None,
     ) -> None:
         if self._after_model:
             event = AfterModelCall(
@@ -127,7 +128,7 @@ class HookRunner:
                 message=message,
                 stop_reason=stop_reason,
                 usage=usage,
-                error=None,
+                error=error,
                 duration_s=duration_s,
             )
             _call(self._after_model, "after_model_call", event)
@@ -142,20 +143,18 @@ class HookRunner:
         duration_s: float,
     ) -> None:
         """``after_model_call`` for a call that failed or was cancelled: never raises."""
-        if self._after_model:
-            event = AfterModelCall(
+        try:
+            self.after_model_call(
                 run_id=run_id,
                 cycle=cycle,
                 message=None,
                 stop_reason=None,
                 usage=usage,
-                error=error,
                 duration_s=duration_s,
+                error=error,
             )
-            try:
-                _call(self._after_model, "after_model_call", event)
-            except HookError:
-                logger.warning("a hook raised in after_model_call of a failed call", exc_info=True)
+        except HookError:
+            logger.warning("a hook raised in after_model_call of a failed call", exc_info=True)
 
     def model_call_scope(self, cycle: int) -> AbstractContextManager[None]:
         """A block in which the observers' context for the call is current (the tracer's
