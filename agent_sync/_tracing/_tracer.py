@@ -37,10 +37,11 @@ logger = logging.getLogger(__name__)
 _P = ParamSpec("_P")
 
 
-def run_tracer(
+def tracing_hooks(
     *, run_id: str, model: object, conversation_id: str | None, trace_content: bool
-) -> RunTracer | None:
-    """A tracer for one run, or ``None`` (zero cost) when tracing is off.
+) -> tuple[RunTracer, ...]:
+    """The tracing hooks of one run: its :class:`RunTracer`, or none (zero cost) when
+    tracing is off.
 
     Off: ``opentelemetry`` is not importable, or the global tracer provider is the API's
     default (no SDK provider set; checked on every call), or it hands out no-op tracers.
@@ -52,33 +53,35 @@ def run_tracer(
         trace_content: Record prompts, completions, tool arguments and results.
 
     Returns:
-        A :class:`RunTracer` for the run's loop thread, or ``None``. Never raises.
+        ``(tracer,)`` for the run's loop thread, or ``()``. Never raises.
     """
     try:
         tracer = current_tracer()
         if tracer is None:
-            return None
-        return RunTracer(
-            tracer,
-            run_id=run_id,
-            model=model,
-            conversation_id=conversation_id,
-            trace_content=trace_content,
+            return ()
+        return (
+            RunTracer(
+                tracer,
+                run_id=run_id,
+                model=model,
+                conversation_id=conversation_id,
+                trace_content=trace_content,
+            ),
         )
     except Exception:
         logger.debug("run_id=<%s> | tracing setup failed; run not traced", run_id, exc_info=True)
-        return None
+        return ()
 
 
-def tracing_hooks(
+def run_tracer(
     *, run_id: str, model: object, conversation_id: str | None, trace_content: bool
-) -> tuple[RunTracer, ...]:
-    """The run's tracing hooks: its :class:`RunTracer`, or none when tracing is off
-    (arguments as for :func:`run_tracer`). Never raises."""
-    tracer = run_tracer(
+) -> RunTracer | None:
+    """The run's :class:`RunTracer` (arguments as for :func:`tracing_hooks`), or ``None``
+    when tracing is off. Never raises."""
+    hooks = tracing_hooks(
         run_id=run_id, model=model, conversation_id=conversation_id, trace_content=trace_content
     )
-    return () if tracer is None else (tracer,)
+    return hooks[0] if hooks else None
 
 
 def _guarded(

@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._decisions import Approve, Deny
+from .._tracing import tracing_hooks
 from ..errors import HookError
 from ..hooks import AfterModelCall, AfterToolCall, BeforeModelCall, BeforeToolCall
 from ..messages import ContentBlock, Message, ToolResult, ToolUse, Usage
@@ -259,8 +260,6 @@ NO_HOOKS = HookRunner()
 def run_hooks(run_id: str, settings: RunSettings) -> HookRunner:
     """The hook runner of a run: the agent's hooks and, when OpenTelemetry is configured,
     the run's tracer. Asked once per run, when it starts."""
-    from .._tracing import tracing_hooks
-
     observers = tracing_hooks(
         run_id=run_id,
         model=settings.model,
