@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from agent_sync import Agent, ModelError, ToolContext, _tracing, tool
+from agent_sync._tracing import _genai_messages
 from agent_sync.cancel import CancelledError
 from agent_sync.errors import ModelThrottledError
 from agent_sync.hooks import AfterModelCall, AfterToolCall, BeforeModelCall
@@ -101,10 +102,8 @@ def drive_tool_run(tracer: Any, *, tool_result_text: str = "21 degrees") -> None
         "content": [{"text": "let me look"}, {"toolUse": TOOL_USE}],
     }
     tracer.run_started([{"text": PROMPT}])
-    tracer.model_call_started(
-        BeforeModelCall(run_id="run-1", cycle=1, messages=(user,), model=None)
-    )
-    tracer.model_call_ended(
+    tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(user,), model=None))
+    tracer.after_model_call(
         AfterModelCall(
             run_id="run-1",
             cycle=1,
@@ -121,15 +120,15 @@ def drive_tool_run(tracer: Any, *, tool_result_text: str = "21 degrees") -> None
         "status": "success",
         "content": [{"text": tool_result_text}],
     }
-    tracer.tool_ended(
+    tracer.after_tool_call(
         AfterToolCall(run_id="run-1", cycle=1, tool_use=TOOL_USE, result=result, duration_s=0.01)
     )
     answered: Message = {"role": "user", "content": [{"toolResult": result}]}
     final: Message = {"role": "assistant", "content": [{"text": ANSWER}]}
-    tracer.model_call_started(
+    tracer.before_model_call(
         BeforeModelCall(run_id="run-1", cycle=2, messages=(user, asking, answered), model=None)
     )
-    tracer.model_call_ended(
+    tracer.after_model_call(
         AfterModelCall(
             run_id="run-1",
             cycle=2,
@@ -219,7 +218,7 @@ class TestSpans:
     def test_no_conversation_id_no_model_id(self, exporter: InMemorySpanExporter) -> None:
         tracer = make_tracer(model=FakeModel(model_id=None), conversation_id=None)
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         tracer.run_ended(stop_reason=None, cancel_reason=None, usage={}, error=None)
         spans = exporter.get_finished_spans()
         chat = one(spans, "chat")
@@ -271,9 +270,9 @@ class TestErrorsAndCancel:
     def test_model_error(self, exporter: InMemorySpanExporter) -> None:
         tracer = make_tracer()
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         error = ModelThrottledError("slow down", status=429, provider="acme")
-        tracer.model_call_ended(
+        tracer.after_model_call(
             AfterModelCall(
                 run_id="run-1",
                 cycle=1,
@@ -317,8 +316,8 @@ class TestErrorsAndCancel:
     def test_cancelled_run_is_not_an_error(self, exporter: InMemorySpanExporter) -> None:
         tracer = make_tracer()
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
-        tracer.model_call_ended(
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.after_model_call(
             AfterModelCall(
                 run_id="run-1",
                 cycle=1,
@@ -348,7 +347,7 @@ class TestErrorsAndCancel:
         tracer = make_tracer()
         tracer.run_started(None)
         tracer.tool_started(TOOL_USE, 1)  # abandoned: never answered
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=2, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=2, messages=(), model=None))
         tracer.run_ended(stop_reason="cancelled", cancel_reason="timeout", usage={}, error=None)
         spans = exporter.get_finished_spans()
         assert len(spans) == 3  # every span ended (unended spans are not exported)
@@ -363,7 +362,7 @@ class TestErrorsAndCancel:
     ) -> None:
         tracer = make_tracer()
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         error = KeyboardInterrupt()
         tracer.run_ended(
             stop_reason="cancelled", cancel_reason="interrupted", usage={}, error=error
@@ -379,7 +378,7 @@ class TestErrorsAndCancel:
         tracer.run_started(None)
         tracer.run_ended(stop_reason="end_turn", cancel_reason=None, usage={}, error=None)
         tracer.run_ended(stop_reason="end_turn", cancel_reason=None, usage={}, error=None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         tracer.tool_started(TOOL_USE, 1)
         assert [s.name for s in exporter.get_finished_spans()] == ["invoke_agent"]
 
@@ -396,7 +395,7 @@ class TestErrorsAndCancel:
             use: ToolUse = {"toolUseId": call_id, "name": call_id, "input": {}}
             if started:
                 tracer.tool_started(use, 1)
-            tracer.tool_ended(
+            tracer.after_tool_call(
                 AfterToolCall(
                     run_id="run-1",
                     cycle=1,
@@ -427,8 +426,8 @@ class TestErrorsAndCancel:
         tracer = make_tracer(trace_content=True)
         tracer.run_started([{"text": "hi"}])
         caplog.set_level("DEBUG", logger="agent_sync._tracing")
-        tracer.tool_ended("not an event")  # a bug in the caller
-        tracer.model_call_started(object())
+        tracer.after_tool_call("not an event")  # a bug in the caller
+        tracer.before_model_call(object())
         tracer.run_ended(stop_reason=None, cancel_reason=None, usage=None, error=None)
         assert sum("tracing failed" in r.getMessage() for r in caplog.records) == 3
         assert one(exporter.get_finished_spans(), "invoke_agent").end_time is not None
@@ -451,7 +450,7 @@ class TestModelCallScope:
     def test_the_chat_span_is_current_inside_only(self, exporter: InMemorySpanExporter) -> None:
         tracer = make_tracer()
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         before = trace.get_current_span()
         with tracer.model_call_scope(1):
             inner = _PROVIDER.get_tracer("sdk").start_span("sdk call")  # e.g. anthropic's span
@@ -468,7 +467,7 @@ class TestModelCallScope:
     ) -> None:
         tracer = make_tracer()
         tracer.run_started(None)
-        tracer.model_call_started(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
+        tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         before = trace.get_current_span()
         with pytest.raises(ModelThrottledError), tracer.model_call_scope(1):
             raise ModelThrottledError()
@@ -543,7 +542,7 @@ class TestContent:
             "role": "assistant",
             "content": [{"reasoningContent": {"reasoningText": {"text": "hmm", "signature": "s"}}}],
         }
-        assert _tracing._chat_messages([message, thinking]) == [
+        assert _genai_messages.chat_messages([message, thinking]) == [
             {
                 "role": "tool",
                 "parts": [
@@ -735,6 +734,25 @@ class TestEndToEnd:
         assert attrs(run)["agent_sync.stop_reason"] == "cancelled"
         assert run.status.status_code is StatusCode.UNSET
         assert attrs(one(spans, "chat"))["error.type"] == "cancelled"
+
+    def test_the_tracer_is_a_hook_called_before_the_users(
+        self, exporter: InMemorySpanExporter
+    ) -> None:
+        seen: list[tuple[str, list[str]]] = []
+
+        class Watcher:  # which spans had ended when each hook method ran
+            def after_model_call(self, event: AfterModelCall) -> None:
+                seen.append(("model", [s.name for s in exporter.get_finished_spans()]))
+
+            def after_tool_call(self, event: AfterToolCall) -> None:
+                seen.append(("tool", [s.name for s in exporter.get_finished_spans()]))
+
+        Agent(weather_model(), tools=[get_weather], hooks=[Watcher()]).invoke("Weather?")
+        assert seen == [
+            ("model", ["chat"]),
+            ("tool", ["chat", "execute_tool get_weather"]),
+            ("model", ["chat", "execute_tool get_weather", "chat"]),
+        ]
 
     def test_cancelled_by_a_tool(self, exporter: InMemorySpanExporter) -> None:
         model = ScriptedModel([{"tool_calls": [{"name": "stop_the_run", "input": {}}]}, "never"])

@@ -21,6 +21,7 @@ from .._decisions import ApprovalRequest, Approve, Deny
 from ..messages import Message, ToolUse, Usage
 from ..models.base import CacheMode
 from ..result import AgentMetrics, AgentResult
+from ._hooks import NO_HOOKS, HookRunner
 from ._inbox import Inbox
 from ._output import NO_OUTPUT, output_json, result_output
 from ._settings import RunSettings
@@ -28,7 +29,6 @@ from ._state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
 
 if TYPE_CHECKING:
     from ..cancel import CancelScope
-    from ._hooks import HookRunner
 
 __all__ = ["RunContext", "RunSettings"]
 
@@ -47,7 +47,7 @@ class RunContext:
         emit_deltas: bool,
         cache: CacheMode | None,
         agent: object = None,
-        hooks: HookRunner | None = None,
+        hooks: HookRunner = NO_HOOKS,
     ) -> None:
         self.settings = settings
         self.agent = agent  # what a tool's context.agent views (bound to this run)

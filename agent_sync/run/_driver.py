@@ -52,14 +52,13 @@ from ._commits import Commits
 from ._context import RunContext, RunSettings
 from ._durable import StoreLink
 from ._history import close_turn
-from ._hooks import HookRunner
+from ._hooks import run_hooks
 from ._slot import RunSlot
 from ._state import RunSnapshot, RunState, RunStatus, Step
 from ._steps import STEPS, end_cancelled, end_failed
 
 if TYPE_CHECKING:
     from .._deadlines import Deadline
-    from .._tracing import RunTracer
     from ..cancel import CancelToken
     from ..models.base import CacheMode
 
@@ -234,10 +233,7 @@ class RunDriver:
                 except BaseException:
                     messages[:] = logged  # another worker won: the prompt was never sent
                     raise
-        settings = ctx.settings
-        tracer = _run_tracer(self.run_id, settings)
-        if settings.hooks or tracer is not None:
-            ctx.hooks = HookRunner(settings.hooks, tracer)
+        ctx.hooks = run_hooks(self.run_id, ctx.settings)
         self._events = self._drive(blocks or None)
         if self._timeout is not None:
             from .._deadlines import schedule
@@ -262,8 +258,7 @@ class RunDriver:
         """Run the steps from ``ctx.next_step`` to the end; the last event is ``Done``."""
         ctx = self._ctx
         hooks = ctx.hooks
-        if hooks is not None:
-            hooks.run_started(prompt)
+        hooks.run_started(prompt)
         error: BaseException | None = None
         try:
             step = ctx.next_step
@@ -309,13 +304,12 @@ class RunDriver:
             assert result is not None
             yield Done(result=result, run_id=self.run_id)
         finally:
-            if hooks is not None:
-                hooks.run_ended(
-                    stop_reason=ctx.stop_reason,
-                    cancel_reason=ctx.result.cancel_reason if ctx.result else None,
-                    usage=ctx.usage,
-                    error=error,
-                )
+            hooks.run_ended(
+                stop_reason=ctx.stop_reason,
+                cancel_reason=ctx.result.cancel_reason if ctx.result else None,
+                usage=ctx.usage,
+                error=error,
+            )
 
     def drain(self) -> None:
         """Run to the end, discarding the events (``invoke``)."""
@@ -395,14 +389,3 @@ def release_surely(driver: RunDriver) -> None:
         driver.release()
     finally:
         driver.release()
-
-
-def _run_tracer(run_id: str, settings: RunSettings) -> RunTracer | None:
-    from .._tracing import run_tracer
-
-    return run_tracer(
-        run_id=run_id,
-        model=settings.model,
-        conversation_id=settings.conversation_id,
-        trace_content=settings.trace_content,
-    )

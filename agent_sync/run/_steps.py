@@ -43,7 +43,6 @@ from ..events import (
     ToolEnd,
     ToolStart,
 )
-from ..hooks import AfterModelCall, AfterToolCall, BeforeModelCall, BeforeToolCall
 from ..messages import CANCELLED_TEXT, ContentBlock, Message, StreamEvent, ToolResult, ToolUse
 from ..models.base import ModelRequest
 from ..tools._batch import ToolBatch, ToolCall
@@ -77,15 +76,9 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         cache=ctx.cache,
         output=output_request(ctx),
     )
-    if hooks is not None:
-        hooks.before_model_call(
-            BeforeModelCall(
-                run_id=ctx.run_id,
-                cycle=cycle,
-                messages=tuple(request.messages),
-                model=settings.model,
-            )
-        )
+    hooks.before_model_call(
+        run_id=ctx.run_id, cycle=cycle, messages=request.messages, model=settings.model
+    )
     started = time.perf_counter()
     assembler = MessageAssembler(emit_deltas=ctx.emit_deltas, run_id=ctx.run_id)
     add, cancelled = assembler.add, scope.event.is_set  # the per-chunk hot path
@@ -119,19 +112,15 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         if cut:  # whatever the provider raised after an abort is the cancel, not an error
             ctx.messages.append(assembler.partial(CANCELLED_TEXT))
             _count_call(ctx, assembler)
-        if hooks is not None and not interrupted:
+        if not interrupted:
             # after an abort, whatever the provider raised is the cancel: say so
             error = CancelledError(scope.reason or "cancelled") if cut else exc
             hooks.model_call_failed(
-                AfterModelCall(
-                    run_id=ctx.run_id,
-                    cycle=cycle,
-                    message=None,
-                    stop_reason=None,
-                    usage=assembler.usage,
-                    error=error,
-                    duration_s=duration,
-                )
+                run_id=ctx.run_id,
+                cycle=cycle,
+                usage=assembler.usage,
+                error=error,
+                duration_s=duration,
             )
         if cut and not interrupted:
             raise CancelledError(scope.reason or "cancelled") from exc
@@ -144,18 +133,14 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     ctx.messages.append(message)
     ctx.phase = "idle"
     yield MessageComplete(message=message, run_id=ctx.run_id)
-    if hooks is not None:
-        hooks.after_model_call(
-            AfterModelCall(
-                run_id=ctx.run_id,
-                cycle=cycle,
-                message=message,
-                stop_reason=assembled.stop_reason,
-                usage=assembled.usage,
-                error=None,
-                duration_s=duration,
-            )
-        )
+    hooks.after_model_call(
+        run_id=ctx.run_id,
+        cycle=cycle,
+        message=message,
+        stop_reason=assembled.stop_reason,
+        usage=assembled.usage,
+        duration_s=duration,
+    )
     ctx.invalid_tool_inputs = assembled.invalid_tool_inputs
     ctx.last_stop_reason = assembled.stop_reason
     if settings.output is not None:
@@ -206,13 +191,10 @@ def _open_stream(
             scope.raise_if_cancelled()  # never send a request after a cancel
             stream: Iterator[StreamEvent] = iter(())
             try:
-                if ctx.hooks is None:
+                # spans the provider makes (e.g. its SDK's) nest under the call's
+                with ctx.hooks.model_call_scope(ctx.cycle):
                     stream = iter(model.stream(request, cancel=scope))
                     head = _read_until_content(stream)
-                else:  # spans the provider makes (e.g. its SDK's) nest under the call's
-                    with ctx.hooks.model_call_scope(ctx.cycle):
-                        stream = iter(model.stream(request, cancel=scope))
-                        head = _read_until_content(stream)
             except BaseException as exc:
                 _close(stream)
                 last_error = f"{type(exc).__name__}: {exc}"
@@ -233,7 +215,7 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     ctx.pending_tool_ids = tuple(call.tool_use["toolUseId"] for call in calls)
     started = time.perf_counter()
     ctx.tool_calls += len(calls)
-    settings, hooks, cycle = ctx.settings, ctx.hooks, ctx.cycle
+    settings, cycle = ctx.settings, ctx.cycle
     batch = ToolBatch(
         calls,
         scope=ctx.scope,
@@ -251,8 +233,7 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
             if type(event) is ToolEnd:
                 done = event.tool_use["toolUseId"]
                 ctx.pending_tool_ids = tuple(i for i in ctx.pending_tool_ids if i != done)
-            if hooks is not None:
-                _tool_event_to_hooks(ctx, event, cycle)
+            _tool_event_to_hooks(ctx, event, cycle)
             yield event
     finally:
         # One result per call, whatever happened (cancel, closed stream, Ctrl-C, a hook).
@@ -292,11 +273,9 @@ def _tool_calls(ctx: RunContext, assistant: Message) -> list[ToolCall]:
             call = replace(call, denied=decision.reason or "the reviewer said no")
         elif decision is not None:
             call = replace(call, decision=decision, input=decision.input)
-        if hooks is not None and call.denied is None:
+        if call.denied is None:
             hook_use = tool_use if call.input is None else {**tool_use, "input": call.input}
-            verdict = hooks.before_tool_call(
-                BeforeToolCall(run_id=ctx.run_id, cycle=ctx.cycle, tool_use=hook_use)
-            )
+            verdict = hooks.before_tool_call(run_id=ctx.run_id, cycle=ctx.cycle, tool_use=hook_use)
             if isinstance(verdict, Deny):
                 call = replace(call, denied=verdict.reason)
             elif verdict is not None and verdict.input is not None:
@@ -306,19 +285,15 @@ def _tool_calls(ctx: RunContext, assistant: Message) -> list[ToolCall]:
 
 
 def _tool_event_to_hooks(ctx: RunContext, event: Any, cycle: int) -> None:
-    hooks = ctx.hooks
-    assert hooks is not None
     if type(event) is ToolStart:
-        hooks.tool_started(event.tool_use, cycle)
+        ctx.hooks.tool_started(event.tool_use, cycle)
     elif type(event) is ToolEnd:
-        hooks.after_tool_call(
-            AfterToolCall(
-                run_id=ctx.run_id,
-                cycle=cycle,
-                tool_use=event.tool_use,
-                result=event.result,
-                duration_s=event.duration_s,
-            )
+        ctx.hooks.after_tool_call(
+            run_id=ctx.run_id,
+            cycle=cycle,
+            tool_use=event.tool_use,
+            result=event.result,
+            duration_s=event.duration_s,
         )
 
 

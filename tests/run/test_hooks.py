@@ -11,6 +11,7 @@ import pytest
 
 from agent_sync import Agent, Approve, Deny, HookError, tool
 from agent_sync.hooks import AfterModelCall, AfterToolCall, BeforeModelCall, BeforeToolCall
+from agent_sync.run._hooks import NO_HOOKS, run_hooks
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.doubles import assert_valid
 
@@ -188,3 +189,13 @@ def test_hooks_must_be_a_list() -> None:
 
     with pytest.raises(UsageError, match="hooks"):
         Agent(ScriptedModel(["x"]), hooks=Recorder())  # type: ignore[arg-type]
+
+
+def test_a_run_without_hooks_or_tracing_shares_one_empty_runner() -> None:
+    """Hooks are never None, yet cost nothing unused: no runner is built per run."""
+    plain = Agent(ScriptedModel(["hi"]))
+    assert run_hooks("run_1", plain._settings) is NO_HOOKS
+    assert (
+        run_hooks("run_1", Agent(ScriptedModel(["hi"]), hooks=[Recorder()])._settings)
+        is not NO_HOOKS
+    )
