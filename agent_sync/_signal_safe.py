@@ -19,6 +19,12 @@ beyond one run (process-wide, or with the deadline thread, or by several runs):
 * a thread that no signal reaches (a worker thread) may use any primitive, unless it shares
   it with a caller's thread.
 
+A wait in the main thread is also where a Ctrl-C can be lost for as long as the wait lasts:
+CPython runs a signal's handler when the blocking C call returns, and a signal that arrives
+just before the call blocks (or in another thread) does not end it. So the main thread never
+blocks in one C call for longer than :data:`MAIN_THREAD_SLICE`: :func:`sliced` cuts its
+waits, and the waiter loops.
+
 :class:`Event` is a ``threading.Event`` built that way: the cancel scopes' and tokens' events
 are set by the deadline thread and waited on by the runs' threads. ``_deadlines`` follows
 the rule with its own queues; ``tests/test_signal_safety.py`` raises ``KeyboardInterrupt`` at
@@ -28,10 +34,28 @@ every point of these paths and checks that nothing is left held.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from queue import Empty, SimpleQueue
 
-__all__ = ["Event"]
+__all__ = ["MAIN_THREAD_SLICE", "Event", "sliced"]
+
+MAIN_THREAD_SLICE = 0.1
+"""Seconds the main thread blocks in one C call at most, so a Ctrl-C that a blocking call
+did not see is handled within this."""
+
+_MAIN_THREAD = threading.main_thread().ident
+
+
+def sliced(timeout: float | None) -> float | None:
+    """The timeout to block with now for a wait of ``timeout`` seconds (``None``: no
+    limit): at most :data:`MAIN_THREAD_SLICE` in the main thread, ``timeout`` elsewhere.
+    The caller loops until its condition holds or its own time is up."""
+    if threading.get_ident() != _MAIN_THREAD:
+        return timeout
+    if timeout is None or timeout > MAIN_THREAD_SLICE:
+        return MAIN_THREAD_SLICE
+    return timeout
 
 
 class Event(threading.Event):
@@ -76,14 +100,17 @@ class Event(threading.Event):
             return True
         waiter: SimpleQueue[None] = SimpleQueue()
         self._waiters.append(waiter)
+        end = None if timeout is None else time.monotonic() + max(0.0, timeout)
         try:
-            if not self._flag:
-                if timeout is None:
-                    waiter.get()
-                else:
-                    waiter.get(timeout=min(max(0.0, timeout), threading.TIMEOUT_MAX))
-        except Empty:
-            pass
+            while not self._flag:
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                try:
+                    waiter.get(timeout=_capped(sliced(left)))
+                    break  # set() woke us
+                except Empty:
+                    continue  # a slice ended (a pending signal ran) or the time is up
         finally:
             try:
                 self._waiters.remove(waiter)
@@ -93,3 +120,7 @@ class Event(threading.Event):
 
     def __repr__(self) -> str:
         return f"<{type(self).__qualname__} {'set' if self._flag else 'unset'}>"
+
+
+def _capped(timeout: float | None) -> float | None:
+    return None if timeout is None else min(timeout, threading.TIMEOUT_MAX)

@@ -9,8 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tests.fixtures.logs import root_records
+
+# Never assume machine speed: on a loaded machine a property test's example is slow, not
+# wrong, so no example has a deadline (Hypothesis' default is 200 ms each).
+settings.register_profile("agent_sync", deadline=None)
+settings.load_profile("agent_sync")
 
 __all__ = ["root_records"]  # fixture, shared with every test
 

@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -245,6 +246,38 @@ def test_ctrl_c_while_a_tool_runs_keeps_its_result_and_closes_the_turn() -> None
     assert result["content"] == [{"text": "done"}]  # it returned within its grace period
     assert agent.messages[-1] == {"role": "assistant", "content": [{"text": CANCELLED_TEXT}]}
     assert agent.invoke("again").stop_reason in ("end_turn", "tool_use")
+
+
+def test_a_ctrl_c_the_main_threads_wait_did_not_see_is_handled_at_once() -> None:
+    """A SIGINT that does not end the main thread's blocking wait (it arrived just before
+    the wait blocked, or in another thread: here, the tool's) is still handled while the
+    loop waits for the tool: the tool is told at once instead of running out its wait."""
+    assert threading.current_thread() is threading.main_thread()
+    told = threading.Event()
+
+    @tool
+    def slow(context: ToolContext) -> str:
+        """Once the loop waits for it, raises SIGINT in its own thread, then waits."""
+        main = threading.main_thread().ident
+        while not _waiting_for_tools(sys._current_frames().get(main or 0)):
+            pass  # the main thread is not in the batch's wait yet
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        if context.wait(30):
+            told.set()
+        return "done"
+
+    model = ScriptedModel([{"tool_calls": [{"name": "slow", "input": {}}]}, "after"], repeat=True)
+    agent = Agent(model, tools=[slow], tool_grace_period=30)
+    with pytest.raises(KeyboardInterrupt):
+        agent.invoke("go")
+    assert told.is_set(), "the tool ran out its wait: the Ctrl-C waited for it"
+    assert not agent.is_running
+    assert validate_history(agent.messages) == []
+    assert agent.invoke("again").stop_reason in ("end_turn", "tool_use")
+
+
+def _waiting_for_tools(frame: Any) -> bool:
+    return frame is not None and frame.f_code.co_name == "_drain"
 
 
 class InterruptingModel:

@@ -268,6 +268,33 @@ def test_ctrl_c_in_the_abandoned_thread_cap_never_leaves_it_locked(operation: st
         _abandoned.set_max_abandoned_tool_threads(limit)
 
 
+def test_a_ctrl_c_that_did_not_end_a_main_thread_wait_ends_it_within_a_slice() -> None:
+    """The rule of waits in the main thread: a SIGINT that does not interrupt the blocking
+    call (it arrived just before the call blocked, or in another thread: here) still ends a
+    wait with no timeout at once, not when the wait would have ended."""
+    import signal
+
+    assert threading.current_thread() is threading.main_thread()
+    event = Event()
+    main = threading.main_thread().ident or 0
+
+    def interrupt_from_here() -> None:
+        while True:  # until the main thread is inside the event's wait
+            frame = sys._current_frames().get(main)
+            if frame is not None and frame.f_code is Event.wait.__code__:
+                break
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt_from_here)
+    helper.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            event.wait()
+    finally:
+        helper.join()
+        event.set()
+
+
 def test_the_signal_safe_event_keeps_the_event_contract() -> None:
     event = Event()
     assert isinstance(event, threading.Event) and not event.is_set()

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._decisions import Approve
+from .._signal_safe import sliced
 from ..cancel import CancelledError, CancelScope
 from ..events import ToolEnd, ToolStart
 from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
@@ -183,13 +184,15 @@ class ToolBatch:
         while self._outstanding:
             if grace and self._grace_deadline is None and self._scope.cancelled:
                 self._grace_deadline = time.monotonic() + self._grace
-            timeout = None
+            left = None
             if grace and self._grace_deadline is not None:
-                timeout = max(0.0, self._grace_deadline - time.monotonic())
+                left = self._grace_deadline - time.monotonic()
+                if left <= 0:
+                    return  # grace period over: the rest is abandoned (or waited for)
             try:
-                item = self._queue.get(timeout=timeout)
+                item = self._queue.get(timeout=sliced(left))
             except queue.Empty:
-                return  # grace period over: the rest is abandoned (or waited for)
+                continue  # a main-thread slice ended (a pending Ctrl-C ran) or time is up
             if item is _WAKE:
                 continue
             kind, index, payload = item
