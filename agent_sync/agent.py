@@ -19,6 +19,8 @@ from typing import Any, TypeVar, Union
 from ._decisions import ApprovalRequest, Approve, Decision, Deny
 from ._prompt import history_copy
 from .cancel import CancelToken, check_mode
+from .context import ContextPolicy
+from .context._keeper import ContextKeeper
 from .errors import RunConflictError, UsageError
 from .messages import ContentBlock, Message
 from .models.base import CacheMode, Model
@@ -116,6 +118,9 @@ class Agent:
             decides who may use it.
         lease_s: Seconds a run stays claimed without a sign of life from its process
             (renewed every third of it); by default the store's ``lease_s``, else 30.
+        context: A context policy (:mod:`agent_sync.context`: ``SlidingWindow`` or
+            ``Summarizing``) that builds the model's view of a long conversation for each
+            call; the history keeps every message. ``None`` sends the whole history.
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -141,6 +146,7 @@ class Agent:
         store: RunStore | None = None,
         conversation_id: str | None = None,
         lease_s: float | None = None,
+        context: ContextPolicy | None = None,
     ) -> None:
         if not callable(getattr(model, "stream", None)):
             raise UsageError(f"model must have a stream(request, *, cancel) method, got {model!r}")
@@ -169,6 +175,11 @@ class Agent:
                 raise UsageError("a store needs a conversation_id (the conversation's name)")
             if messages is not None:
                 raise UsageError("with a store the history comes from it: do not pass messages")
+        if context is not None and not isinstance(context, ContextPolicy):
+            raise UsageError(
+                "context must be an agent_sync.context policy (SlidingWindow, Summarizing), "
+                f"got {type(context).__name__}"
+            )
         lease = float(lease_s if lease_s is not None else getattr(store, "lease_s", 30.0))
         if not lease > 0:
             raise UsageError("lease_s must be positive (seconds)")
@@ -190,6 +201,11 @@ class Agent:
             trace_content=bool(trace_content),
             approval_timeout=approval_timeout,
             conversation_id=conversation_id,
+            context=(
+                ContextKeeper(context, store=store, conversation_id=conversation_id)
+                if context is not None
+                else None
+            ),
         )
         self._slot = RunSlot(self._checked_history(messages or []))
         if store is not None:

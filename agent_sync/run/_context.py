@@ -29,6 +29,7 @@ from ._state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
 
 if TYPE_CHECKING:
     from ..cancel import CancelScope
+    from ..context._keeper import ContextKeeper
     from ._hooks import HookRunner
 
 __all__ = ["RunContext", "RunSettings"]
@@ -53,6 +54,7 @@ class RunSettings:
     trace_content: bool = False
     conversation_id: str | None = None
     approval_timeout: float | None = None
+    context: ContextKeeper | None = None  # the context policy, with what it learned
 
 
 class RunContext:
