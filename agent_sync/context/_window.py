@@ -121,8 +121,10 @@ def widest_cut(
     best = last_cut(messages)
     chars = 0
     index = length - 1
+    counting = max_chars is not None
     while index >= floor:
-        chars += size(messages[index])
+        if counting:
+            chars += size(messages[index])
         cut = _cut_at(messages, index)
         if cut is not None:
             count = cut.size(length)

@@ -61,9 +61,9 @@ def test_a_summary_written_by_one_worker_is_reused_by_another(
     make_store: Callable[[], RunStore],
 ) -> None:
     conversation = f"c-{uuid.uuid4().hex[:8]}"
-    Agent(ScriptedModel([]), store=make_store(), conversation_id=conversation).messages = (
-        _long_history(20)
-    )
+    Agent(
+        ScriptedModel([]), store=make_store(), conversation_id=conversation
+    ).messages = _long_history(20)
     summarizer_a = ScriptedModel(["SUMMARY-A: the user asked twenty questions"])
     worker_a = Agent(
         ScriptedModel(["short answer"]),

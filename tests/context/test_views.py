@@ -58,9 +58,7 @@ def _check_view(view: list[Message], history: list[Message]) -> None:
 def _is_slice(part: list[Message], history: list[Message]) -> bool:
     if not part:
         return True
-    return any(
-        history[i : i + len(part)] == part for i, m in enumerate(history) if m == part[0]
-    )
+    return any(history[i : i + len(part)] == part for i, m in enumerate(history) if m == part[0])
 
 
 def _check_all(agent: Agent, model: ScriptedModel) -> None:
@@ -133,7 +131,9 @@ def test_a_view_that_cannot_shrink_is_the_current_round_whatever_the_budget() ->
 def test_every_sliding_window_view_is_valid(
     rounds: list[int], max_messages: int, max_tokens: int | None, seed: int
 ) -> None:
-    agent, model = _converse(SlidingWindow(max_messages=max_messages, max_tokens=max_tokens), rounds, seed)
+    agent, model = _converse(
+        SlidingWindow(max_messages=max_messages, max_tokens=max_tokens), rounds, seed
+    )
     _check_all(agent, model)
     for call in model.calls:
         assert len(call.messages) <= max_messages
