@@ -4,10 +4,12 @@ is cancelled with the run, leaving a valid history with the prompt kept."""
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,3 +153,62 @@ def test_cancel_during_the_summary_call_leaves_a_valid_history_with_the_prompt()
         assert view[0]["content"][0]["text"] == f"{SUMMARY_HEADING}\nthe summary"
         assert validate_history(view) == []
         summarizer.close()
+
+
+# -- another process --
+
+Spec = tuple[str, str]  # ("sqlite", path) or ("redis", "port/prefix")
+
+
+def _open(spec: Spec) -> RunStore:
+    kind, where = spec
+    if kind == "sqlite":
+        return SQLiteRunStore(where)
+    import redis
+
+    from agent_sync.stores import RedisRunStore
+
+    port, prefix = where.split("/", 1)
+    return RedisRunStore(redis.Redis(port=int(port)), prefix=prefix)
+
+
+def summarizing_worker(spec: Spec, out: Any) -> None:
+    """A worker process: answers the conversation's next question, summarizing it."""
+    summarizer = ScriptedModel(["SUMMARY FROM ANOTHER PROCESS"])
+    agent = Agent(
+        ScriptedModel(["short answer"]),
+        store=_open(spec),
+        conversation_id="c1",
+        context=_policy(summarizer),
+    )
+    agent.invoke("question 20")
+    out.put(len(summarizer.calls))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_summary_written_in_another_process_is_reused(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    if kind == "sqlite":
+        spec: Spec = ("sqlite", str(tmp_path / "store.db"))
+    else:
+        server = request.getfixturevalue("redis_server")
+        spec = ("redis", f"{server.port}/p{uuid.uuid4().hex[:12]}:")
+    Agent(ScriptedModel([]), store=_open(spec), conversation_id="c1").messages = _long_history(20)
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    child = context.Process(target=summarizing_worker, args=(spec, out))
+    child.start()
+    assert out.get(timeout=60) == 1  # the other process wrote one summary
+    child.join(30)
+    assert child.exitcode == 0
+
+    unused = ScriptedModel([])
+    main = ScriptedModel(["answer 21"])
+    agent = Agent(main, store=_open(spec), conversation_id="c1", context=_policy(unused))
+    agent.invoke("question 21")
+
+    assert unused.calls == []
+    first = main.calls[0].messages[0]["content"][0]["text"]
+    assert first == f"{SUMMARY_HEADING}\nSUMMARY FROM ANOTHER PROCESS"
