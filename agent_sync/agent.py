@@ -19,7 +19,7 @@ from typing import Any, TypeVar, Union
 from ._decisions import ApprovalRequest, Approve, Decision, Deny
 from ._prompt import history_copy
 from .cancel import CancelToken, check_mode
-from .context import ContextPolicy
+from .context import ContextPolicy, SlidingWindow, Summarizing
 from .context._keeper import ContextKeeper
 from .errors import RunConflictError, UsageError
 from .messages import ContentBlock, Message
@@ -175,7 +175,7 @@ class Agent:
                 raise UsageError("a store needs a conversation_id (the conversation's name)")
             if messages is not None:
                 raise UsageError("with a store the history comes from it: do not pass messages")
-        if context is not None and not isinstance(context, ContextPolicy):
+        if context is not None and not isinstance(context, (SlidingWindow, Summarizing)):
             raise UsageError(
                 "context must be an agent_sync.context policy (SlidingWindow, Summarizing), "
                 f"got {type(context).__name__}"

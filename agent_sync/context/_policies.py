@@ -17,7 +17,8 @@ __all__ = ["ContextPolicy", "SlidingWindow", "Summarizing"]
 
 class ContextPolicy:
     """Base of the context policies (``Agent(..., context=...)``): what part of the stored
-    conversation the model is sent on each call. The stored history is never changed."""
+    conversation the model is sent on each call. The stored history is never changed.
+    The agent takes :class:`SlidingWindow` and :class:`Summarizing` (not other subclasses)."""
 
 
 def _positive(name: str, value: object, *, minimum: int = 1, allow_none: bool = False) -> None:

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from agent_sync import Agent, validate_history
-from agent_sync.context import PLACEHOLDER_TEXT, SlidingWindow
+from agent_sync.context import PLACEHOLDER_TEXT, SUMMARY_HEADING, SlidingWindow, Summarizing
 from agent_sync.errors import ContextWindowOverflowError
 from agent_sync.messages import Message
 from agent_sync.models import AnthropicModel
+from agent_sync.testing import ScriptedModel
 from agent_sync.testing.anthropic_server import AnthropicServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -123,3 +124,27 @@ def test_a_policy_retries_only_once(server: AnthropicServer, model: AnthropicMod
 
     assert server.refused_too_long == 2 and len(server.requests) == 2
     assert len(agent.messages) == 11 and validate_history(agent.messages) == []
+
+
+def test_a_summarized_view_keeps_its_summary_when_it_is_halved(
+    server: AnthropicServer, model: AnthropicModel
+) -> None:
+    server.max_messages = 3
+    server.add_turns("the answer")
+    history: list[Message] = []
+    for i in range(10):
+        history += [
+            {"role": "user", "content": [{"text": f"question {i} " + "q" * 300}]},
+            {"role": "assistant", "content": [{"text": f"answer {i} " + "a" * 300}]},
+        ]
+    summarizer = ScriptedModel(["THE SUMMARY"])
+    policy = Summarizing(summarizer, keep_last=6, trigger_tokens=500)
+    agent = Agent(model, messages=history, context=policy)
+
+    assert agent.invoke("question 10").text == "the answer"
+
+    first, retried = _sent(server)
+    assert server.refused_too_long == 1 and len(retried) <= len(first) // 2
+    assert retried[0]["content"][0]["text"] == f"{SUMMARY_HEADING}\nTHE SUMMARY"
+    assert retried[-1]["content"][-1]["text"] == "question 10"
+    assert len(summarizer.calls) == 1
