@@ -20,6 +20,8 @@ from typing import Any, TypeVar, Union
 from ._decisions import ApprovalRequest, Approve, Decision, Deny
 from ._prompt import history_copy
 from .cancel import CancelToken, check_mode
+from .context import ContextPolicy, SlidingWindow, Summarizing
+from .context._keeper import ContextKeeper
 from .errors import RunConflictError, UsageError
 from .messages import ContentBlock, Message
 from .models.base import CacheMode, Model
@@ -119,6 +121,9 @@ class Agent:
             ``result.output`` is the validated answer. See ``docs/output.md``.
         output_retries: How many times an invalid answer is sent back to the model with
             its problems before :class:`~agent_sync.errors.OutputValidationError`.
+        context: A context policy (:mod:`agent_sync.context`: ``SlidingWindow`` or
+            ``Summarizing``) that builds the model's view of a long conversation for each
+            call; the history keeps every message. ``None`` sends the whole history.
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -147,7 +152,13 @@ class Agent:
         deps: Any = None,
         output_type: object = None,
         output_retries: int = 2,
+        context: ContextPolicy | None = None,
     ) -> None:
+        if context is not None and not isinstance(context, (SlidingWindow, Summarizing)):
+            raise UsageError(
+                "context must be an agent_sync.context policy (SlidingWindow, Summarizing), "
+                f"got {type(context).__name__}"
+            )
         settings = agent_settings(
             model,
             tools=tools,
@@ -166,6 +177,11 @@ class Agent:
             deps=deps,
             output_type=output_type,
             output_retries=output_retries,
+            context=(
+                ContextKeeper(context, store=store, conversation_id=conversation_id)
+                if context is not None
+                else None
+            ),
         )
         if store is not None:
             if conversation_id is None:

@@ -20,6 +20,7 @@ from ..tools.decorator import Tool
 from ..tools.executor import ExecutorKind
 
 if TYPE_CHECKING:
+    from ..context._keeper import ContextKeeper
     from ..output import OutputSpec
 
 __all__ = ["UNSET", "RunSettings", "Unset", "agent_settings", "call_settings", "check_cache"]
@@ -57,6 +58,7 @@ class RunSettings:
     deps: Any = None  # the run's ToolContext.deps (process-local: never in a RunState)
     output: OutputSpec | None = None  # the output type (structured output), if any
     output_retries: int = 2
+    context: ContextKeeper | None = None  # the context policy, with what it learned
 
 
 def agent_settings(
@@ -78,6 +80,7 @@ def agent_settings(
     deps: Any,
     output_type: object,
     output_retries: int,
+    context: ContextKeeper | None,
 ) -> RunSettings:
     """The settings of ``Agent(...)``'s arguments (see :class:`~agent_sync.Agent`).
 
@@ -123,6 +126,7 @@ def agent_settings(
         deps=deps,
         output=checked_output_type(output_type),
         output_retries=checked_output_retries(output_retries),
+        context=context,
     )
 
 

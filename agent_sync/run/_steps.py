@@ -33,7 +33,7 @@ from typing import Any
 
 from .._decisions import ApprovalRequest, Deny
 from ..cancel import CancelledError
-from ..errors import ModelStreamError
+from ..errors import ContextWindowOverflowError, ModelStreamError
 from ..events import (
     AgentEvent,
     ApprovalRequired,
@@ -68,8 +68,9 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     ctx.cycle = cycle = ctx.cycle + 1
     ctx.phase = "model"
     settings, scope, hooks = ctx.settings, ctx.scope, ctx.hooks
+    keeper = settings.context
     request = ModelRequest(
-        messages=tuple(ctx.messages),
+        messages=tuple(ctx.messages if keeper is None else keeper.view(ctx)),
         system_prompt=settings.system_prompt,
         tool_specs=settings.tool_specs,
         params=settings.params,
@@ -84,7 +85,7 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     add, cancelled = assembler.add, scope.event.is_set  # the per-chunk hot path
     partials = partial_tracker(ctx)  # None without an output type or outside a stream
     try:
-        stream = yield from _open_stream(ctx, request)
+        stream, request = yield from _open_fitting(ctx, request)
         try:
             for event in stream:
                 delta = add(event)
@@ -129,6 +130,8 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     ctx.model_time += duration
     assembled = assembler.finish()
     _count_call(ctx, assembler)
+    if keeper is not None:
+        keeper.observe(ctx, request.messages, assembler.usage)
     message = assembled.message
     ctx.messages.append(message)
     ctx.phase = "idle"
@@ -164,6 +167,22 @@ def _before_model_call(ctx: RunContext) -> None:
     """The checkpoint before a model call: a cancel, now or after the turn, stops here."""
     ctx.scope.end_of_turn()
     ctx.scope.raise_if_cancelled()
+
+
+def _open_fitting(
+    ctx: RunContext, request: ModelRequest
+) -> Generator[AgentEvent, None, tuple[Iterator[StreamEvent], ModelRequest]]:
+    """:func:`_open_stream`; with a context policy, a view the provider refuses as too long
+    is retried once with at most half of it. Returns the stream and the request sent."""
+    try:
+        return (yield from _open_stream(ctx, request)), request
+    except ContextWindowOverflowError:
+        keeper = ctx.settings.context
+        smaller = None if keeper is None else keeper.shrink(request.messages)
+        if smaller is None:
+            raise
+    request = replace(request, messages=tuple(smaller))
+    return (yield from _open_stream(ctx, request)), request
 
 
 def _open_stream(

@@ -92,6 +92,10 @@ class AnthropicServer(ScriptedServer):
         reject_cache_control: Answer any request carrying ``cache_control`` with a 400
             naming the field (a server that does not support prompt caching); such a
             request consumes no scripted turn.
+        max_messages: Refuse a request with more messages than this as the API refuses
+            one over the model's context window (400 ``invalid_request_error``, "prompt
+            is too long: N tokens > M maximum"); it consumes no scripted turn.
+        max_chars: The same for a request whose JSON body is longer than this.
     """
 
     provider = "anthropic"
@@ -103,9 +107,14 @@ class AnthropicServer(ScriptedServer):
         *,
         host: str = "127.0.0.1",
         reject_cache_control: bool = False,
+        max_messages: int | None = None,
+        max_chars: int | None = None,
     ) -> None:
         super().__init__((AnthropicTurn.of(t) for t in turns), host=host)
         self.reject_cache_control = reject_cache_control
+        self.max_messages = max_messages
+        self.max_chars = max_chars
+        self.refused_too_long = 0
 
     def add_turns(self, *turns: TurnSpec) -> None:
         """Queue more scripted responses."""
@@ -126,6 +135,15 @@ class AnthropicServer(ScriptedServer):
             body = _error_body("invalid_request_error", message)
             handler.send_body(400, body, "application/json", {"request-id": _request_id()})
             return
+        if self._too_long(request):
+            with self._lock:  # not this request's turn: the client sends a shorter one
+                self._turns.appendleft(turn)
+                self.refused_too_long += 1
+            size = len(json.dumps(request)) // 4
+            message = f"prompt is too long: {size} tokens > {max(1, size - 1)} maximum"
+            body = _error_body("invalid_request_error", message)
+            handler.send_body(400, body, "application/json", {"request-id": _request_id()})
+            return
         problem = _validate(request) or anthropic_problem(request)
         if problem is not None:
             body = _error_body("invalid_request_error", problem)
@@ -137,6 +155,15 @@ class AnthropicServer(ScriptedServer):
             handler.send_body(200, body, "application/json", {"request-id": _request_id()})
             return
         super().respond(handler, turn, request, path)
+
+    def _too_long(self, request: Any) -> bool:
+        if not isinstance(request, dict):
+            return False
+        messages = request.get("messages")
+        if self.max_messages is not None and isinstance(messages, list):
+            if len(messages) > self.max_messages:
+                return True
+        return self.max_chars is not None and len(json.dumps(request)) > self.max_chars
 
     def render_frames(self, turn: ServerTurn, request: Any, path: str) -> Sequence[bytes]:
         """The SSE events of ``turn``, one frame per event."""
