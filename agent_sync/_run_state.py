@@ -82,6 +82,9 @@ class RunSnapshot:
     """Set once the run is over (``"end_turn"``, ``"cancelled"``, ...)."""
     cancel_reason: str | None = None
     """Why it was cancelled, if it was."""
+    parent_run_id: str | None = None
+    """For a sub-agent's run (a tool made with ``agent.as_tool()``): the run that called
+    it; ``None`` for a top-level run."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -137,6 +140,9 @@ class RunState:
     invalid_tool_inputs: Mapping[str, str] = field(default_factory=dict)
     """``toolUseId`` -> why the model's input for that pending call could not be parsed
     (the history holds ``{}`` for it); the call is answered with that problem."""
+    parent_run_id: str | None = None
+    """For a sub-agent's run (a tool made with ``agent.as_tool()``): the run that called
+    it; ``None`` for a top-level run."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready ``dict`` (``"format": "agent_sync.run/1"``), independent of the run."""
@@ -156,6 +162,7 @@ class RunState:
             "conversation_id": self.conversation_id,
             "approvals": [json_ready(request.to_dict()) for request in self.approvals],
             "invalid_tool_inputs": dict(self.invalid_tool_inputs),
+            "parent_run_id": self.parent_run_id,
         }
 
     @classmethod
@@ -200,6 +207,7 @@ class RunState:
                     for item in _typed(data, "approvals", list)
                 ),
                 invalid_tool_inputs=dict(_typed(data, "invalid_tool_inputs", dict)),
+                parent_run_id=_optional(data, "parent_run_id"),
             )
         except KeyError as exc:
             raise UsageError(f"a RunState dict needs the field {exc.args[0]!r}") from None

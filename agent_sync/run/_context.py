@@ -70,6 +70,7 @@ class RunContext:
         cache: CacheMode | None,
         agent: object = None,
         hooks: HookRunner | None = None,
+        parent_run_id: str | None = None,
     ) -> None:
         self.settings = settings
         self.agent = agent  # what a tool's context.agent views (bound to this run)
@@ -80,6 +81,8 @@ class RunContext:
         self.emit_deltas = emit_deltas
         self.cache = cache
         self.hooks = hooks
+        self.parent_run_id = parent_run_id  # a sub-agent's run: the run that called it
+        self.store: tuple[Any, float] | None = None  # (store, lease_s): sub-agents' runs go there
         self.inbox = Inbox()
         # what snapshot() reads: each written with one store of an immutable value
         self.status: RunStatus = "running"
@@ -184,6 +187,7 @@ class RunContext:
             conversation_id=self.settings.conversation_id,
             approvals=self.approvals,
             invalid_tool_inputs=dict(self.invalid_tool_inputs) if pending else {},
+            parent_run_id=self.parent_run_id,
         )
 
     def snapshot(self) -> RunSnapshot:
@@ -201,6 +205,7 @@ class RunContext:
             conversation_id=self.settings.conversation_id,
             stop_reason=None if result is None else result.stop_reason,
             cancel_reason=None if result is None else result.cancel_reason,
+            parent_run_id=self.parent_run_id,
         )
 
     def restore(self, state: RunState, decisions: dict[str, Approve | Deny]) -> None:

@@ -36,9 +36,11 @@ from ..errors import ModelStreamError
 from ..events import (
     AgentEvent,
     ApprovalRequired,
+    Done,
     InputInjected,
     MessageComplete,
     ModelRetry,
+    SubAgentEvent,
     ToolEnd,
     ToolStart,
 )
@@ -234,6 +236,7 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         available=sorted(settings.tools),
         max_workers=settings.max_tool_workers if settings.tool_executor == "concurrent" else 1,
         grace_period=settings.tool_grace_period,
+        store=ctx.store,
     )
     results: list[ToolResult] = []
     injected: list[ContentBlock] = []
@@ -242,6 +245,11 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
             if type(event) is ToolEnd:
                 done = event.tool_use["toolUseId"]
                 ctx.pending_tool_ids = tuple(i for i in ctx.pending_tool_ids if i != done)
+            elif type(event) is SubAgentEvent:
+                if type(event.event) is Done:  # a child's usage (its children's included)
+                    ctx.add_usage(event.event.result.usage)
+                yield event  # a sub-agent's event: not the hooks' (they see its own)
+                continue
             if hooks is not None:
                 _tool_event_to_hooks(ctx, event, cycle)
             yield event

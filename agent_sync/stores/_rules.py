@@ -125,6 +125,7 @@ def snapshot_of(state: RunState, *, started_at: float, updated_at: float) -> Run
         conversation_id=state.conversation_id,
         stop_reason=state.stop_reason,
         cancel_reason=state.cancel_reason,
+        parent_run_id=state.parent_run_id,
     )
 
 

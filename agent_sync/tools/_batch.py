@@ -34,13 +34,13 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._decisions import Approve
 from ..cancel import CancelledError, CancelScope
-from ..events import ToolEnd, ToolStart
+from ..events import AgentEvent, ToolEnd, ToolStart
 from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
 from . import _abandoned
 from ._results import describe_exception, error_result, result_from_value
@@ -91,6 +91,7 @@ class ToolBatch:
         run_id: str = "",
         max_workers: int,
         grace_period: float,
+        store: tuple[Any, float] | None = None,
     ) -> None:
         self._calls = list(calls)
         self._scope = scope
@@ -98,6 +99,7 @@ class ToolBatch:
         self._run_id = run_id
         self._available = ", ".join(available) or "none"
         self._grace = grace_period
+        self._store = store
         self._results: list[ToolResult | None] = [None] * len(self._calls)
         self._outstanding = len(self._calls)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -113,7 +115,7 @@ class ToolBatch:
         self._started = False
         self._unregister = scope.register_abort(lambda: self._queue.put(_WAKE))
 
-    def run(self) -> Iterator[ToolStart | ToolEnd]:
+    def run(self) -> Iterator[AgentEvent]:
         """Start the workers, then yield start/end events as tools run, until every call has
         a result or cancel's grace period is over.
 
@@ -172,7 +174,7 @@ class ToolBatch:
             if item is not _WAKE and item[0] == "end":
                 self._record(item[1], item[2])
 
-    def _drain(self, *, grace: bool = True) -> Iterator[ToolStart | ToolEnd]:
+    def _drain(self, *, grace: bool = True) -> Iterator[AgentEvent]:
         while self._outstanding:
             if grace and self._grace_deadline is None and self._scope.cancelled:
                 self._grace_deadline = time.monotonic() + self._grace
@@ -186,6 +188,9 @@ class ToolBatch:
             if item is _WAKE:
                 continue
             kind, index, payload = item
+            if kind == "event":  # a tool's own event (a sub-agent's), between start and end
+                yield payload
+                continue
             tool_use = self._calls[index].tool_use
             if kind == "start":
                 yield ToolStart(tool_use=tool_use, run_id=self._run_id)
@@ -245,6 +250,16 @@ class ToolBatch:
             outcome[1],
         )
 
+    def _emitter(self) -> Callable[[AgentEvent], None]:
+        """How a running tool puts an event into the run's stream (from its worker thread;
+        the loop's thread yields it): a sub-agent's events (``agent.as_tool()``)."""
+        put = self._queue.put
+
+        def emit(event: AgentEvent) -> None:
+            put(("event", -1, event))
+
+        return emit
+
     def _execute(self, call: ToolCall) -> ToolResult:
         tool_use = call.tool_use
         tool_use_id, name = tool_use["toolUseId"], tool_use["name"]
@@ -270,7 +285,12 @@ class ToolBatch:
         if call.input is not None:  # the tool sees the input it runs with
             tool_use = {"toolUseId": tool_use_id, "name": name, "input": tool_input}
         context = ToolContext(
-            tool_use=tool_use, agent=self._agent, _scope=self._scope, decision=call.decision
+            tool_use=tool_use,
+            agent=self._agent,
+            _scope=self._scope,
+            decision=call.decision,
+            _emit=self._emitter(),
+            _store=self._store,
         )
         try:
             value = call.tool.run(tool_input, context)

@@ -13,6 +13,7 @@ import copy
 import functools
 import inspect
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._decisions import Approve
@@ -125,6 +126,10 @@ class ToolContext:
     decision: Approve | None = None
     """For a call that waited for approval: the ``Approve`` it got (``data`` holds the
     decision's extra fields); ``None`` otherwise."""
+    _emit: Callable[[Any], None] | None = None
+    """Puts an event into the run's stream (a sub-agent's events: ``agent.as_tool()``)."""
+    _store: tuple[Any, float] | None = None
+    """The run's store and lease (a sub-agent's runs are stored there), if it has one."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, _RunBoundAgent):
