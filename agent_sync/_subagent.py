@@ -125,7 +125,7 @@ class _SubAgent:
                 break
             # Approvals stop at the boundary: each gated call is denied with the reason.
             deny = {request.id: Deny(APPROVAL_DENIED) for request in result.approvals}
-        return _answer(result, parent.cancelled)
+        return _answer(result, parent.cancel_requested)
 
     def _child(self, context: ToolContext) -> Agent:
         """The agent a call runs on: a fresh copy of the template, or the one of a named

@@ -128,6 +128,11 @@ class CancelScope:
         return self.event.is_set()
 
     @property
+    def cancel_requested(self) -> bool:
+        """Whether a cancel has been asked for, now or after the turn in flight."""
+        return self._after_turn or self.event.is_set()
+
+    @property
     def closed(self) -> bool:
         """Whether the invocation has finished (:meth:`close`): its run is over."""
         return self._closed

@@ -12,8 +12,8 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._decisions import Approve
