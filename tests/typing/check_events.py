@@ -17,6 +17,7 @@ from agent_sync.events import (
     MessageComplete,
     ModelRetry,
     ReasoningDelta,
+    SubAgentEvent,
     TextDelta,
     ToolEnd,
     ToolStart,
@@ -45,6 +46,8 @@ def narrows_on_type(agent: Agent) -> None:
             assert_type(event, InputInjected)
         elif event.type == "approval_required":
             assert_type(event, ApprovalRequired)
+        elif event.type == "subagent":
+            assert_type(event, SubAgentEvent)
         else:
             assert_type(event, Done)
 
