@@ -143,6 +143,13 @@ class RunState:
     parent_run_id: str | None = None
     """For a sub-agent's run (a tool made with ``agent.as_tool()``): the run that called
     it; ``None`` for a top-level run."""
+    round_results: tuple[ToolResult, ...] = ()
+    """While paused on a sub-agent's approvals: the results of the round's calls that
+    finished (they are not run again on resume)."""
+    subruns: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """While paused on a sub-agent's approvals: ``toolUseId`` -> ``{"run_id",
+    "conversation_id", "requests"}`` of each paused child run (its conversation in the
+    store, ``None`` without one; the ids of the requests it waits for)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready ``dict`` (``"format": "agent_sync.run/1"``), independent of the run."""
@@ -163,6 +170,8 @@ class RunState:
             "approvals": [json_ready(request.to_dict()) for request in self.approvals],
             "invalid_tool_inputs": dict(self.invalid_tool_inputs),
             "parent_run_id": self.parent_run_id,
+            "round_results": json_ready(list(self.round_results)),
+            "subruns": json_ready(dict(self.subruns)),
         }
 
     @classmethod
@@ -208,6 +217,8 @@ class RunState:
                 ),
                 invalid_tool_inputs=dict(_typed(data, "invalid_tool_inputs", dict)),
                 parent_run_id=_optional(data, "parent_run_id"),
+                round_results=tuple(from_json_ready(data.get("round_results") or [])),
+                subruns=dict(from_json_ready(data.get("subruns") or {})),
             )
         except KeyError as exc:
             raise UsageError(f"a RunState dict needs the field {exc.args[0]!r}") from None

@@ -18,8 +18,10 @@ calls and the template's own ``messages`` are never touched. The child run:
 
 The call's result is the child's final text (or ``result.output`` when the template has an
 ``output_type``). A child cancelled with its caller answers the call "Cancelled by user";
-a child that fails answers it with an error result. A gated tool in a child is denied with
-a clear reason (approvals are not carried across the boundary yet).
+a child that fails answers it with an error result. A child that pauses for approval
+pauses its caller (:class:`~agent_sync.tools._batch.SubRunPaused`): the caller's
+``result.approvals`` carry the child's requests, and the caller's resume resumes the child
+with the decisions for them (:mod:`agent_sync.run._subruns`).
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._decisions import Deny
 from .cancel import CancelledError
 from .errors import ToolError, UsageError
 from .events import Done, SubAgentEvent
+from .run import _subruns as subruns
+from .tools._batch import SubRunPaused
 from .tools.context import ToolContext
 from .tools.decorator import Tool
 
@@ -48,12 +51,6 @@ logger = logging.getLogger(__name__)
 ConversationIdFactory = Callable[[ToolContext], str]
 """Names the child's conversation for a call (given the call's context); calls that get
 the same name continue the same conversation."""
-
-APPROVAL_DENIED = (
-    "approval is not available inside a sub-agent: a tool that requires approval cannot "
-    "run in a sub-agent's run"
-)
-"""The reason a gated call in a child run is denied with."""
 
 _INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -97,35 +94,52 @@ class _SubAgent:
 
     def call(self, prompt: str, context: ToolContext) -> Any:
         parent = context._scope
-        child = self._child(context)
+        if context._resume is not None:  # the child paused for approval: go on with it
+            info, decisions = context._resume
+            child = self._paused_child(info, context)
+            stream = child._open_child(None, parent, decisions=decisions)
+        else:
+            child = self._child(context)
+            stream = child._open_child(prompt, parent)
+        result: AgentResult | None = None
         tool_use_id = context.tool_use["toolUseId"]
         emit = context._emit
-        result: AgentResult | None = None
-        deny: dict[str, Deny | bool] | None = None
-        while True:
-            if deny is None:
-                stream = child._open_child(prompt, parent)
-            else:
-                stream = child._open_child(None, parent, deny=deny)
-            with stream:
-                for event in stream:
-                    if emit is not None:
-                        emit(
-                            SubAgentEvent(
-                                run_id=stream.run_id,
-                                parent_run_id=parent.run_id or "",
-                                tool_use_id=tool_use_id,
-                                event=event,
-                            )
+        with stream:
+            for event in stream:
+                if emit is not None:
+                    emit(
+                        SubAgentEvent(
+                            run_id=stream.run_id,
+                            parent_run_id=parent.run_id or "",
+                            tool_use_id=tool_use_id,
+                            event=event,
                         )
-                    if type(event) is Done:
-                        result = event.result
-            assert result is not None
-            if result.stop_reason != "paused":
-                break
-            # Approvals stop at the boundary: each gated call is denied with the reason.
-            deny = {request.id: Deny(APPROVAL_DENIED) for request in result.approvals}
+                    )
+                if type(event) is Done:
+                    result = event.result
+        assert result is not None
+        if result.stop_reason == "paused":  # the caller pauses with it
+            stored = child._store is not None
+            if not stored:
+                subruns.hold(result.run_id, child)
+            conversation = child._settings.conversation_id if stored else None
+            raise SubRunPaused(result.run_id, conversation, result.approvals)
         return _answer(result, parent.cancel_requested)
+
+    def _paused_child(self, info: Mapping[str, Any], context: ToolContext) -> Agent:
+        """The agent of a paused child run: loaded from the store, or held in memory."""
+        conversation = info.get("conversation_id")
+        stored = context._store or self._template._stored()
+        if conversation and stored is not None:
+            return self._template._spawn(stored, str(conversation))
+        agent: Agent | None = subruns.take(str(info.get("run_id")))
+        if agent is None:
+            raise ToolError(
+                f"the sub-agent's paused run {info.get('run_id')} is not held by this process "
+                "(without a store, a sub-agent's approval is resumed in the process it "
+                "paused in)"
+            )
+        return agent
 
     def _child(self, context: ToolContext) -> Agent:
         """The agent a call runs on: a fresh copy of the template, or the one of a named

@@ -33,6 +33,7 @@ from .run._driver import RunDriver, release_surely
 from .run._durable import StoreLink, load_log
 from .run._handle import AgentStream, StepsRun
 from .run._slot import RunSlot
+from .run._subruns import cancel_subruns
 from .stores._protocol import RunStore
 from .tools._registry import collect_tools
 from .tools.context import ToolContext
@@ -517,10 +518,11 @@ class Agent:
         prompt: Prompt,
         parent: CancelScope,
         *,
-        deny: Mapping[str, Decision] | None = None,
+        decisions: Mapping[str, Decision] | None = None,
     ) -> AgentStream:
-        """Stream a sub-agent's run (or its resume with ``deny``) as a child of ``parent``."""
-        resume = self._checked_resume(deny) if deny is not None else None
+        """Stream a sub-agent's run (or its resume with ``decisions``) as a child of
+        ``parent``."""
+        resume = self._checked_resume(decisions) if decisions is not None else None
         return self._open(
             prompt,
             None,
@@ -537,6 +539,7 @@ class Agent:
         paused = self._slot.drop_paused()
         if paused is None:
             return False
+        cancel_subruns(paused.subruns, None, "cancelled")  # the paused children it waited on
         logger.debug("run_id=<%s> | paused run cancelled", paused.run_id)
         return True
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .._decisions import ApprovalRequest, Approve, Deny
-from ..messages import Message, ToolSpec, ToolUse, Usage
+from ..messages import Message, ToolResult, ToolSpec, ToolUse, Usage
 from ..models.base import CacheMode, Model
 from ..result import AgentMetrics, AgentResult
 from ..retry import RetryPolicy
@@ -100,6 +100,10 @@ class RunContext:
         self.decisions: dict[str, Approve | Deny] = {}  # toolUseId -> a human's answer
         self.approvals: tuple[ApprovalRequest, ...] = ()  # while paused
         self.awaiting: tuple[ToolUse, ...] = ()  # gated calls without a decision
+        # a round paused on a sub-agent's approvals: its finished calls' results, and
+        # toolUseId -> the paused child run ({"run_id", "conversation_id", "requests"})
+        self.round_results: dict[str, ToolResult] = {}
+        self.subruns: dict[str, dict[str, Any]] = {}
         self.commit_pause: Callable[[RunState], None] | None = None  # set by the driver
         self.tool_calls = 0
         self.retries = 0
@@ -188,6 +192,8 @@ class RunContext:
             approvals=self.approvals,
             invalid_tool_inputs=dict(self.invalid_tool_inputs) if pending else {},
             parent_run_id=self.parent_run_id,
+            round_results=tuple(self.round_results.values()),
+            subruns=dict(self.subruns),
         )
 
     def snapshot(self) -> RunSnapshot:
@@ -217,3 +223,5 @@ class RunContext:
         self.inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
         self.invalid_tool_inputs = dict(state.invalid_tool_inputs)
         self.decisions = decisions
+        self.round_results = {result["toolUseId"]: result for result in state.round_results}
+        self.subruns = {key: dict(info) for key, info in state.subruns.items()}

@@ -47,12 +47,14 @@ from ..events import (
 from ..hooks import AfterModelCall, AfterToolCall, BeforeModelCall, BeforeToolCall
 from ..messages import CANCELLED_TEXT, ContentBlock, Message, StreamEvent, ToolResult, ToolUse
 from ..models.base import ModelRequest
-from ..tools._batch import ToolBatch, ToolCall
+from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
+from ..tools._results import error_result
 from ..tools.context import ToolContext
 from ._assemble import MessageAssembler
 from ._context import RunContext
-from ._history import add_user_blocks, close_turn, tool_result_message
+from ._history import add_user_blocks, answer_round, close_turn, tool_result_message
 from ._state import Step, StepName
+from ._subruns import cancel_subruns
 
 __all__ = ["STEPS", "end_cancelled", "end_failed"]
 
@@ -240,6 +242,8 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     )
     results: list[ToolResult] = []
     injected: list[ContentBlock] = []
+    pausing: dict[str, SubRunPaused] = {}
+    completed = False
     try:
         for event in batch.run():
             if type(event) is ToolEnd:
@@ -253,17 +257,25 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
             if hooks is not None:
                 _tool_event_to_hooks(ctx, event, cycle)
             yield event
+        completed = True
     finally:
         # One result per call, whatever happened (cancel, closed stream, Ctrl-C, a hook).
         results = batch.finish()
-        injected = ctx.inbox.take()
-        message = tool_result_message(results)
-        message["content"].extend(injected)
-        ctx.messages.append(message)
+        pausing = _children_paused(ctx, calls, batch, results, completed)
         ctx.pending_tool_ids = ()
         ctx.decisions = {}  # they answer this round only, never a later call reusing an id
         ctx.tool_time += time.perf_counter() - started
         ctx.phase = "idle"
+        if not pausing:
+            ctx.round_results, ctx.subruns = {}, {}
+            injected = ctx.inbox.take()
+            message = tool_result_message(results)
+            message["content"].extend(injected)
+            ctx.messages.append(message)
+    if pausing:  # a child waits for approval: this round waits with it
+        approvals = tuple(request for paused in pausing.values() for request in paused.approvals)
+        yield from _pause(ctx, approvals)
+        return None
     ctx.steps.append(
         Step(cycle=cycle, message=assistant, tool_results=tuple(results), injected=tuple(injected))
     )
@@ -271,6 +283,38 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     if injected:
         yield InputInjected(content=tuple(injected), run_id=ctx.run_id)
     return "model"
+
+
+def _children_paused(
+    ctx: RunContext,
+    calls: list[ToolCall],
+    batch: ToolBatch,
+    results: list[ToolResult],
+    completed: bool,
+) -> dict[str, SubRunPaused]:
+    """The calls whose sub-agent paused for approval, by ``toolUseId``, if the round
+    pauses with them (it ran to its end, uncancelled): then the round's finished results
+    and the paused children are recorded for the resume. Otherwise the paused children
+    are cancelled and their calls answered "Cancelled by user" (in ``results``)."""
+    if not batch.paused:
+        return {}
+    paused = {calls[index].tool_use["toolUseId"]: child for index, child in batch.paused.items()}
+    if not completed or ctx.scope.cancelled:
+        subruns = {key: {"run_id": child.run_id} for key, child in paused.items()}
+        cancel_subruns(subruns, ctx.store, ctx.scope.reason or "cancelled")
+        for index in batch.paused:
+            results[index] = error_result(calls[index].tool_use["toolUseId"], CANCELLED_TEXT)
+        return {}
+    ctx.round_results = {r["toolUseId"]: r for r in results if r["toolUseId"] not in paused}
+    ctx.subruns = {
+        key: {
+            "run_id": child.run_id,
+            "conversation_id": child.conversation_id,
+            "requests": [request.id for request in child.approvals],
+        }
+        for key, child in paused.items()
+    }
+    return paused
 
 
 def _tool_calls(ctx: RunContext, assistant: Message) -> list[ToolCall]:
@@ -286,7 +330,16 @@ def _tool_calls(ctx: RunContext, assistant: Message) -> list[ToolCall]:
             tool=tools.get(tool_use["name"]),
             invalid_input=invalid.get(tool_use["toolUseId"]),
         )
-        decision = ctx.decisions.get(tool_use["toolUseId"])
+        tool_use_id = tool_use["toolUseId"]
+        if tool_use_id in ctx.round_results:  # finished before the round paused
+            calls.append(replace(call, result=ctx.round_results[tool_use_id]))
+            continue
+        subrun = ctx.subruns.get(tool_use_id)
+        if subrun is not None:  # a paused child: resumed with the decisions for it
+            answers = {i: ctx.decisions[i] for i in subrun["requests"] if i in ctx.decisions}
+            calls.append(replace(call, resume=(subrun, answers)))
+            continue
+        decision = ctx.decisions.get(tool_use_id)
         if isinstance(decision, Deny):
             call = replace(call, denied=decision.reason or "the reviewer said no")
         elif decision is not None:
@@ -328,6 +381,8 @@ def _awaiting_approval(ctx: RunContext, assistant: Message) -> bool:
         tool_use = block.get("toolUse")
         if tool_use is None or tool_use["toolUseId"] in ctx.decisions:
             continue
+        if tool_use["toolUseId"] in ctx.round_results or tool_use["toolUseId"] in ctx.subruns:
+            continue  # ran (or its sub-agent paused) before this round paused
         tool = ctx.settings.tools.get(tool_use["name"])
         if tool is None or tool.requires_approval is False:
             continue
@@ -354,15 +409,24 @@ def approval_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | Non
             tool_use=tool_use,
             schema=tools[tool_use["name"]].decision_schema,
             expires_at=expires_at,
+            run_id=ctx.run_id,
         )
         for tool_use in ctx.awaiting
     )
+    yield from _pause(ctx, approvals)
+    return None
+
+
+def _pause(
+    ctx: RunContext, approvals: tuple[ApprovalRequest, ...]
+) -> Generator[AgentEvent, None, None]:
+    """Pause on ``approvals`` (the run's own, or its paused children's): the state is
+    committed before anyone is told of it."""
     ctx.pause(approvals)
     if ctx.commit_pause is not None:
         ctx.commit_pause(ctx.state())  # committed before anyone is told of it
     logger.debug("run_id=<%s>, approvals=<%d> | paused for approval", ctx.run_id, len(approvals))
     yield ApprovalRequired(approvals=approvals, run_id=ctx.run_id)
-    return None
 
 
 def finish_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
@@ -403,6 +467,10 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
     Returns:
         The queued input that was written to the history.
     """
+    if ctx.subruns:  # resumed, then cancelled before its paused children went on
+        cancel_subruns(ctx.subruns, ctx.store, ctx.scope.reason or "cancelled")
+    answer_round(ctx.messages, tuple(ctx.round_results.values()))
+    ctx.round_results, ctx.subruns = {}, {}
     queued = ctx.inbox.close()
     add_user_blocks(ctx.messages, queued)
     close_turn(ctx.messages, CANCELLED_TEXT)

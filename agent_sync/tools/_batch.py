@@ -47,12 +47,31 @@ from ._results import describe_exception, error_result, result_from_value
 from .context import ToolContext
 from .decorator import Tool
 
-__all__ = ["ToolBatch", "ToolCall"]
+__all__ = ["SubRunPaused", "ToolBatch", "ToolCall"]
 
 # The logger name users filter on (docs/tools.md), from before this module was private.
 logger = logging.getLogger("agent_sync.tools.executor")
 
 _WAKE = object()
+
+
+class SubRunPaused(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a sub-agent's tool (``agent.as_tool()``) whose child run paused for
+    approval: the call has no result yet, and the caller's round pauses with it.
+
+    Attributes:
+        run_id: The paused child run.
+        conversation_id: Its conversation in the store, or ``None`` (in memory).
+        approvals: The requests it waits for (its own and its descendants').
+    """
+
+    def __init__(
+        self, run_id: str, conversation_id: str | None, approvals: tuple[Any, ...]
+    ) -> None:
+        super().__init__(f"sub-agent run {run_id} waits for approval")
+        self.run_id = run_id
+        self.conversation_id = conversation_id
+        self.approvals = approvals
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +95,11 @@ class ToolCall:
     denied: str | None = None
     input: dict[str, Any] | None = None
     decision: Approve | None = None
+    result: ToolResult | None = None
+    """A call of a paused round that finished before the pause: not run again (no
+    events), its result kept."""
+    resume: Any = None
+    """For a sub-agent's call whose child paused: what resumes it (``context._resume``)."""
 
 
 class ToolBatch:
@@ -100,6 +124,7 @@ class ToolBatch:
         self._available = ", ".join(available) or "none"
         self._grace = grace_period
         self._store = store
+        self.paused: dict[int, SubRunPaused] = {}  # calls whose sub-agent paused (index ->)
         self._results: list[ToolResult | None] = [None] * len(self._calls)
         self._outstanding = len(self._calls)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -192,6 +217,9 @@ class ToolBatch:
                 yield payload
                 continue
             tool_use = self._calls[index].tool_use
+            if self._calls[index].result is not None:  # finished before a pause: no events
+                self._record(index, payload)
+                continue
             if kind == "start":
                 yield ToolStart(tool_use=tool_use, run_id=self._run_id)
             else:
@@ -225,11 +253,18 @@ class ToolBatch:
 
     def _call(self, index: int) -> tuple[ToolResult, float]:
         call = self._calls[index]
+        if call.result is not None:
+            return call.result, 0.0
         if self._scope.cancelled:  # checkpoint between sequential tools
             return error_result(call.tool_use["toolUseId"], CANCELLED_TEXT), 0.0
         self._queue.put(("start", index, None))
         started = time.perf_counter()
-        result = self._execute(call)
+        try:
+            result = self._execute(call)
+        except SubRunPaused as paused:  # no result yet: the round pauses with the child
+            with self._lock:
+                self.paused[index] = paused
+            result = error_result(call.tool_use["toolUseId"], "Waiting for approval.")
         return result, time.perf_counter() - started
 
     def _report(self, index: int, outcome: tuple[ToolResult, float] | None) -> None:
@@ -291,11 +326,14 @@ class ToolBatch:
             decision=call.decision,
             _emit=self._emitter(),
             _store=self._store,
+            _resume=call.resume,
         )
         try:
             value = call.tool.run(tool_input, context)
         except CancelledError:
             return error_result(tool_use_id, CANCELLED_TEXT)
+        except SubRunPaused:
+            raise
         except BaseException as exc:  # the worker must always report, whatever the tool raised
             if self._scope.cancelled:
                 return error_result(tool_use_id, CANCELLED_TEXT)

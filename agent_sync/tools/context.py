@@ -130,6 +130,9 @@ class ToolContext:
     """Puts an event into the run's stream (a sub-agent's events: ``agent.as_tool()``)."""
     _store: tuple[Any, float] | None = None
     """The run's store and lease (a sub-agent's runs are stored there), if it has one."""
+    _resume: Any = None
+    """For a sub-agent's call whose child paused for approval: what resumes the child
+    (its ``subruns`` entry and the decisions for its requests)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, _RunBoundAgent):

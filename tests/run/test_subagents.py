@@ -307,35 +307,6 @@ def test_a_named_conversation_goes_on_across_calls_without_a_store() -> None:
     assert [len(call.messages) for call in model.calls] == [1, 3]  # the child remembered
 
 
-def test_a_gated_tool_in_a_child_is_denied_with_a_clear_reason() -> None:
-    ran = []
-
-    @tool(requires_approval=True)
-    def wipe() -> str:
-        """Wipe everything."""
-        ran.append(1)
-        return "wiped"
-
-    researcher = Agent(
-        ScriptedModel([{"tool_calls": [{"name": "wipe", "input": {}}]}, "could not wipe"]),
-        tools=[wipe],
-    )
-    boss = Agent(
-        ScriptedModel([RESEARCH, "done"]),
-        tools=[researcher.as_tool(name="research", description="Research")],
-    )
-    events = list(boss.stream("go"))
-    assert events[-1].result.text == "done" and not ran and not boss.is_paused
-    denied = [
-        e.event.message
-        for e in events
-        if isinstance(e, SubAgentEvent)
-        and isinstance(e.event, MessageComplete)
-        and e.event.message["role"] == "user"
-    ]
-    assert "approval is not available inside a sub-agent" in str(denied)
-
-
 def test_as_tool_checks_its_arguments() -> None:
     from agent_sync.errors import UsageError
 

@@ -1,0 +1,53 @@
+"""Paused sub-agent runs a caller waits on (``agent.as_tool()`` across an approval).
+
+A child run that pauses for approval pauses its caller: the caller's state names it in
+``subruns`` (``toolUseId`` -> ``{"run_id", "conversation_id", "requests"}``). With a store
+the child's paused state is in the store (any process resumes it from there); without one
+its agent is held here, in this process, until its caller resumes or cancels it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["cancel_subruns", "hold", "take"]
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_held: dict[str, Any] = {}  # paused child run id -> its agent (children without a store)
+
+
+def hold(run_id: str, agent: Any) -> None:
+    """Keep a paused child's agent (no store) until its caller resumes or cancels it."""
+    with _lock:
+        _held[run_id] = agent
+
+
+def take(run_id: str) -> Any:
+    """The held agent of a paused child run, removed from here, or ``None``."""
+    with _lock:
+        return _held.pop(run_id, None)
+
+
+def cancel_subruns(
+    subruns: Mapping[str, Mapping[str, Any]],
+    store: tuple[Any, float] | None,
+    reason: str | None,
+) -> None:
+    """Cancel the paused children a cancelled caller waited on (cancel is a tree): each
+    child's pending calls are answered "Cancelled by user" and its turn closed. Never
+    raises (a cancel path): a failure is logged."""
+    for info in subruns.values():
+        run_id = str(info.get("run_id", ""))
+        try:
+            agent = take(run_id)
+            if agent is not None:
+                agent.cancel(reason)
+            elif store is not None:
+                store[0].cancel(run_id, reason)
+        except Exception:
+            logger.warning("run_id=<%s> | could not cancel a paused sub-agent run", run_id)
