@@ -479,8 +479,10 @@ class Agent:
         ``mode="after_turn"`` lets children finish their turn. A child that fails answers
         its call with an error result. With a store (the caller's, else this agent's),
         each child run is stored there, under a conversation of its own, with
-        ``parent_run_id``. A gated tool (``requires_approval``) in a child is denied with
-        a reason saying approval is not available inside a sub-agent.
+        ``parent_run_id``. A gated tool (``requires_approval``) in a child pauses the
+        child and the caller: the caller's ``result.approvals`` carry the child's
+        requests (with the child's ``run_id``), and the caller's :meth:`resume` resumes
+        the child with them, then goes on (from any process, with a store).
 
         Args:
             name: The tool's name, as the model calls it.

@@ -13,7 +13,7 @@ from agent_sync.testing import ScriptedModel
 from agent_sync.web._records import run_record
 from agent_sync.web.flask import chat_blueprint
 
-from ._client import SSEConnection, frames_until, serve
+from ._client import SSEConnection, frames_until, request_json, serve
 from .test_ui_stream import RUN, by_type, parts_of, record
 
 
@@ -84,3 +84,59 @@ def test_ai_sdk_mode_maps_subagent_records_to_data_parts() -> None:
     texts = [p["delta"] for p in by_type(parts, "text-delta")]
     assert "".join(texts) == "done"  # the children's text stays in their data parts
     assert by_type(parts, "finish")[-1]["finishReason"] == "stop"
+
+
+def test_a_childs_approval_is_asked_and_answered_through_the_routes() -> None:
+    deleted: list[str] = []
+
+    @tool(requires_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: The file.
+        """
+        deleted.append(path)
+        return f"deleted {path}"
+
+    store = MemoryRunStore()
+    asks = {"tool_calls": [{"name": "delete_file", "input": {"path": "/x"}}]}
+    janitor_model = ScriptedModel([asks, "deleted it"])  # shared by every request's agents
+    lead_model = ScriptedModel(
+        [{"tool_calls": [{"name": "clean", "input": {"prompt": "go"}}]}, "clean"]
+    )
+
+    def make_agent(cid: str) -> Agent:
+        janitor = Agent(janitor_model, tools=[delete_file])
+        return Agent(
+            lead_model,
+            tools=[janitor.as_tool(name="clean", description="Clean up")],
+            store=store,
+            conversation_id=cid,
+        )
+
+    app = flask.Flask(__name__)
+    app.register_blueprint(
+        chat_blueprint(make_agent, store=store, keepalive=0.5, authorize=lambda r, c: True),
+        url_prefix="/api",
+    )
+    with serve(app) as server:
+        port = server.server_port
+        conn = SSEConnection(port, "/api/chat", {"conversation_id": "c1", "message": "tidy"})
+        try:
+            frames = frames_until(conn, "approval_required")
+            lead = frames[0].data["run_id"]
+            request = frames[-1].data
+            assert request["run_id"] == lead and request["tool_use"]["name"] == "delete_file"
+            assert deleted == [] and store.get(lead).status == "paused"  # type: ignore[union-attr]
+            decision = {"decisions": {request["approval_id"]: True}}
+            assert request_json(port, "POST", f"/api/runs/{lead}/decisions", decision) == (
+                202,
+                {"run_id": lead, "status": "running"},
+            )
+            rest = frames_until(conn, "done")
+        finally:
+            conn.drop()
+    assert deleted == ["/x"] and rest[-1].data["text"] == "clean"
+    inner = [f.data["event"] for f in rest if f.event == "subagent"]
+    assert "".join(e["text"] for e in inner if e["type"] == "text") == "deleted it"
