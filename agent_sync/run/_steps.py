@@ -48,13 +48,12 @@ from ..hooks import AfterModelCall, AfterToolCall, BeforeModelCall, BeforeToolCa
 from ..messages import CANCELLED_TEXT, ContentBlock, Message, StreamEvent, ToolResult, ToolUse
 from ..models.base import ModelRequest
 from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
-from ..tools._results import error_result
 from ..tools.context import ToolContext
 from ._assemble import MessageAssembler
 from ._context import RunContext
 from ._history import add_user_blocks, answer_round, close_turn, tool_result_message
 from ._state import Step, StepName
-from ._subruns import cancel_subruns
+from ._subruns import cancel_subruns, round_paused
 
 __all__ = ["STEPS", "end_cancelled", "end_failed"]
 
@@ -261,7 +260,7 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     finally:
         # One result per call, whatever happened (cancel, closed stream, Ctrl-C, a hook).
         results = batch.finish()
-        pausing = _children_paused(ctx, calls, batch, results, completed)
+        pausing = round_paused(ctx, calls, batch, results, completed=completed)
         ctx.pending_tool_ids = ()
         ctx.decisions = {}  # they answer this round only, never a later call reusing an id
         ctx.tool_time += time.perf_counter() - started
@@ -283,38 +282,6 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     if injected:
         yield InputInjected(content=tuple(injected), run_id=ctx.run_id)
     return "model"
-
-
-def _children_paused(
-    ctx: RunContext,
-    calls: list[ToolCall],
-    batch: ToolBatch,
-    results: list[ToolResult],
-    completed: bool,
-) -> dict[str, SubRunPaused]:
-    """The calls whose sub-agent paused for approval, by ``toolUseId``, if the round
-    pauses with them (it ran to its end, uncancelled): then the round's finished results
-    and the paused children are recorded for the resume. Otherwise the paused children
-    are cancelled and their calls answered "Cancelled by user" (in ``results``)."""
-    if not batch.paused:
-        return {}
-    paused = {calls[index].tool_use["toolUseId"]: child for index, child in batch.paused.items()}
-    if not completed or ctx.scope.cancelled:
-        subruns = {key: {"run_id": child.run_id} for key, child in paused.items()}
-        cancel_subruns(subruns, ctx.store, ctx.scope.reason or "cancelled")
-        for index in batch.paused:
-            results[index] = error_result(calls[index].tool_use["toolUseId"], CANCELLED_TEXT)
-        return {}
-    ctx.round_results = {r["toolUseId"]: r for r in results if r["toolUseId"] not in paused}
-    ctx.subruns = {
-        key: {
-            "run_id": child.run_id,
-            "conversation_id": child.conversation_id,
-            "requests": [request.id for request in child.approvals],
-        }
-        for key, child in paused.items()
-    }
-    return paused
 
 
 def _tool_calls(ctx: RunContext, assistant: Message) -> list[ToolCall]:

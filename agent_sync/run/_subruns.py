@@ -11,9 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["cancel_subruns", "hold", "take"]
+from ..messages import CANCELLED_TEXT, ToolResult
+from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
+from ..tools._results import error_result
+
+if TYPE_CHECKING:
+    from ._context import RunContext
+
+__all__ = ["cancel_subruns", "hold", "round_paused", "take"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,3 +58,36 @@ def cancel_subruns(
                 store[0].cancel(run_id, reason)
         except Exception:
             logger.warning("run_id=<%s> | could not cancel a paused sub-agent run", run_id)
+
+
+def round_paused(
+    ctx: RunContext,
+    calls: list[ToolCall],
+    batch: ToolBatch,
+    results: list[ToolResult],
+    *,
+    completed: bool,
+) -> dict[str, SubRunPaused]:
+    """The calls whose sub-agent paused for approval, by ``toolUseId``, if the round
+    pauses with them (it ran to its end, uncancelled): then the round's finished results
+    and the paused children are recorded for the resume. Otherwise the paused children
+    are cancelled and their calls answered "Cancelled by user" (in ``results``)."""
+    if not batch.paused:
+        return {}
+    paused = {calls[index].tool_use["toolUseId"]: child for index, child in batch.paused.items()}
+    if not completed or ctx.scope.cancelled:
+        subruns = {key: {"run_id": child.run_id} for key, child in paused.items()}
+        cancel_subruns(subruns, ctx.store, ctx.scope.reason or "cancelled")
+        for index in batch.paused:
+            results[index] = error_result(calls[index].tool_use["toolUseId"], CANCELLED_TEXT)
+        return {}
+    ctx.round_results = {r["toolUseId"]: r for r in results if r["toolUseId"] not in paused}
+    ctx.subruns = {
+        key: {
+            "run_id": child.run_id,
+            "conversation_id": child.conversation_id,
+            "requests": [request.id for request in child.approvals],
+        }
+        for key, child in paused.items()
+    }
+    return paused
