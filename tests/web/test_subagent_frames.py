@@ -140,3 +140,51 @@ def test_a_childs_approval_is_asked_and_answered_through_the_routes() -> None:
     assert deleted == ["/x"] and rest[-1].data["text"] == "clean"
     inner = [f.data["event"] for f in rest if f.event == "subagent"]
     assert "".join(e["text"] for e in inner if e["type"] == "text") == "deleted it"
+
+
+def test_a_denied_child_request_does_not_mark_the_leads_call_denied() -> None:
+    """The child's and the lead's calls may share a ``toolUseId`` (each model numbers its
+    own): a denial answers the child's call only."""
+    store = MemoryRunStore()
+
+    @tool(requires_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: The file.
+        """
+        return f"deleted {path}"
+
+    asks = {"tool_calls": [{"name": "delete_file", "input": {"path": "/x"}, "id": "call_1"}]}
+    janitor_model = ScriptedModel([asks, "could not"])
+    lead_call = {"name": "clean", "input": {"prompt": "go"}, "id": "call_1"}
+    lead_model = ScriptedModel([{"tool_calls": [lead_call]}, "told"])
+
+    def make_agent(cid: str) -> Agent:
+        janitor = Agent(janitor_model, tools=[delete_file])
+        return Agent(
+            lead_model,
+            tools=[janitor.as_tool(name="clean", description="Clean up")],
+            store=store,
+            conversation_id=cid,
+        )
+
+    app = flask.Flask(__name__)
+    app.register_blueprint(
+        chat_blueprint(make_agent, store=store, keepalive=0.5, authorize=lambda r, c: True),
+        url_prefix="/api",
+    )
+    with serve(app) as server:
+        port = server.server_port
+        conn = SSEConnection(port, "/api/chat", {"conversation_id": "c1", "message": "tidy"})
+        try:
+            request = frames_until(conn, "approval_required")[-1].data
+            deny = {"decisions": {request["approval_id"]: {"approved": False, "reason": "no"}}}
+            path = f"/api/runs/{request['run_id']}/decisions"
+            assert request_json(port, "POST", path, deny)[0] == 202
+            rest = frames_until(conn, "done")
+        finally:
+            conn.drop()
+    (lead_end,) = [f.data for f in rest if f.event == "tool_end"]
+    assert lead_end["id"] == "call_1" and lead_end["status"] == "success"
