@@ -123,7 +123,7 @@ class _SubAgent:
             if not stored:
                 subruns.hold(result.run_id, child)
             conversation = child._settings.conversation_id if stored else None
-            raise SubRunPaused(result.run_id, conversation, result.approvals)
+            raise SubRunPaused(result.run_id, conversation, result.approvals, result.usage)
         return _answer(result, parent.cancel_requested)
 
     def _paused_child(self, info: Mapping[str, Any], context: ToolContext) -> Agent:

@@ -53,7 +53,7 @@ from ._assemble import MessageAssembler
 from ._context import RunContext
 from ._history import add_user_blocks, answer_round, close_turn, tool_result_message
 from ._state import Step, StepName
-from ._subruns import cancel_subruns, round_paused
+from ._subruns import cancel_subruns, child_usage, round_paused
 
 __all__ = ["STEPS", "end_cancelled", "end_failed"]
 
@@ -250,7 +250,8 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
                 ctx.pending_tool_ids = tuple(i for i in ctx.pending_tool_ids if i != done)
             elif type(event) is SubAgentEvent:
                 if type(event.event) is Done:  # a child's usage (its children's included)
-                    ctx.add_usage(event.event.result.usage)
+                    usage = event.event.result.usage
+                    ctx.add_usage(child_usage(ctx, event.tool_use_id, usage))  # type: ignore[arg-type]
                 yield event  # a sub-agent's event: not the hooks' (they see its own)
                 continue
             if hooks is not None:

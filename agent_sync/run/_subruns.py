@@ -20,7 +20,7 @@ from ..tools._results import error_result
 if TYPE_CHECKING:
     from ._context import RunContext
 
-__all__ = ["cancel_subruns", "hold", "round_paused", "take"]
+__all__ = ["cancel_subruns", "child_usage", "hold", "round_paused", "take"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,15 @@ def round_paused(
             "run_id": child.run_id,
             "conversation_id": child.conversation_id,
             "requests": [request.id for request in child.approvals],
+            "usage": child.usage,
         }
         for key, child in paused.items()
     }
     return paused
+
+
+def child_usage(ctx: RunContext, tool_use_id: str, usage: Mapping[str, int]) -> dict[str, int]:
+    """What a child's final usage adds to its caller's: all of it, or for a child resumed
+    after a pause, what it used since (the rest was counted when it paused)."""
+    before = ctx.subruns.get(tool_use_id, {}).get("usage") or {}
+    return {key: int(value) - int(before.get(key, 0)) for key, value in usage.items()}

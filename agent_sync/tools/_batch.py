@@ -34,7 +34,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,15 +63,22 @@ class SubRunPaused(Exception):  # noqa: N818 - a signal, not an error
         run_id: The paused child run.
         conversation_id: Its conversation in the store, or ``None`` (in memory).
         approvals: The requests it waits for (its own and its descendants').
+        usage: Its usage so far (counted in the caller's already: a resumed child's
+            usage goes on from it).
     """
 
     def __init__(
-        self, run_id: str, conversation_id: str | None, approvals: tuple[Any, ...]
+        self,
+        run_id: str,
+        conversation_id: str | None,
+        approvals: tuple[Any, ...],
+        usage: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(f"sub-agent run {run_id} waits for approval")
         self.run_id = run_id
         self.conversation_id = conversation_id
         self.approvals = approvals
+        self.usage = dict(usage or {})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -233,3 +233,24 @@ def test_store_cancel_of_a_paused_lead_cancels_its_paused_children(
     assert grandchild.cancel_reason == "from afar"
     boss = lead(store)
     assert not boss.is_paused and validate_history(boss.messages) == []
+
+
+def test_the_lead_usage_counts_every_model_call_once_across_a_pause() -> None:
+    usage = {"inputTokens": 10, "outputTokens": 1}
+
+    def turns(*specs: Any) -> ScriptedModel:
+        return ScriptedModel([{**turn, "usage": usage} for turn in specs])
+
+    digger = Agent(turns(WIPE, {"text": "dug"}), tools=[wipe])
+    researcher = Agent(
+        turns(DEEP, {"text": "found"}), tools=[digger.as_tool(name="deep", description="Dig")]
+    )
+    boss = Agent(
+        turns(RESEARCH, {"text": "done"}),
+        tools=[researcher.as_tool(name="research", description="Research"), note],
+    )
+    paused = boss.invoke("go")
+    assert paused.usage["inputTokens"] == 30  # the lead's first call, the child's, the grandchild's
+    (request,) = paused.approvals
+    result = boss.resume({request.id: True})
+    assert result.usage["inputTokens"] == 60 and result.usage["outputTokens"] == 6
