@@ -131,7 +131,9 @@ class Tree:
                     snapshot = store.get(run_id)
                     assert snapshot is not None and snapshot.parent_run_id is not None
                     assert snapshot.status == "cancelled" and snapshot.cancel_reason == reason
-            for name in _conversations(store):
+            names = _conversations(store)
+            assert len(names) == (2 if self.digger_model.run_ids else 1)  # one per child run
+            for name in names:
                 logged = list(store.load(name).messages)
                 assert validate_history(logged) == [], name
                 assert texts(logged[-1])[-1] == CANCELLED_TEXT
