@@ -33,6 +33,10 @@ class ApprovalRequest:
     expires_at: float | None
     """Epoch seconds after which the request is answered ``Deny("approval expired")``
     (``Agent(approval_timeout=...)``), or ``None``."""
+    run_id: str | None = None
+    """The run whose tool call waits: the paused run's own id, or a sub-agent's run
+    (``agent.as_tool()``) whose request its caller carries; ``None`` in states stored by
+    an older version."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (see :meth:`from_dict`)."""
@@ -41,6 +45,7 @@ class ApprovalRequest:
             "tool_use": dict(self.tool_use),
             "schema": self.schema,
             "expires_at": self.expires_at,
+            "run_id": self.run_id,
         }
 
     @classmethod
@@ -51,6 +56,7 @@ class ApprovalRequest:
             tool_use=data["tool_use"],
             schema=data.get("schema"),
             expires_at=data.get("expires_at"),
+            run_id=data.get("run_id"),
         )
 
 

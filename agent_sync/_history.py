@@ -11,10 +11,12 @@ the turn of a run it cancels while paused or fails when its owner died.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .messages import CANCELLED_TEXT, ContentBlock, Message, ToolResult
 from .tools._results import error_result
 
-__all__ = ["add_user_blocks", "close_turn", "tool_result_message"]
+__all__ = ["add_user_blocks", "answer_round", "close_turn", "tool_result_message"]
 
 
 def tool_result_message(results: list[ToolResult]) -> Message:
@@ -58,3 +60,17 @@ def add_user_blocks(messages: list[Message], blocks: list[ContentBlock]) -> None
         messages[-1]["content"].extend(blocks)
     else:
         messages.append({"role": "user", "content": list(blocks)})
+
+
+def answer_round(messages: list[Message], results: Sequence[ToolResult]) -> None:
+    """Answer a trailing assistant message's calls with ``results`` where one is known (a
+    round paused on a sub-agent's approvals keeps its finished calls' real results when
+    it is cancelled), "Cancelled by user" for the rest, in place. No-op without results.
+    """
+    if not results or not messages or messages[-1]["role"] != "assistant":
+        return
+    known = {result["toolUseId"]: result for result in results}
+    pending = [b["toolUse"]["toolUseId"] for b in messages[-1]["content"] if "toolUse" in b]
+    if pending:
+        answers = [known.get(i) or error_result(i, CANCELLED_TEXT) for i in pending]
+        messages.append(tool_result_message(answers))

@@ -84,6 +84,9 @@ class RunSnapshot:
     """Set once the run is over (``"end_turn"``, ``"cancelled"``, ...)."""
     cancel_reason: str | None = None
     """Why it was cancelled, if it was."""
+    parent_run_id: str | None = None
+    """For a sub-agent's run (a tool made with ``agent.as_tool()``): the run that called
+    it; ``None`` for a top-level run."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -142,6 +145,16 @@ class RunState:
     output: Any = None
     """With an ``output_type``: the validated answer as JSON (the type is not stored;
     ``None`` until there is one)."""
+    parent_run_id: str | None = None
+    """For a sub-agent's run (a tool made with ``agent.as_tool()``): the run that called
+    it; ``None`` for a top-level run."""
+    round_results: tuple[ToolResult, ...] = ()
+    """While paused on a sub-agent's approvals: the results of the round's calls that
+    finished (they are not run again on resume)."""
+    subruns: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """While paused on a sub-agent's approvals: ``toolUseId`` -> ``{"run_id",
+    "conversation_id", "requests"}`` of each paused child run (its conversation in the
+    store, ``None`` without one; the ids of the requests it waits for)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready ``dict`` (``"format": "agent_sync.run/1"``), independent of the run."""
@@ -162,6 +175,9 @@ class RunState:
             "approvals": [json_ready(request.to_dict()) for request in self.approvals],
             "invalid_tool_inputs": dict(self.invalid_tool_inputs),
             "output": copy.deepcopy(self.output),
+            "parent_run_id": self.parent_run_id,
+            "round_results": json_ready(list(self.round_results)),
+            "subruns": json_ready(dict(self.subruns)),
         }
 
     @classmethod
@@ -207,6 +223,9 @@ class RunState:
                 ),
                 invalid_tool_inputs=dict(_typed(data, "invalid_tool_inputs", dict)),
                 output=copy.deepcopy(data.get("output")),
+                parent_run_id=_optional(data, "parent_run_id"),
+                round_results=tuple(from_json_ready(data.get("round_results") or [])),
+                subruns=dict(from_json_ready(data.get("subruns") or {})),
             )
         except KeyError as exc:
             raise UsageError(f"a RunState dict needs the field {exc.args[0]!r}") from None

@@ -12,14 +12,15 @@ finished run (``False``/``UsageError``), never the next invocation.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar, Union
 
 from ._decisions import ApprovalRequest, Approve, Decision, Deny
 from ._prompt import history_copy
-from .cancel import CancelToken, check_mode
+from .cancel import CancelScope, CancelToken, check_mode
 from .context import ContextPolicy, SlidingWindow, Summarizing
 from .context._keeper import ContextKeeper
 from .errors import RunConflictError, UsageError
@@ -34,7 +35,9 @@ from .run._durable import StoreLink, load_log
 from .run._handle import AgentStream, StepsRun
 from .run._settings import UNSET, RunSettings, Unset, agent_settings, call_settings
 from .run._slot import RunSlot
+from .run._subruns import cancel_subruns
 from .stores._protocol import RunStore
+from .tools.context import ToolContext
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
 
@@ -498,11 +501,96 @@ class Agent:
             return self._cancel_stored(reason, mode)
         return self._cancel_paused()
 
+    def as_tool(
+        self,
+        *,
+        name: str,
+        description: str,
+        conversation_id: Callable[[ToolContext[Any]], str] | None = None,
+    ) -> Tool[Any]:
+        """This agent as a tool of another agent: each call is a child run of the calling
+        run (a sub-agent).
+
+        This agent is a template: each call runs on a fresh copy of it (same model, tools
+        and settings, an empty history), so one tool serves parallel calls and this
+        agent's own ``messages`` are never touched. The model calls the tool with a
+        ``prompt``; the child's final text (or ``result.output`` with an
+        ``output_type``) is the tool's result, and the caller's ``result.usage``
+        includes the child's. Each child run has its own ``run_id``; its events reach
+        the caller's stream wrapped in :class:`~agent_sync.events.SubAgentEvent`.
+
+        Cancel is a tree: cancelling the caller (any thread, ``timeout=``, a
+        ``CancelToken``, ``store.cancel`` from another process) cancels every running
+        child within milliseconds (its call answered "Cancelled by user");
+        ``mode="after_turn"`` lets children finish their turn. A child that fails answers
+        its call with an error result. With a store (the caller's, else this agent's),
+        each child run is stored there, under a conversation of its own, with
+        ``parent_run_id``. A gated tool (``requires_approval``) in a child pauses the
+        child and the caller: the caller's ``result.approvals`` carry the child's
+        requests (with the child's ``run_id``), and the caller's :meth:`resume` resumes
+        the child with them, then goes on (from any process, with a store).
+
+        Args:
+            name: The tool's name, as the model calls it.
+            description: What the sub-agent does (the model reads it).
+            conversation_id: A factory ``(context) -> str`` naming the child's
+                conversation per call (calls with the same name continue it: in the store,
+                or in memory without one); by default each call starts a fresh one.
+
+        Raises:
+            UsageError: An invalid name, description or factory.
+        """
+        from ._subagent import subagent_tool
+
+        return subagent_tool(
+            self, name=name, description=description, conversation_id=conversation_id
+        )
+
+    def _stored(self) -> tuple[RunStore, float] | None:
+        """This agent's store and lease, if it has a store."""
+        return (self._store, self._lease_s) if self._store is not None else None
+
+    def _spawn(self, stored: tuple[RunStore, float] | None, conversation_id: str | None) -> Agent:
+        """A fresh copy of this agent (a sub-agent call's): same settings, its own empty
+        history (or the stored conversation's), in ``stored`` if given."""
+        child = copy.copy(self)
+        child._store, child._lease_s = stored if stored is not None else (None, self._lease_s)
+        keeper = self._settings.context  # a policy learns per conversation: a fresh keeper
+        child._settings = replace(
+            self._settings,
+            conversation_id=conversation_id,
+            context=(
+                ContextKeeper(keeper.policy, store=child._store, conversation_id=conversation_id)
+                if keeper is not None
+                else None
+            ),
+        )
+        child._slot = RunSlot([])
+        if child._store is not None:
+            child._refresh()
+        return child
+
+    def _open_child(
+        self,
+        prompt: Prompt,
+        parent: CancelScope,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+    ) -> AgentStream:
+        """Stream a sub-agent's run (or its resume with ``decisions``) as a child of
+        ``parent``."""
+        resume = self._checked_resume(decisions) if decisions is not None else None
+        call = self._call(None, UNSET, None, UNSET, None, UNSET)
+        return self._open(
+            prompt, call, emit_deltas=True, face=AgentStream, resume=resume, parent=parent
+        )
+
     def _cancel_paused(self) -> bool:
         """Drop a paused run: pending calls answered "Cancelled by user", turn closed."""
         paused = self._slot.drop_paused()
         if paused is None:
             return False
+        cancel_subruns(paused.subruns, None, "cancelled")  # the paused children it waited on
         logger.debug("run_id=<%s> | paused run cancelled", paused.run_id)
         return True
 
@@ -568,12 +656,13 @@ class Agent:
         emit_deltas: bool,
         face: Callable[[RunDriver], _Face],
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
+        parent: CancelScope | None = None,
     ) -> _Face:
         """Start a run that the caller drives, and return ``face(driver)``, its owning handle.
 
         The handle is made inside the ``try``: a Ctrl-C before it exists releases the agent.
         """
-        driver = self._new_run(prompt, call, emit_deltas=emit_deltas, resume=resume)
+        driver = self._new_run(prompt, call, emit_deltas=emit_deltas, resume=resume, parent=parent)
         try:
             driver.start()
             return face(driver)
@@ -588,6 +677,7 @@ class Agent:
         *,
         emit_deltas: bool,
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
+        parent: CancelScope | None = None,
     ) -> RunDriver:
         return RunDriver(
             agent=self,
@@ -604,6 +694,7 @@ class Agent:
                 if self._store is not None
                 else None
             ),
+            parent=parent,
         )
 
     @staticmethod

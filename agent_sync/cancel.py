@@ -101,6 +101,7 @@ class CancelScope:
         "_after_turn",
         "_after_turn_reason",
         "_callbacks",
+        "_children",
         "_closed",
         "_lock",
         "_next_key",
@@ -119,11 +120,17 @@ class CancelScope:
         self._next_key = 0
         self._after_turn = False  # a cancel(mode="after_turn") waits for the turn's end
         self._after_turn_reason: str | None = None
+        self._children: dict[int, CancelScope] = {}  # linked child runs' scopes (link())
 
     @property
     def cancelled(self) -> bool:
         """Whether ``cancel()`` has been called on this scope."""
         return self.event.is_set()
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether a cancel has been asked for, now or after the turn in flight."""
+        return self._after_turn or self.event.is_set()
 
     @property
     def closed(self) -> bool:
@@ -153,6 +160,10 @@ class CancelScope:
             self.event.set()
             callbacks = list(self._callbacks.values())
             self._callbacks.clear()
+            children = list(self._children.values())
+            self._children.clear()
+        for child in children:  # first: a child run's abort is what frees its parent's tool
+            child.cancel(self._reason)
         for callback in callbacks:
             self._run_callback(callback)
         return True
@@ -172,7 +183,11 @@ class CancelScope:
             if not self._after_turn:
                 self._after_turn_reason = reason
                 self._after_turn = True
-            return True
+            reason = self._after_turn_reason
+            children = list(self._children.values())
+        for child in children:  # child runs finish their own turn too
+            child.cancel_after_turn(reason)
+        return True
 
     def end_of_turn(self) -> None:
         """The loop's checkpoint between turns: a pending after-turn request cancels now."""
@@ -180,6 +195,36 @@ class CancelScope:
             asked, reason = self._after_turn, self._after_turn_reason
         if asked and not self.event.is_set():
             self.cancel(reason)
+
+    def link(self, child: CancelScope) -> Callable[[], None]:
+        """Make ``child`` (a sub-agent's run, started by a tool of this run) part of this
+        scope's tree until the returned function is called: a cancel of this scope cancels
+        it (with this scope's reason), and a ``cancel_after_turn`` asks it to finish its
+        turn too. Linking to a scope already cancelled (or asked to stop after its turn)
+        passes that on at once, in this thread, as a :class:`CancelToken` link does.
+
+        Returns:
+            A function that unlinks ``child`` (safe to call more than once, any thread).
+        """
+        with self._lock:
+            cancelled = self.event.is_set()
+            after_turn = self._after_turn
+            if not cancelled and not self._closed:
+                key = self._next_key
+                self._next_key += 1
+                self._children[key] = child
+                unlink: Callable[[], None] = partial(self._unlink_child, key)
+            else:
+                unlink = _noop
+        if cancelled:
+            child.cancel(self._reason)
+        elif after_turn:
+            child.cancel_after_turn(self._after_turn_reason)
+        return unlink
+
+    def _unlink_child(self, key: int) -> None:
+        with self._lock:
+            self._children.pop(key, None)
 
     def register_abort(self, callback: AbortCallback) -> Callable[[], None]:
         """Register ``callback`` to run once when the scope is cancelled.
@@ -216,6 +261,7 @@ class CancelScope:
         with self._lock:
             self._closed = True
             self._callbacks.clear()
+            self._children.clear()
 
     def _unregister(self, key: int) -> None:
         with self._lock:

@@ -33,6 +33,7 @@ __all__ = [
     "ModelRetry",
     "PartialOutput",
     "ReasoningDelta",
+    "SubAgentEvent",
     "TextDelta",
     "ToolEnd",
     "ToolStart",
@@ -179,6 +180,27 @@ class Done:
         }
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubAgentEvent:
+    """An event of a sub-agent's run (a tool made with ``agent.as_tool()``), as seen in the
+    stream of the run that called it.
+
+    The calling run's own events are never wrapped; a grandchild's event is wrapped once
+    per level (a ``SubAgentEvent`` whose ``event`` is a ``SubAgentEvent``). The child's
+    ``Done`` comes through too: its result is the child's.
+    """
+
+    type: ClassVar[Literal["subagent"]] = "subagent"
+    run_id: str = ""
+    """The child run's id (the run the wrapped event belongs to)."""
+    parent_run_id: str
+    """The run whose tool call started the child."""
+    tool_use_id: str
+    """The parent's tool call (``toolUseId``) the child answers."""
+    event: AgentEvent
+    """The child's event, unchanged."""
+
+
 AgentEvent: TypeAlias = Union[
     TextDelta,
     ReasoningDelta,
@@ -189,6 +211,7 @@ AgentEvent: TypeAlias = Union[
     ToolEnd,
     InputInjected,
     ApprovalRequired,
+    SubAgentEvent,
     Done,
 ]
 """Any event ``Agent.stream()`` yields.

@@ -29,7 +29,8 @@ EXPIRED_REASON = "approval expired"
 def check_decisions(
     state: RunState, tools: Mapping[str, Tool[Any]], decisions: object
 ) -> dict[str, Approve | Deny]:
-    """The decisions as ``toolUseId`` -> ``Approve``/``Deny``, or raise.
+    """The decisions as ``toolUseId`` -> ``Approve``/``Deny`` (a paused sub-agent's
+    requests, which the run carries for its child: request id -> decision), or raise.
 
     Raises:
         DecisionValidationError: Missing, unknown or invalid decisions (all listed).
@@ -51,7 +52,8 @@ def check_decisions(
         tool_use = request.tool_use
         name = tool_use["name"]
         if request.expires_at is not None and now >= request.expires_at:
-            checked[tool_use["toolUseId"]] = Deny(EXPIRED_REASON)
+            own = request.run_id in (None, state.run_id)
+            checked[tool_use["toolUseId"] if own else request_id] = Deny(EXPIRED_REASON)
             continue
         if request_id not in decisions:
             problems.append(f"request {request_id} ({name}) has no decision")
@@ -62,6 +64,11 @@ def check_decisions(
                 f"request {request_id}: a decision is True, False, Approve(...) or Deny(...), "
                 f"got {type(decisions[request_id]).__name__}"
             )
+            continue
+        if request.run_id not in (None, state.run_id):  # a paused sub-agent's request:
+            # checked against its schema here, against its tool when the child resumes
+            problems.extend(_problems(request_id, decision, None, request.schema))
+            checked[request_id] = decision
             continue
         problems.extend(_problems(request_id, decision, tools.get(name), request.schema))
         checked[tool_use["toolUseId"]] = decision

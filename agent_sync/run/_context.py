@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._decisions import ApprovalRequest, Approve, Deny
-from ..messages import Message, ToolUse, Usage
+from ..messages import Message, ToolResult, ToolUse, Usage
 from ..models.base import CacheMode
 from ..result import AgentMetrics, AgentResult
 from ._hooks import NO_HOOKS, HookRunner
@@ -48,6 +48,7 @@ class RunContext:
         cache: CacheMode | None,
         agent: object = None,
         hooks: HookRunner = NO_HOOKS,
+        parent_run_id: str | None = None,
     ) -> None:
         self.settings = settings
         self.agent = agent  # what a tool's context.agent views (bound to this run)
@@ -58,6 +59,8 @@ class RunContext:
         self.emit_deltas = emit_deltas
         self.cache = cache
         self.hooks = hooks
+        self.parent_run_id = parent_run_id  # a sub-agent's run: the run that called it
+        self.store: tuple[Any, float] | None = None  # (store, lease_s): sub-agents' runs go there
         self.inbox = Inbox()
         # what snapshot() reads: each written with one store of an immutable value
         self.status: RunStatus = "running"
@@ -75,6 +78,10 @@ class RunContext:
         self.decisions: dict[str, Approve | Deny] = {}  # toolUseId -> a human's answer
         self.approvals: tuple[ApprovalRequest, ...] = ()  # while paused
         self.awaiting: tuple[ToolUse, ...] = ()  # gated calls without a decision
+        # a round paused on a sub-agent's approvals: its finished calls' results, and
+        # toolUseId -> the paused child run ({"run_id", "conversation_id", "requests"})
+        self.round_results: dict[str, ToolResult] = {}
+        self.subruns: dict[str, dict[str, Any]] = {}
         self.commit_pause: Callable[[RunState], None] | None = None  # set by the driver
         self.tool_calls = 0
         self.retries = 0
@@ -168,6 +175,9 @@ class RunContext:
             approvals=self.approvals,
             invalid_tool_inputs=dict(self.invalid_tool_inputs) if pending else {},
             output=output_json(self),
+            parent_run_id=self.parent_run_id,
+            round_results=tuple(self.round_results.values()),
+            subruns=dict(self.subruns),
         )
 
     def snapshot(self) -> RunSnapshot:
@@ -185,6 +195,7 @@ class RunContext:
             conversation_id=self.settings.conversation_id,
             stop_reason=None if result is None else result.stop_reason,
             cancel_reason=None if result is None else result.cancel_reason,
+            parent_run_id=self.parent_run_id,
         )
 
     def restore(self, state: RunState, decisions: dict[str, Approve | Deny]) -> None:
@@ -196,3 +207,5 @@ class RunContext:
         self.inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
         self.invalid_tool_inputs = dict(state.invalid_tool_inputs)
         self.decisions = decisions
+        self.round_results = {result["toolUseId"]: result for result in state.round_results}
+        self.subruns = {key: dict(info) for key, info in state.subruns.items()}

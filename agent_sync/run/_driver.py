@@ -93,6 +93,7 @@ class RunDriver:
         emit_deltas: bool,
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
         link: StoreLink | None = None,
+        parent: CancelScope | None = None,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise UsageError("timeout must be positive (seconds)")
@@ -108,7 +109,11 @@ class RunDriver:
             emit_deltas=emit_deltas,
             cache=cache,
             agent=agent,
+            parent_run_id=parent.run_id if parent is not None else None,
         )
+        self._parent = parent  # a sub-agent's run: the calling run's scope (cancel is a tree)
+        if link is not None:
+            self._ctx.store = (link.store, link.lease_s)
         self._resume = resume
         self._link = link
         if resume is not None:
@@ -242,6 +247,8 @@ class RunDriver:
             self._deadline = schedule(self._timeout, self._timed_out)
         if self._token is not None:
             undo.callback(self._token._link(self._scope))
+        if self._parent is not None:
+            undo.callback(self._parent.link(self._scope))
 
     def _prompt_blocks(self, messages: list[Message]) -> list[ContentBlock]:
         prompt = self._prompt

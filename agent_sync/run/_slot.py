@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConcurrentInvocationError, PendingApprovalError
 from ..messages import CANCELLED_TEXT, Message
-from ._history import add_user_blocks, close_turn
+from ._history import add_user_blocks, answer_round, close_turn
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -185,6 +185,7 @@ class RunSlot:
             if paused is None or self._driver is not None:
                 return None
             self._paused = None
+            answer_round(self._messages, paused.round_results)
             queued = [block for blocks in paused.queued_inputs for block in blocks]
             add_user_blocks(self._messages, queued)
             close_turn(self._messages, CANCELLED_TEXT)

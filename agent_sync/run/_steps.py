@@ -37,21 +37,24 @@ from ..errors import ContextWindowOverflowError, ModelStreamError
 from ..events import (
     AgentEvent,
     ApprovalRequired,
+    Done,
     InputInjected,
     MessageComplete,
     ModelRetry,
+    SubAgentEvent,
     ToolEnd,
     ToolStart,
 )
 from ..messages import CANCELLED_TEXT, ContentBlock, Message, StreamEvent, ToolResult, ToolUse
 from ..models.base import ModelRequest
-from ..tools._batch import ToolBatch, ToolCall
+from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
 from ..tools.context import ToolContext
 from ._assemble import MessageAssembler
 from ._context import RunContext
-from ._history import add_user_blocks, close_turn, tool_result_message
+from ._history import add_user_blocks, answer_round, close_turn, tool_result_message
 from ._output import output_request, output_step, partial_tracker
 from ._state import Step, StepName
+from ._subruns import cancel_subruns, child_usage, round_paused
 
 __all__ = ["STEPS", "end_cancelled", "end_failed"]
 
@@ -244,27 +247,44 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         max_workers=settings.max_tool_workers if settings.tool_executor == "concurrent" else 1,
         grace_period=settings.tool_grace_period,
         deps=settings.deps,
+        store=ctx.store,
     )
     results: list[ToolResult] = []
     injected: list[ContentBlock] = []
+    pausing: dict[str, SubRunPaused] = {}
+    completed = False
     try:
         for event in batch.run():
             if type(event) is ToolEnd:
                 done = event.tool_use["toolUseId"]
                 ctx.pending_tool_ids = tuple(i for i in ctx.pending_tool_ids if i != done)
+            elif type(event) is SubAgentEvent:
+                if type(event.event) is Done:  # a child's usage (its children's included)
+                    usage = event.event.result.usage
+                    ctx.add_usage(child_usage(ctx, event.tool_use_id, usage))  # type: ignore[arg-type]
+                yield event  # a sub-agent's event: not the hooks' (they see its own)
+                continue
             _tool_event_to_hooks(ctx, event, cycle)
             yield event
+        completed = True
     finally:
         # One result per call, whatever happened (cancel, closed stream, Ctrl-C, a hook).
         results = batch.finish()
-        injected = ctx.inbox.take()
-        message = tool_result_message(results)
-        message["content"].extend(injected)
-        ctx.messages.append(message)
+        pausing = round_paused(ctx, calls, batch, results, completed=completed)
         ctx.pending_tool_ids = ()
         ctx.decisions = {}  # they answer this round only, never a later call reusing an id
         ctx.tool_time += time.perf_counter() - started
         ctx.phase = "idle"
+        if not pausing:
+            ctx.round_results, ctx.subruns = {}, {}
+            injected = ctx.inbox.take()
+            message = tool_result_message(results)
+            message["content"].extend(injected)
+            ctx.messages.append(message)
+    if pausing:  # a child waits for approval: this round waits with it
+        approvals = tuple(request for paused in pausing.values() for request in paused.approvals)
+        yield from _pause(ctx, approvals)
+        return None
     ctx.steps.append(
         Step(cycle=cycle, message=assistant, tool_results=tuple(results), injected=tuple(injected))
     )
@@ -287,7 +307,16 @@ def _tool_calls(ctx: RunContext, assistant: Message) -> list[ToolCall]:
             tool=tools.get(tool_use["name"]),
             invalid_input=invalid.get(tool_use["toolUseId"]),
         )
-        decision = ctx.decisions.get(tool_use["toolUseId"])
+        tool_use_id = tool_use["toolUseId"]
+        if tool_use_id in ctx.round_results:  # finished before the round paused
+            calls.append(replace(call, result=ctx.round_results[tool_use_id]))
+            continue
+        subrun = ctx.subruns.get(tool_use_id)
+        if subrun is not None:  # a paused child: resumed with the decisions for it
+            answers = {i: ctx.decisions[i] for i in subrun["requests"] if i in ctx.decisions}
+            calls.append(replace(call, resume=(subrun, answers)))
+            continue
+        decision = ctx.decisions.get(tool_use_id)
         if isinstance(decision, Deny):
             call = replace(call, denied=decision.reason or "the reviewer said no")
         elif decision is not None:
@@ -323,6 +352,8 @@ def _awaiting_approval(ctx: RunContext, assistant: Message) -> bool:
         tool_use = block.get("toolUse")
         if tool_use is None or tool_use["toolUseId"] in ctx.decisions:
             continue
+        if tool_use["toolUseId"] in ctx.round_results or tool_use["toolUseId"] in ctx.subruns:
+            continue  # ran (or its sub-agent paused) before this round paused
         tool = ctx.settings.tools.get(tool_use["name"])
         if tool is None or tool.requires_approval is False:
             continue
@@ -351,15 +382,24 @@ def approval_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | Non
             tool_use=tool_use,
             schema=tools[tool_use["name"]].decision_schema,
             expires_at=expires_at,
+            run_id=ctx.run_id,
         )
         for tool_use in ctx.awaiting
     )
+    yield from _pause(ctx, approvals)
+    return None
+
+
+def _pause(
+    ctx: RunContext, approvals: tuple[ApprovalRequest, ...]
+) -> Generator[AgentEvent, None, None]:
+    """Pause on ``approvals`` (the run's own, or its paused children's): the state is
+    committed before anyone is told of it."""
     ctx.pause(approvals)
     if ctx.commit_pause is not None:
         ctx.commit_pause(ctx.state())  # committed before anyone is told of it
     logger.debug("run_id=<%s>, approvals=<%d> | paused for approval", ctx.run_id, len(approvals))
     yield ApprovalRequired(approvals=approvals, run_id=ctx.run_id)
-    return None
 
 
 def finish_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
@@ -401,6 +441,10 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
     Returns:
         The queued input that was written to the history.
     """
+    if ctx.subruns:  # resumed, then cancelled before its paused children went on
+        cancel_subruns(ctx.subruns, ctx.store, ctx.scope.reason or "cancelled")
+    answer_round(ctx.messages, tuple(ctx.round_results.values()))
+    ctx.round_results, ctx.subruns = {}, {}
     queued = ctx.inbox.close()
     add_user_blocks(ctx.messages, queued)
     close_turn(ctx.messages, CANCELLED_TEXT)

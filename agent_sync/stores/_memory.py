@@ -45,6 +45,7 @@ from ._rules import (
     snapshot_of,
     stale_write,
     storable_id,
+    subrun_ids,
 )
 
 __all__ = ["MemoryRunStore"]
@@ -254,14 +255,17 @@ class MemoryRunStore:
                 return False
             self._expire(run.conversation_id)
             state = decode_state(run.state)
-            if state.status == "paused":
-                self._write(run, cancelled_while_paused(state, reason), now)
+            if state.status == "running":
+                signal = RunSignal(run_id=run_id, kind="cancel", reason=reason, mode=mode)
+                run.signals.append(signal)
+                self._signalled.notify_all()
                 return True
-            if state.status != "running":
+            if state.status != "paused":
                 return False
-            run.signals.append(RunSignal(run_id=run_id, kind="cancel", reason=reason, mode=mode))
-            self._signalled.notify_all()
-            return True
+            self._write(run, cancelled_while_paused(state, reason), now)
+        for child in subrun_ids(state):  # the paused children it waited on
+            self.cancel(child, reason)
+        return True
 
     def inject(self, run_id: str, content: Sequence[ContentBlock] | str) -> None:
         blocks = tuple(content_blocks(content, what="injected input"))  # checked at the edge

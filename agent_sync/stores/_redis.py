@@ -80,6 +80,7 @@ from ._rules import (
     snapshot_of,
     stale_write,
     storable_id,
+    subrun_ids,
 )
 
 if TYPE_CHECKING:
@@ -272,11 +273,13 @@ class RedisRunStore(RedisEventLog):
                 continue
             if outcome != "paused":
                 return False  # unknown, or over
-            state = cancelled_while_paused(decode_state(text(reply[2])), reason)
+            paused = decode_state(text(reply[2]))
             try:
-                self._write(state, version=int(text(reply[1])))
+                self._write(cancelled_while_paused(paused, reason), version=int(text(reply[1])))
             except RunConflictError:
                 continue  # resumed or cancelled meanwhile: look again
+            for child in subrun_ids(paused):  # the paused children it waited on
+                self.cancel(child, reason)
             return True
         raise StoreUnavailableError(f"run {run_id!r} kept changing while it was cancelled")
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._encodable import clean_text, loads_stored
-from .._history import add_user_blocks, close_turn
+from .._history import add_user_blocks, answer_round, close_turn
 from .._run_state import RunSnapshot, RunState, from_json_ready, json_ready
 from ..errors import (
     ConcurrentInvocationError,
@@ -53,6 +53,7 @@ __all__ = [
     "WORKER_STOPPED_TEXT",
     "abandoned",
     "cancelled_while_paused",
+    "subrun_ids",
     "decode_messages",
     "decode_state",
     "encode_messages",
@@ -89,10 +90,17 @@ def abandoned(state: RunState) -> RunState:
     )
 
 
+def subrun_ids(state: RunState) -> list[str]:
+    """The paused child runs a paused run waits on (a sub-agent's approvals): a store's
+    ``cancel`` of the run cancels them too (cancel is a tree)."""
+    return [str(info["run_id"]) for info in state.subruns.values() if info.get("run_id")]
+
+
 def cancelled_while_paused(state: RunState, reason: str | None) -> RunState:
     """A paused run cancelled: pending calls answered "Cancelled by user", queued input
     written, a closing assistant message: the history a cancel leaves in a running turn."""
     messages = [_copy(message) for message in state.messages]
+    answer_round(messages, state.round_results)
     add_user_blocks(messages, _queued(state))
     close_turn(messages, CANCELLED_TEXT)
     return replace(
@@ -103,6 +111,8 @@ def cancelled_while_paused(state: RunState, reason: str | None) -> RunState:
         pending_tool_uses=(),
         queued_inputs=(),
         approvals=(),
+        round_results=(),
+        subruns={},
         invalid_tool_inputs={},
         stop_reason="cancelled",
         cancel_reason=reason,
@@ -125,6 +135,7 @@ def snapshot_of(state: RunState, *, started_at: float, updated_at: float) -> Run
         conversation_id=state.conversation_id,
         stop_reason=state.stop_reason,
         cancel_reason=state.cancel_reason,
+        parent_run_id=state.parent_run_id,
     )
 
 

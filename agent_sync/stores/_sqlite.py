@@ -68,6 +68,7 @@ from ._rules import (
     snapshot_of,
     stale_write,
     storable_id,
+    subrun_ids,
 )
 from ._sqlite_events import SQLiteEventLog
 from ._sqlite_runs import (
@@ -294,16 +295,19 @@ class SQLiteRunStore(SQLiteEventLog):
             state = decode_state(
                 db.execute("SELECT state FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0]
             )
-            if state.status == "paused":
-                write_state(db, cancelled_while_paused(state, reason), time.time())
+            if state.status == "running":
+                db.execute(
+                    "INSERT INTO signals (run_id, kind, reason, content) "
+                    "VALUES (?, 'cancel', ?, ?)",
+                    (run_id, reason, mode),  # a cancel's content column holds its mode
+                )
                 return True
-            if state.status != "running":
+            if state.status != "paused":
                 return False
-            db.execute(
-                "INSERT INTO signals (run_id, kind, reason, content) VALUES (?, 'cancel', ?, ?)",
-                (run_id, reason, mode),  # a cancel's content column holds its mode
-            )
-            return True
+            write_state(db, cancelled_while_paused(state, reason), time.time())
+        for child in subrun_ids(state):  # the paused children it waited on
+            self.cancel(child, reason)
+        return True
 
     def inject(self, run_id: str, content: Sequence[ContentBlock] | str) -> None:
         blocks = content_blocks(content, what="injected input")  # checked at the edge

@@ -34,26 +34,52 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._decisions import Approve
 from .._signal_safe import sliced
 from ..cancel import CancelledError, CancelScope
-from ..events import ToolEnd, ToolStart
+from ..events import AgentEvent, ToolEnd, ToolStart
 from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
 from . import _abandoned
 from ._results import describe_exception, error_result, result_from_value
 from .context import ToolContext
 from .decorator import Tool
 
-__all__ = ["ToolBatch", "ToolCall"]
+__all__ = ["SubRunPaused", "ToolBatch", "ToolCall"]
 
 # The logger name users filter on (docs/tools.md), from before this module was private.
 logger = logging.getLogger("agent_sync.tools.executor")
 
 _WAKE = object()
+
+
+class SubRunPaused(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by a sub-agent's tool (``agent.as_tool()``) whose child run paused for
+    approval: the call has no result yet, and the caller's round pauses with it.
+
+    Attributes:
+        run_id: The paused child run.
+        conversation_id: Its conversation in the store, or ``None`` (in memory).
+        approvals: The requests it waits for (its own and its descendants').
+        usage: Its usage so far (counted in the caller's already: a resumed child's
+            usage goes on from it).
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        conversation_id: str | None,
+        approvals: tuple[Any, ...],
+        usage: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(f"sub-agent run {run_id} waits for approval")
+        self.run_id = run_id
+        self.conversation_id = conversation_id
+        self.approvals = approvals
+        self.usage = dict(usage or {})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +103,11 @@ class ToolCall:
     denied: str | None = None
     input: dict[str, Any] | None = None
     decision: Approve | None = None
+    result: ToolResult | None = None
+    """A call of a paused round that finished before the pause: not run again (no
+    events), its result kept."""
+    resume: Any = None
+    """For a sub-agent's call whose child paused: what resumes it (``context._resume``)."""
 
 
 class ToolBatch:
@@ -98,6 +129,7 @@ class ToolBatch:
         max_workers: int,
         grace_period: float,
         deps: Any = None,
+        store: tuple[Any, float] | None = None,
     ) -> None:
         self._calls = list(calls)
         self._deps = deps
@@ -106,6 +138,8 @@ class ToolBatch:
         self._run_id = run_id
         self._available = ", ".join(available) or "none"
         self._grace = grace_period
+        self._store = store
+        self.paused: dict[int, SubRunPaused] = {}  # calls whose sub-agent paused (index ->)
         self._results: list[ToolResult | None] = [None] * len(self._calls)
         self._outstanding = len(self._calls)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -121,7 +155,7 @@ class ToolBatch:
         self._started = False
         self._unregister = scope.register_abort(lambda: self._queue.put(_WAKE))
 
-    def run(self) -> Iterator[ToolStart | ToolEnd]:
+    def run(self) -> Iterator[AgentEvent]:
         """Start the workers, then yield start/end events as tools run, until every call has
         a result or cancel's grace period is over.
 
@@ -180,7 +214,7 @@ class ToolBatch:
             if item is not _WAKE and item[0] == "end":
                 self._record(item[1], item[2])
 
-    def _drain(self, *, grace: bool = True) -> Iterator[ToolStart | ToolEnd]:
+    def _drain(self, *, grace: bool = True) -> Iterator[AgentEvent]:
         while self._outstanding:
             if grace and self._grace_deadline is None and self._scope.cancelled:
                 self._grace_deadline = time.monotonic() + self._grace
@@ -196,7 +230,13 @@ class ToolBatch:
             if item is _WAKE:
                 continue
             kind, index, payload = item
+            if kind == "event":  # a tool's own event (a sub-agent's), between start and end
+                yield payload
+                continue
             tool_use = self._calls[index].tool_use
+            if self._calls[index].result is not None:  # finished before a pause: no events
+                self._record(index, payload)
+                continue
             if kind == "start":
                 yield ToolStart(tool_use=tool_use, run_id=self._run_id)
             else:
@@ -230,11 +270,18 @@ class ToolBatch:
 
     def _call(self, index: int) -> tuple[ToolResult, float]:
         call = self._calls[index]
+        if call.result is not None:
+            return call.result, 0.0
         if self._scope.cancelled:  # checkpoint between sequential tools
             return error_result(call.tool_use["toolUseId"], CANCELLED_TEXT), 0.0
         self._queue.put(("start", index, None))
         started = time.perf_counter()
-        result = self._execute(call)
+        try:
+            result = self._execute(call)
+        except SubRunPaused as paused:  # no result yet: the round pauses with the child
+            with self._lock:
+                self.paused[index] = paused
+            result = error_result(call.tool_use["toolUseId"], "Waiting for approval.")
         return result, time.perf_counter() - started
 
     def _report(self, index: int, outcome: tuple[ToolResult, float] | None) -> None:
@@ -254,6 +301,16 @@ class ToolBatch:
             tool_use["name"],
             outcome[1],
         )
+
+    def _emitter(self) -> Callable[[AgentEvent], None]:
+        """How a running tool puts an event into the run's stream (from its worker thread;
+        the loop's thread yields it): a sub-agent's events (``agent.as_tool()``)."""
+        put = self._queue.put
+
+        def emit(event: AgentEvent) -> None:
+            put(("event", -1, event))
+
+        return emit
 
     def _execute(self, call: ToolCall) -> ToolResult:
         tool_use = call.tool_use
@@ -285,11 +342,16 @@ class ToolBatch:
             _scope=self._scope,
             decision=call.decision,
             deps=self._deps,
+            _emit=self._emitter(),
+            _store=self._store,
+            _resume=call.resume,
         )
         try:
             value = call.tool.call_with(arguments, context)
         except CancelledError:
             return error_result(tool_use_id, CANCELLED_TEXT)
+        except SubRunPaused:
+            raise
         except BaseException as exc:  # the worker must always report, whatever the tool raised
             if self._scope.cancelled:
                 return error_result(tool_use_id, CANCELLED_TEXT)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -135,6 +136,13 @@ class ToolContext(Generic[DepsT]):
     object, passed as it is and shared by the run's tools (concurrent tools use it from
     several threads at once). Never stored: a run resumed in another process gets that
     process's ``deps``."""
+    _emit: Callable[[Any], None] | None = None
+    """Puts an event into the run's stream (a sub-agent's events: ``agent.as_tool()``)."""
+    _store: tuple[Any, float] | None = None
+    """The run's store and lease (a sub-agent's runs are stored there), if it has one."""
+    _resume: Any = None
+    """For a sub-agent's call whose child paused for approval: what resumes the child
+    (its ``subruns`` entry and the decisions for its requests)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, _RunBoundAgent):

@@ -28,6 +28,11 @@ Records, in the order a run makes them:
 ``input_injected``  ``{"content": [blocks]}``: injected input went out (no binary data)
 ``partial_output``  ``{"partial"}``: the structured answer so far (``output_type``; a
                     growing answer's partials are kept geometrically, see ``_partials``)
+``subagent``        ``{"run_id", "parent_run_id", "tool_use_id", "event": {record}}``: a
+                    sub-agent's record (``agent.as_tool()``): ``run_id`` is the child run,
+                    ``event`` the record its event makes (a ``step`` there has no
+                    ``cycle``; a grandchild's is a ``subagent`` record in it; the child's
+                    ``done`` comes too)
 ``done``            ``{"run_id", "stop_reason", "cancel_reason", "usage", "text"}``: last
 ``error``           ``{"error", "message", "retryable", "status"?}``: last, the run failed
                     (``StoreUnavailable``/``StoreError``: its records could not be stored)
@@ -55,6 +60,7 @@ from ..events import (
     ModelRetry,
     PartialOutput,
     ReasoningDelta,
+    SubAgentEvent,
     TextDelta,
     ToolEnd,
     ToolStart,
@@ -143,6 +149,17 @@ def records_of(
         return [{"type": "partial_output", "partial": event.partial}]
     if isinstance(event, InputInjected):
         return [{"type": "input_injected", "content": public_blocks(event.content)}]
+    if isinstance(event, SubAgentEvent):
+        return [
+            {
+                "type": "subagent",
+                "run_id": event.run_id,
+                "parent_run_id": event.parent_run_id,
+                "tool_use_id": event.tool_use_id,
+                "event": record,
+            }
+            for record in _child_records(event.event)
+        ]
     if isinstance(event, ApprovalRequired):
         return [
             {
@@ -160,6 +177,17 @@ def records_of(
             for request in event.approvals
         ]
     return []
+
+
+def _child_records(event: AgentEvent) -> list[dict[str, Any]]:
+    """The records a sub-agent's event makes inside its ``subagent`` record."""
+    if isinstance(event, Done):
+        return [done_record(event)]
+    records = records_of(event, cycle=0)
+    for record in records:
+        if record["type"] == "step":
+            del record["cycle"]  # the child's model calls are not counted here
+    return records
 
 
 def cancelled_tool_ends(calls: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -278,11 +306,20 @@ def native_frame(run_id: str, seq: int, record: Mapping[str, Any]) -> bytes:
     ``json.dumps`` escapes every control character, so the payload is one line and cannot
     inject SSE fields; a record read back from the store encodes to the same bytes.
     """
-    data = {
-        key: value for key, value in record.items() if key != "type" and key not in _AI_SDK_ONLY
-    }
+    data = _native_fields(record)
+    data.pop("type", None)
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
     return f"id: {event_id(run_id, seq)}\nevent: {record['type']}\ndata: {payload}\n\n".encode()
+
+
+def _native_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record without the fields only the AI SDK encoder reads, nested records too (a
+    sub-agent's ``tool_end`` in a ``subagent`` record keeps its output to itself)."""
+    data = {key: value for key, value in record.items() if key not in _AI_SDK_ONLY}
+    nested = data.get("event")
+    if data.get("type") == "subagent" and isinstance(nested, Mapping):
+        data["event"] = _native_fields(nested)
+    return data
 
 
 def public_blocks(blocks: Sequence[Any]) -> list[dict[str, Any]]:

@@ -150,7 +150,9 @@ class RunControl:
         denied = {
             pending[approval_id].tool_use["toolUseId"]
             for approval_id, decision in decisions.items()
-            if approval_id in pending and (decision is False or isinstance(decision, Deny))
+            if approval_id in pending
+            and (decision is False or isinstance(decision, Deny))
+            and pending[approval_id].run_id in (None, run_id)  # a sub-agent's is its own
         }
         logged = self._store.read_events(run_id)
         return Publisher(

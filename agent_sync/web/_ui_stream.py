@@ -23,6 +23,9 @@ Mapping (one encoder per response; it may start at any record of a log):
 ``retry``,              a transient ``data-agent-sync`` part ``{event, ...}`` (``onData``
 ``input_injected``,     sees it; it is not kept in the message)
 ``partial_output``
+``subagent``            the same, ``{event: "subagent", run_id, parent_run_id,
+                        tool_use_id, record}``: the child's record (a grandchild's is a
+                        ``subagent`` record in it)
 ``done``                ``finish`` (``stop``, ``length`` or ``other``); cancelled: the
                         open part closed, ``abort`` ``{reason}``, then ``finish``
 ``error``               ``error`` ``{errorText}`` (the client stops reading there)
@@ -167,6 +170,10 @@ class UIStreamEncoder:
             )
         elif kind == "tool_end":
             self._tool_end(parts, record)
+        elif kind == "subagent":  # the child's record under "record" ("event" names the kind)
+            data = {k: v for k, v in record.items() if k not in ("type", "event")}
+            data.update(event=kind, record=record.get("event"))
+            parts.append({"type": DATA_PART, "data": data, "transient": True})
         elif kind in ("retry", "input_injected", "partial_output"):
             data = {"event": kind, **{k: v for k, v in record.items() if k != "type"}}
             parts.append({"type": DATA_PART, "data": data, "transient": True})

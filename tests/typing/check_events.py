@@ -18,6 +18,7 @@ from agent_sync.events import (
     ModelRetry,
     PartialOutput,
     ReasoningDelta,
+    SubAgentEvent,
     TextDelta,
     ToolEnd,
     ToolStart,
@@ -48,6 +49,8 @@ def narrows_on_type(agent: Agent) -> None:
             assert_type(event, ApprovalRequired)
         elif event.type == "partial_output":
             assert_type(event, PartialOutput)
+        elif event.type == "subagent":
+            assert_type(event, SubAgentEvent)
         else:
             assert_type(event, Done)
 

@@ -1,0 +1,173 @@
+"""Sub-agents: ``Agent.as_tool()``, a tool whose every call is a child run of the calling run.
+
+The agent ``as_tool`` was called on is a *template*: each call runs on a fresh copy of it
+(same model, tools and settings; its own history), so one sub-agent tool serves parallel
+calls and the template's own ``messages`` are never touched. The child run:
+
+* is a run of its own (its own ``run_id``, on its events and on the ``CancelScope`` its
+  model is given), started in the tool's worker thread;
+* is part of the caller's cancel tree: its scope is linked to the calling run's
+  (:meth:`~agent_sync.cancel.CancelScope.link`), so any cancel of the caller (a thread, a
+  timeout, a token, a store cancel from another process) reaches it at once, and
+  ``mode="after_turn"`` lets it finish its own turn;
+* streams its events into the caller's stream, each wrapped in a
+  :class:`~agent_sync.events.SubAgentEvent` (through the tool's context, from the worker
+  thread to the loop's); its ``Done`` carries its usage, which the caller adds to its own;
+* with a store (the caller's, else the template's), is stored there with its
+  ``parent_run_id``, under a conversation of its own.
+
+The call's result is the child's final text (or ``result.output`` when the template has an
+``output_type``). A child cancelled with its caller answers the call "Cancelled by user";
+a child that fails answers it with an error result. A child that pauses for approval
+pauses its caller (:class:`~agent_sync.tools._batch.SubRunPaused`): the caller's
+``result.approvals`` carry the child's requests, and the caller's resume resumes the child
+with the decisions for them (:mod:`agent_sync.run._subruns`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .cancel import CancelledError
+from .errors import ToolError, UsageError
+from .events import Done, SubAgentEvent
+from .run import _subruns as subruns
+from .tools._batch import SubRunPaused
+from .tools.context import ToolContext
+from .tools.decorator import Tool
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .result import AgentResult
+
+__all__ = ["ConversationIdFactory", "subagent_tool"]
+
+logger = logging.getLogger(__name__)
+
+ConversationIdFactory = Callable[[ToolContext[Any]], str]
+"""Names the child's conversation for a call (given the call's context); calls that get
+the same name continue the same conversation."""
+
+_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "prompt": {"type": "string", "description": "The task or question for the sub-agent."}
+    },
+    "required": ["prompt"],
+    "additionalProperties": False,
+}
+
+
+def subagent_tool(
+    template: Agent,
+    *,
+    name: str,
+    description: str,
+    conversation_id: ConversationIdFactory | None = None,
+) -> Tool[Any]:
+    """The tool ``template.as_tool(...)`` returns (see :meth:`agent_sync.Agent.as_tool`)."""
+    if not isinstance(description, str) or not description.strip():
+        raise UsageError("as_tool needs a description: the model reads it to decide when to call")
+    if conversation_id is not None and not callable(conversation_id):
+        raise UsageError("conversation_id must be a callable (context) -> str, or None")
+    runner = _SubAgent(template, conversation_id)
+
+    def call(prompt: str, context: ToolContext[Any]) -> Any:
+        return runner.call(prompt, context)
+
+    return Tool(call, name=name, description=description, input_schema=_INPUT_SCHEMA)
+
+
+class _SubAgent:
+    """Runs one call of a sub-agent tool as a child run of the calling run."""
+
+    def __init__(self, template: Agent, conversations: ConversationIdFactory | None) -> None:
+        self._template = template
+        self._conversations = conversations
+        # Without a store, the children of named conversations live here (in memory).
+        self._lock = threading.Lock()
+        self._named: dict[str, Agent] = {}
+
+    def call(self, prompt: str, context: ToolContext[Any]) -> Any:
+        parent = context._scope
+        if context._resume is not None:  # the child paused for approval: go on with it
+            info, decisions = context._resume
+            child = self._paused_child(info, context)
+            stream = child._open_child(None, parent, decisions=decisions)
+        else:
+            child = self._child(context)
+            stream = child._open_child(prompt, parent)
+        result: AgentResult | None = None
+        tool_use_id = context.tool_use["toolUseId"]
+        emit = context._emit
+        with stream:
+            for event in stream:
+                if emit is not None:
+                    emit(
+                        SubAgentEvent(
+                            run_id=stream.run_id,
+                            parent_run_id=parent.run_id or "",
+                            tool_use_id=tool_use_id,
+                            event=event,
+                        )
+                    )
+                if type(event) is Done:
+                    result = event.result
+        assert result is not None
+        if result.stop_reason == "paused":  # the caller pauses with it
+            stored = child._store is not None
+            if not stored:
+                subruns.hold(result.run_id, child)
+            conversation = child._settings.conversation_id if stored else None
+            raise SubRunPaused(result.run_id, conversation, result.approvals, result.usage)
+        return _answer(result, parent.cancel_requested)
+
+    def _paused_child(self, info: Mapping[str, Any], context: ToolContext[Any]) -> Agent:
+        """The agent of a paused child run: loaded from the store, or held in memory."""
+        conversation = info.get("conversation_id")
+        stored = context._store or self._template._stored()
+        if conversation and stored is not None:
+            return self._template._spawn(stored, str(conversation))
+        agent: Agent | None = subruns.take(str(info.get("run_id")))
+        if agent is None:
+            raise ToolError(
+                f"the sub-agent's paused run {info.get('run_id')} is not held by this process "
+                "(without a store, a sub-agent's approval is resumed in the process it "
+                "paused in)"
+            )
+        return agent
+
+    def _child(self, context: ToolContext[Any]) -> Agent:
+        """The agent a call runs on: a fresh copy of the template, or the one of a named
+        conversation."""
+        template = self._template
+        stored = context._store or template._stored()
+        factory = self._conversations
+        if factory is None:
+            return template._spawn(stored, f"sub_{uuid.uuid4().hex}" if stored else None)
+        name = factory(context)
+        if not isinstance(name, str) or not name.strip():
+            raise ToolError("the sub-agent's conversation_id factory must return a non-empty str")
+        if stored is not None:
+            return template._spawn(stored, name)
+        with self._lock:  # in memory: the named conversation's agent lives with the tool
+            agent = self._named.get(name)
+            if agent is None:
+                agent = self._named[name] = template._spawn(None, name)
+            return agent
+
+
+def _answer(result: AgentResult, caller_cancelled: bool) -> Any:
+    """The call's result from the child's: its output, its text, or the cancel/failure."""
+    if result.stop_reason == "cancelled":
+        if caller_cancelled:
+            raise CancelledError(result.cancel_reason or "cancelled")
+        raise ToolError(f"the sub-agent's run {result.run_id} was cancelled")
+    output = getattr(result, "output", None)  # with an output_type: the structured output
+    if output is not None:
+        return output
+    return result.text

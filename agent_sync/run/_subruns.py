@@ -1,0 +1,101 @@
+"""Paused sub-agent runs a caller waits on (``agent.as_tool()`` across an approval).
+
+A child run that pauses for approval pauses its caller: the caller's state names it in
+``subruns`` (``toolUseId`` -> ``{"run_id", "conversation_id", "requests"}``). With a store
+the child's paused state is in the store (any process resumes it from there); without one
+its agent is held here, in this process, until its caller resumes or cancels it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..messages import CANCELLED_TEXT, ToolResult
+from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
+from ..tools._results import error_result
+
+if TYPE_CHECKING:
+    from ._context import RunContext
+
+__all__ = ["cancel_subruns", "child_usage", "hold", "round_paused", "take"]
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_held: dict[str, Any] = {}  # paused child run id -> its agent (children without a store)
+
+
+def hold(run_id: str, agent: Any) -> None:
+    """Keep a paused child's agent (no store) until its caller resumes or cancels it."""
+    with _lock:
+        _held[run_id] = agent
+
+
+def take(run_id: str) -> Any:
+    """The held agent of a paused child run, removed from here, or ``None``."""
+    with _lock:
+        return _held.pop(run_id, None)
+
+
+def cancel_subruns(
+    subruns: Mapping[str, Mapping[str, Any]],
+    store: tuple[Any, float] | None,
+    reason: str | None,
+) -> None:
+    """Cancel the paused children a cancelled caller waited on (cancel is a tree): each
+    child's pending calls are answered "Cancelled by user" and its turn closed. Never
+    raises (a cancel path): a failure is logged."""
+    for info in subruns.values():
+        run_id = str(info.get("run_id", ""))
+        try:
+            agent = take(run_id)
+            if agent is not None:
+                agent.cancel(reason)
+            elif store is not None:
+                store[0].cancel(run_id, reason)
+        except Exception:
+            logger.warning("run_id=<%s> | could not cancel a paused sub-agent run", run_id)
+
+
+def round_paused(
+    ctx: RunContext,
+    calls: list[ToolCall],
+    batch: ToolBatch,
+    results: list[ToolResult],
+    *,
+    completed: bool,
+) -> dict[str, SubRunPaused]:
+    """The calls whose sub-agent paused for approval, by ``toolUseId``, if the round
+    pauses with them (it ran to its end, uncancelled): then the round's finished results
+    and the paused children are recorded for the resume. Otherwise the paused children
+    are cancelled and their calls answered "Cancelled by user" (in ``results``)."""
+    if not batch.paused:
+        return {}
+    paused = {calls[index].tool_use["toolUseId"]: child for index, child in batch.paused.items()}
+    if not completed or ctx.scope.cancelled:
+        subruns = {key: {"run_id": child.run_id} for key, child in paused.items()}
+        cancel_subruns(subruns, ctx.store, ctx.scope.reason or "cancelled")
+        for index in batch.paused:
+            results[index] = error_result(calls[index].tool_use["toolUseId"], CANCELLED_TEXT)
+        return {}
+    ctx.round_results = {r["toolUseId"]: r for r in results if r["toolUseId"] not in paused}
+    ctx.subruns = {
+        key: {
+            "run_id": child.run_id,
+            "conversation_id": child.conversation_id,
+            "requests": [request.id for request in child.approvals],
+            "usage": child.usage,
+        }
+        for key, child in paused.items()
+    }
+    return paused
+
+
+def child_usage(ctx: RunContext, tool_use_id: str, usage: Mapping[str, int]) -> dict[str, int]:
+    """What a child's final usage adds to its caller's: all of it, or for a child resumed
+    after a pause, what it used since (the rest was counted when it paused)."""
+    before = ctx.subruns.get(tool_use_id, {}).get("usage") or {}
+    return {key: int(value) - int(before.get(key, 0)) for key, value in usage.items()}
