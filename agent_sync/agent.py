@@ -12,6 +12,7 @@ finished run (``False``/``UsageError``), never the next invocation.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -34,7 +35,7 @@ from .run._durable import StoreLink, load_log
 from .run._history import add_user_blocks, close_turn
 from .stores._protocol import RunStore
 from .stores._rules import check_mode
-from .tools._registry import collect_tools
+from .tools._registry import collect_tools, tool_sources, with_sources
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
 
@@ -165,6 +166,8 @@ class Agent:
                 f"system_prompt must be a str or None, got {type(system_prompt).__name__}"
             )
         registry = collect_tools(tools)
+        self._tool_sources = tool_sources(tools)  # MCP servers: their tools come at each run
+        self._own_tools = registry
         if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
             raise UsageError("hooks must be a list of hook objects")
         if approval_timeout is not None and not approval_timeout > 0:
@@ -574,7 +577,7 @@ class Agent:
         return RunDriver(
             agent=self,
             slot=self._slot,
-            settings=self._settings,
+            settings=self._run_settings(),
             prompt=prompt,
             timeout=timeout,
             cache=cache,
@@ -587,6 +590,17 @@ class Agent:
                 else None
             ),
         )
+
+    def _run_settings(self) -> RunSettings:
+        """The settings for a new run: with tool sources (MCP servers), their tools as they
+        list them now (a source connects at the first run; a changed list is picked up)."""
+        if not self._tool_sources:
+            return self._settings
+        tools = with_sources(self._own_tools, self._tool_sources)
+        if tools != self._settings.tools:
+            specs = tuple(t.spec for t in tools.values())
+            self._settings = dataclasses.replace(self._settings, tools=tools, tool_specs=specs)
+        return self._settings
 
     @staticmethod
     def _checked_history(messages: Sequence[Message]) -> list[Message]:

@@ -73,10 +73,13 @@ class ToolResultContent(TypedDict, total=False):
     Attributes:
         text: Plain text.
         json: Any JSON-serialisable value.
+        image: ``{"format": "png"|..., "source": {"bytes": ...}}`` (an MCP tool's image;
+            providers that take no images in tool results get a text placeholder).
     """
 
     text: str
     json: Any
+    image: dict[str, Any]
 
 
 class _ToolResultRequired(TypedDict):
@@ -428,8 +431,8 @@ def tool_result_piece_problem(piece: Any) -> str | None:
     """What is wrong with one ``toolResult`` content piece, or ``None`` if it is valid.
 
     The one rule shared by tool-result normalisation and :func:`validate_history`: a piece
-    is a dict with exactly one key, ``text`` (a ``str``) or ``json`` (a value that
-    ``json.dumps`` accepts, without NaN or infinities).
+    is a dict with exactly one key, ``text`` (a ``str``), ``json`` (a value that
+    ``json.dumps`` accepts, without NaN or infinities) or ``image`` (as an image block's).
     """
     if not isinstance(piece, dict) or len(piece) != 1:
         return "a piece is a dict with exactly one key, 'text' or 'json'"
@@ -439,6 +442,8 @@ def tool_result_piece_problem(piece: Any) -> str | None:
         return None
     if "json" in piece:
         return json_problem(piece["json"], "json")
+    if "image" in piece:
+        return _check_image(piece["image"], "user")
     return f"unknown piece kind {_short(next(iter(piece)))} (use 'text' or 'json')"
 
 

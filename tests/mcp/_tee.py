@@ -1,0 +1,38 @@
+"""Run an MCP stdio server, recording every line the client writes to it.
+
+    python _tee.py RECORDER_PORT COMMAND [ARGS...]
+
+The server gets this process's stdout and stderr; its stdin is fed from ours, line by line,
+and each line is first sent to the test's recorder (a local socket, see ``_recording.py``),
+so a test sees exactly what the server received. When our stdin ends, the server's is
+closed and we exit with its code; SIGTERM (the client's shutdown) is passed on to it.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+
+
+def main() -> int:
+    port, command = int(sys.argv[1]), sys.argv[2:]
+    recorder = socket.create_connection(("127.0.0.1", port))
+    child = subprocess.Popen(command, stdin=subprocess.PIPE)
+    signal.signal(signal.SIGTERM, lambda *_: child.terminate())
+    assert child.stdin is not None
+    for line in sys.stdin.buffer:
+        recorder.sendall(line)
+        try:
+            child.stdin.write(line)
+            child.stdin.flush()
+        except BrokenPipeError:
+            break
+    child.stdin.close()
+    recorder.close()
+    return child.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
