@@ -24,6 +24,13 @@ import pytest
 
 from tests.mcp._recording import RecordingProxy, TeeRecorder
 
+if importlib.util.find_spec("mcp") is None and not os.environ.get("CI"):
+    # without the extra the test modules cannot import agent_sync.mcp: not collected here
+    # (on CI they are, and fail); test_extra.py checks the ImportError users get instead
+    collect_ignore_glob = ["test_[!e]*.py"]
+else:
+    from agent_sync.mcp import MCPServer
+
 SERVERS = Path(__file__).resolve().parent.parent / "mcp_servers"
 EVERYTHING_JS = (
     SERVERS / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
@@ -130,3 +137,18 @@ def proxy(http_everything: HttpEverything) -> Iterator[RecordingProxy]:
     found = RecordingProxy(http_everything.port)
     yield found
     found.close()
+
+
+@pytest.fixture(params=["stdio", "http"])
+def everything(
+    request: pytest.FixtureRequest, everything_cmd: list[str], recorder: TeeRecorder
+) -> Iterator[tuple[MCPServer, TeeRecorder | RecordingProxy]]:
+    """server-everything on each transport, with what it received recorded."""
+    if request.param == "stdio":
+        server = MCPServer.stdio(recorder.wrap(everything_cmd), name="everything")
+        seen: TeeRecorder | RecordingProxy = recorder
+    else:
+        seen = request.getfixturevalue("proxy")
+        server = MCPServer.http(seen.url, name="everything")  # type: ignore[union-attr]
+    yield server, seen
+    server.close()

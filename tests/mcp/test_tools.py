@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ from agent_sync import Agent, validate_history
 from agent_sync.errors import UsageError
 from agent_sync.mcp import MCPServer, MCPTool
 from agent_sync.testing import ScriptedModel
-from tests.mcp._recording import RecordingProxy, TeeRecorder
 from tests.mcp.conftest import EVERYTHING_JS
 
 EVERYTHING_TOOLS = {
@@ -27,21 +25,6 @@ EVERYTHING_TOOLS = {
     "get-tiny-image",
     "trigger-long-running-operation",
 }
-
-
-@pytest.fixture(params=["stdio", "http"])
-def everything(
-    request: pytest.FixtureRequest, everything_cmd: list[str], recorder: TeeRecorder
-) -> Iterator[tuple[MCPServer, TeeRecorder | RecordingProxy]]:
-    """server-everything on each transport, with what it received recorded."""
-    if request.param == "stdio":
-        server = MCPServer.stdio(recorder.wrap(everything_cmd), name="everything")
-        seen: TeeRecorder | RecordingProxy = recorder
-    else:
-        seen = request.getfixturevalue("proxy")
-        server = MCPServer.http(seen.url, name="everything")  # type: ignore[union-attr]
-    yield server, seen
-    server.close()
 
 
 def results(agent: Agent) -> list[dict[str, Any]]:
