@@ -11,7 +11,7 @@ Each is a real server speaking the real protocol (the ``mcp`` SDK's server API),
 * ``mute``: never answers ``initialize`` (a server that does not start);
 * ``slow``: waits ``SLOW_START`` seconds before it serves (a slow start).
 
-Every mode also has ``ping() -> "pong"``.
+Every mode also has ``ping() -> "pong"`` and ``fail(why)`` (an ``isError`` result).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import time
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult, TextContent
 
 
 def main(mode: str) -> None:
@@ -36,6 +37,11 @@ def main(mode: str) -> None:
     def ping() -> str:
         """Answer pong."""
         return "pong"
+
+    @server.tool()
+    def fail(why: str) -> CallToolResult:
+        """Fail with ``why`` (an isError result)."""
+        return CallToolResult(content=[TextContent(type="text", text=why)], is_error=True)
 
     if mode == "grow":
 
