@@ -481,7 +481,7 @@ class Connection:
     def _with_stderr(self, reason: str) -> str:
         text = self.endpoint.redact(reason)
         tail = self._stderr.text() if self._stderr is not None else ""
-        return f"{text}; its stderr ended with:\n{tail}" if tail else text
+        return f"{text}. Its stderr ended with:\n{tail}\n" if tail else text
 
 
 def _progress_callback(sink: ProgressSink) -> Any:

@@ -336,7 +336,7 @@ class MCPServer:
             raise MCPError(f"{what}: {exc}; the call was cancelled") from None
         except ConnectionLost as exc:
             raise MCPError(
-                f"{what}: the connection was lost ({exc}); it is reconnected at the next use"
+                f"{what}: the connection was lost: {exc} (the next use reconnects)"
             ) from None
         except SDKError as exc:
             message = self._endpoint.redact(exc.message)

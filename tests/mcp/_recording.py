@@ -39,6 +39,10 @@ class _Messages:
         except ValueError:
             return
         with self._changed:
+            if isinstance(message, dict) and "tee_pid" in message:
+                self.processes.append(message)
+                self._changed.notify_all()
+                return
             self.messages.extend(message if isinstance(message, list) else [message])
             self.headers.append(headers)
             self._changed.notify_all()
@@ -63,10 +67,12 @@ class _Messages:
 
 
 class TeeRecorder(_Messages):
-    """Records what ``_tee.py`` forwards to the stdio server it wraps."""
+    """Records what ``_tee.py`` forwards to the stdio server it wraps; ``processes`` holds
+    the ``{"tee_pid", "server_pid"}`` of each tee started (one per connection)."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.processes: list[dict[str, int]] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()

@@ -25,9 +25,14 @@ def test_a_tool_the_server_adds_is_there_at_the_next_run() -> None:
     agent = Agent(model, tools=[server])
     try:
         agent.invoke("add a tool")
-        assert [spec["name"] for spec in model.calls[0].tool_specs] == ["ping", "add_tool"]
+        assert [spec["name"] for spec in model.calls[0].tool_specs] == ["ping", "fail", "add_tool"]
         agent.invoke("use it")
-        assert [spec["name"] for spec in model.calls[2].tool_specs] == ["ping", "add_tool", "fresh"]
+        assert [spec["name"] for spec in model.calls[2].tool_specs] == [
+            "ping",
+            "fail",
+            "add_tool",
+            "fresh",
+        ]
         result = agent.messages[-2]["content"][0]["toolResult"]
         assert result["status"] == "success"
         assert result["content"] == [{"json": {"result": "I am fresh"}}]
