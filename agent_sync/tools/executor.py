@@ -27,6 +27,7 @@ released from the abandoned count by its worker.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -37,8 +38,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._decisions import Approve
+from .._encodable import clean_text
 from ..cancel import CancelledError, CancelScope
-from ..events import ToolEnd, ToolStart
+from ..events import ToolEnd, ToolProgress, ToolStart
 from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
 from . import _abandoned
 from ._results import describe_exception, error_result, result_from_value
@@ -111,7 +113,7 @@ class ToolBatch:
         self._started = False
         self._unregister = scope.register_abort(lambda: self._queue.put(_WAKE))
 
-    def run(self) -> Iterator[ToolStart | ToolEnd]:
+    def run(self) -> Iterator[ToolStart | ToolProgress | ToolEnd]:
         """Start the workers, then yield start/end events as tools run, until every call has
         a result or cancel's grace period is over.
 
@@ -170,7 +172,7 @@ class ToolBatch:
             if item is not _WAKE and item[0] == "end":
                 self._record(item[1], item[2])
 
-    def _drain(self, *, grace: bool = True) -> Iterator[ToolStart | ToolEnd]:
+    def _drain(self, *, grace: bool = True) -> Iterator[ToolStart | ToolProgress | ToolEnd]:
         while self._outstanding:
             if grace and self._grace_deadline is None and self._scope.cancelled:
                 self._grace_deadline = time.monotonic() + self._grace
@@ -187,11 +189,28 @@ class ToolBatch:
             tool_use = self._calls[index].tool_use
             if kind == "start":
                 yield ToolStart(tool_use=tool_use, run_id=self._run_id)
+            elif kind == "progress":
+                if self._results[index] is None:  # a late report of a call over is dropped
+                    progress, total, message = payload
+                    yield ToolProgress(
+                        tool_use_id=tool_use["toolUseId"],
+                        progress=progress,
+                        total=total,
+                        message=message,
+                        run_id=self._run_id,
+                    )
             else:
                 result, duration = self._record(index, payload)
                 yield ToolEnd(
                     tool_use=tool_use, result=result, duration_s=duration, run_id=self._run_id
                 )
+
+    def _report_progress(
+        self, index: int, progress: float, total: float | None, message: str | None
+    ) -> None:
+        """``context.report_progress`` of call ``index`` (any thread): to the event stream."""
+        shown = None if message is None else clean_text(message)[:1000]
+        self._queue.put(("progress", index, (progress, total, shown)))
 
     def _record(self, index: int, payload: tuple[ToolResult, float]) -> tuple[ToolResult, float]:
         if self._results[index] is None:
@@ -222,7 +241,7 @@ class ToolBatch:
             return error_result(call.tool_use["toolUseId"], CANCELLED_TEXT), 0.0
         self._queue.put(("start", index, None))
         started = time.perf_counter()
-        result = self._execute(call)
+        result = self._execute(call, index)
         return result, time.perf_counter() - started
 
     def _report(self, index: int, outcome: tuple[ToolResult, float] | None) -> None:
@@ -243,7 +262,7 @@ class ToolBatch:
             outcome[1],
         )
 
-    def _execute(self, call: ToolCall) -> ToolResult:
+    def _execute(self, call: ToolCall, index: int) -> ToolResult:
         tool_use = call.tool_use
         tool_use_id, name = tool_use["toolUseId"], tool_use["name"]
         if call.denied is not None:
@@ -268,7 +287,11 @@ class ToolBatch:
         if call.input is not None:  # the tool sees the input it runs with
             tool_use = {"toolUseId": tool_use_id, "name": name, "input": tool_input}
         context = ToolContext(
-            tool_use=tool_use, agent=self._agent, _scope=self._scope, decision=call.decision
+            tool_use=tool_use,
+            agent=self._agent,
+            _scope=self._scope,
+            decision=call.decision,
+            _progress=functools.partial(self._report_progress, index),
         )
         try:
             value = call.tool.run(tool_input, context)

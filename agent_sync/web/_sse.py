@@ -35,7 +35,16 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from ..errors import ModelError, ModelHTTPError, UsageError
-from ..events import AgentEvent, Done, ModelRetry, ReasoningDelta, TextDelta, ToolEnd, ToolStart
+from ..events import (
+    AgentEvent,
+    Done,
+    ModelRetry,
+    ReasoningDelta,
+    TextDelta,
+    ToolEnd,
+    ToolProgress,
+    ToolStart,
+)
 from ._disconnect import DisconnectWatch
 from ._stall import StallGuard
 
@@ -121,8 +130,9 @@ def encode_event(event: AgentEvent) -> bytes | None:
     """Encode an agent event as an SSE frame, or ``None`` for events not sent to browsers.
 
     Sent: ``text`` and ``reasoning`` (``{"text"}``), ``retry`` (``{"attempt", "delay",
-    "error"}``), ``tool_start`` (``{"id", "name", "input"}``), ``tool_end`` (``{"id",
-    "name", "status", "duration_s"}``: not the tool's output) and ``done`` (see
+    "error"}``), ``tool_start`` (``{"id", "name", "input"}``), ``tool_progress``
+    (``{"id", "progress", "total", "message"}``), ``tool_end`` (``{"id", "name", "status",
+    "duration_s"}``: not the tool's output) and ``done`` (see
     :meth:`agent_sync.events.Done.to_dict`). ``message`` events are not sent: whole
     messages may carry tool output that is not meant for the browser.
 
@@ -139,6 +149,14 @@ def encode_event(event: AgentEvent) -> bytes | None:
         return encode_frame(
             event.type, {"id": use["toolUseId"], "name": use["name"], "input": use["input"]}
         )
+    if isinstance(event, ToolProgress):
+        data = {
+            "id": event.tool_use_id,
+            "progress": event.progress,
+            "total": event.total,
+            "message": event.message,
+        }
+        return encode_frame(event.type, data)
     if isinstance(event, ToolEnd):
         use = event.tool_use
         data = {

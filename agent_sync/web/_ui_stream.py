@@ -21,7 +21,8 @@ Mapping (one encoder per response; it may start at any record of a log):
 ``tool_start``          ``tool-input-available`` (unless already sent)
 ``tool_end``            ``tool-output-available`` / ``-error`` / ``-denied``
 ``retry``,              a transient ``data-agent-sync`` part ``{event, ...}`` (``onData``
-``input_injected``      sees it; it is not kept in the message)
+``input_injected``,     sees it; it is not kept in the message)
+``tool_progress``
 ``done``                ``finish`` (``stop``, ``length`` or ``other``); cancelled: the
                         open part closed, ``abort`` ``{reason}``, then ``finish``
 ``error``               ``error`` ``{errorText}`` (the client stops reading there)
@@ -166,7 +167,7 @@ class UIStreamEncoder:
             )
         elif kind == "tool_end":
             self._tool_end(parts, record)
-        elif kind in ("retry", "input_injected"):
+        elif kind in ("retry", "input_injected", "tool_progress"):
             data = {"event": kind, **{k: v for k, v in record.items() if k != "type"}}
             parts.append({"type": DATA_PART, "data": data, "transient": True})
         elif kind == "done":
