@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable, Collection, Sequence
 from types import TracebackType
 from typing import Any, TypeAlias, Union
@@ -100,6 +101,7 @@ class MCPServer:
         self._lock = threading.Lock()
         self._connection: Connection | None = None
         self._listed: tuple[object, tuple[MCPTool, ...]] | None = None
+        _SERVERS.add(self)
 
     # -- construction --
 
@@ -342,6 +344,21 @@ class MCPServer:
             message = self._endpoint.redact(exc.message)
             raise MCPError(f"{what}: the server refused the call: {message}") from None
         return tool_result(result)
+
+
+_SERVERS: weakref.WeakSet[MCPServer] = weakref.WeakSet()
+
+
+def _forget_connections() -> None:
+    """In a forked child: the parent's connections (their loop threads do not exist here)
+    are forgotten, never used or closed, and each server connects anew at its next use."""
+    for server in list(_SERVERS):
+        server._lock = threading.Lock()
+        server._connection = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_connections)
 
 
 def _userinfo(url: str) -> tuple[str, ...]:

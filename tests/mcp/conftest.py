@@ -78,7 +78,7 @@ def time_cmd() -> list[str]:
     need(
         None
         if importlib.util.find_spec("mcp_server_time")
-        else "mcp-server-time is not installed (pip install mcp-server-time==2026.10.19)"
+        else "mcp-server-time is not installed (pip install -e '.[test]' pins it)"
     )
     return [sys.executable, "-m", "mcp_server_time", "--local-timezone=UTC"]
 
