@@ -32,6 +32,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -41,6 +42,7 @@ from mcp.shared.exceptions import MCPError as SDKError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
+from .._redact import MASK, redact
 from ..cancel import CancelledError, CancelScope
 
 __all__ = ["CallTimedOut", "Connection", "ConnectionLost", "Endpoint"]
@@ -85,13 +87,16 @@ class Endpoint:
             if value and any(word in key.upper() for word in _SECRET_WORDS)
         )
 
-    def redact(self, text: str) -> str:
-        """``text`` with this server's secret values (any length) and known secrets masked."""
-        from .._redact import MASK, redact
-
+    def mask(self, text: str) -> str:
+        """``text`` with this server's secret values (any length) masked, nothing else."""
         for secret in sorted(self.secrets, key=len, reverse=True):
             text = text.replace(secret, MASK)
-        return redact(text)
+        return text
+
+    def redact(self, text: str) -> str:
+        """``text`` with this server's secrets and every known or secret-shaped one masked
+        (for errors and logs)."""
+        return redact(self.mask(text))
 
     def describe(self) -> str:
         return f"MCP server {self.name!r}"
@@ -165,6 +170,8 @@ class Connection:
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._serving: concurrent.futures.Future[None] | None = None
         self._closing: asyncio.Event | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._stop_requested = False
         self._lost: str | None = None
         self._last_error: str | None = None  # the transport's last error, for messages
         self._stderr = (
@@ -260,10 +267,12 @@ class Connection:
         self._thread.join(timeout)
 
     def _stop_serving(self) -> None:
-        if self._ready.done() and self._closing is not None:
-            self._closing.set()  # connected: leave the client in its own task
-        elif self._serving is not None:  # still connecting: cancel the connect
-            self._serving.cancel()
+        """On the loop: end :meth:`_serve` (the client is left in its own task)."""
+        self._stop_requested = True  # for a _serve that has not started its scope yet
+        if self._ready.done() and not self._ready.cancelled() and self._closing is not None:
+            self._closing.set()
+        elif self._scope is not None:  # still connecting: cancel the connect
+            self._scope.cancel()
 
     def _run_loop(self) -> None:
         loop = self._loop
@@ -284,46 +293,58 @@ class Connection:
                 loop.close()
 
     async def _serve(self) -> None:
-        """The client's one task: connect, list, then wait for close."""
+        """The client's one task: connect, list, then wait for close.
+
+        Stopping it is a cancel of its anyio scope (:meth:`_stop_serving`), never a native
+        ``task.cancel()``: the SDK shields the stdio child's shutdown from anyio cancels
+        only, and a native cancel would leave the child running.
+        """
         self._closing = asyncio.Event()
+        self._scope = anyio.CancelScope()
         if self._stderr is not None:
             self._stderr.start(asyncio.get_running_loop())
         try:
-            async with AsyncExitStack() as stack:
-                client = Client(
-                    await self._transport(stack),
-                    message_handler=self._on_message,
-                    cache=None,
-                    client_info=_CLIENT_INFO,
-                )
-                try:
-                    await stack.enter_async_context(client)
-                finally:
-                    if self._stderr is not None:
-                        self._stderr.close_writer()
-                self._client = client
-                listener = await self._start_listening(client)
-                try:
-                    self._tools = await self._list_tools(client)
-                    with contextlib.suppress(concurrent.futures.InvalidStateError):
-                        self._ready.set_result(None)  # unless a cancel gave up on the connect
-                    if not self._ready.cancelled():
-                        await self._closing.wait()
-                finally:
-                    if listener is not None:
-                        listener.cancel()
-                        await asyncio.gather(listener, return_exceptions=True)
-        except BaseException as exc:
+            with self._scope:
+                if not self._stop_requested:
+                    await self._connected_until_closed()
+            if not self._ready.done():  # cancelled while connecting
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    self._ready.set_exception(ConnectionLost("the connect was given up"))
+        except Exception as exc:
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 self._ready.set_exception(ConnectionLost(self._with_stderr(_cause(exc))))
-            if not isinstance(exc, asyncio.CancelledError):
-                self._mark_lost(f"the session ended: {self._last_error or _cause(exc)}")
-            if not isinstance(exc, (Exception, asyncio.CancelledError)):
-                raise
+            self._mark_lost(f"the session ended: {self._last_error or _cause(exc)}")
         finally:
             self._client = None
             if self._lost is None:
                 self._lost = "the connection was closed"
+
+    async def _connected_until_closed(self) -> None:
+        assert self._closing is not None
+        async with AsyncExitStack() as stack:
+            client = Client(
+                await self._transport(stack),
+                message_handler=self._on_message,
+                cache=None,
+                client_info=_CLIENT_INFO,
+            )
+            try:
+                await stack.enter_async_context(client)
+            finally:
+                if self._stderr is not None:
+                    self._stderr.close_writer()
+            self._client = client
+            listener = await self._start_listening(client)
+            try:
+                self._tools = await self._list_tools(client)
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    self._ready.set_result(None)  # unless a cancel gave up on the connect
+                if not self._ready.cancelled() and not self._stop_requested:
+                    await self._closing.wait()
+            finally:
+                if listener is not None:
+                    listener.cancel()
+                    await asyncio.gather(listener, return_exceptions=True)
 
     async def _transport(self, stack: AsyncExitStack) -> Any:
         endpoint = self.endpoint

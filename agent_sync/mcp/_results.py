@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from typing import Any
 
 import mcp_types as types
@@ -31,8 +32,14 @@ _IMAGE_FORMATS = {
 }
 
 
-def tool_result(result: types.CallToolResult) -> dict[str, Any]:
-    """``{"status", "content"}`` for the executor (which checks and cleans each piece)."""
+def tool_result(
+    result: types.CallToolResult, mask: Callable[[str], str] | None = None
+) -> dict[str, Any]:
+    """``{"status", "content"}`` for the executor (which checks and cleans each piece).
+
+    ``mask`` masks the server's own secrets (its secret ``env=``/``headers=`` values) in
+    every text and JSON string, should the server echo one back.
+    """
     structured = result.structured_content
     content: list[dict[str, Any]] = []
     for block in result.content:
@@ -42,9 +49,21 @@ def tool_result(result: types.CallToolResult) -> dict[str, Any]:
         content.append(piece)
     if structured is not None:
         content.append({"json": structured})
+    if mask is not None:
+        content = [_masked(piece, mask) for piece in content]
     if not content:
         content.append({"text": "(no output)"})
     return {"status": "error" if result.is_error else "success", "content": content}
+
+
+def _masked(value: Any, mask: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return mask(value)
+    if isinstance(value, dict):
+        return {key: _masked(item, mask) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_masked(item, mask) for item in value]
+    return value  # numbers, bools, None, an image's bytes
 
 
 def _piece(block: object) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any, TypeAlias, Union
 
 from mcp.shared.exceptions import MCPError as SDKError
 
+from .._redact import install_log_filter, register_secret
 from ..cancel import CancelScope
 from ..errors import MCPError, UsageError
 from ..messages import ToolUse
@@ -23,6 +24,16 @@ from ._tool import MCPTool, tool_name
 __all__ = ["MCPServer", "ServerApproval"]
 
 logger = logging.getLogger(__name__)
+
+_SDK_LOGGERS = (
+    "client",
+    "httpx2",
+    "mcp.client.client",
+    "mcp.client.stdio",
+    "mcp.client.streamable_http",
+    "mcp.shared.dispatcher",
+    "mcp.shared.jsonrpc_dispatcher",
+)
 
 ServerApproval: TypeAlias = Union[bool, Collection[str], Callable[[ToolUse, ToolContext], bool]]
 """``requires_approval=`` of a server: ``True`` gates every tool, a collection of names (the
@@ -94,6 +105,9 @@ class MCPServer:
                 "requires_approval must be a bool, a collection of tool names, or a callable "
                 "(tool_use, context) -> bool"
             )
+        for secret in endpoint.secrets:  # for the SDK's and httpx's own log records
+            register_secret(secret)
+        install_log_filter(_SDK_LOGGERS)
         self._endpoint = endpoint
         self._approval = requires_approval
         self.call_timeout = call_timeout
@@ -252,9 +266,25 @@ class MCPServer:
         """The tools an agent with this server in ``tools=`` gets for its next run.
 
         Connects if needed; a tool list the server changed (``tools/list_changed``) is
-        re-read first. The same tuple is returned while the list has not changed.
+        re-read first. The same tuple is returned while the list has not changed. A server
+        that was reached before but cannot be now gives its last tools (each call then
+        answers with the reason); one never reached raises.
+
+        Raises:
+            MCPError: The server could not be started or reached, and never was.
         """
-        connection = self._live(None)
+        try:
+            connection = self._live(None)
+        except MCPError:
+            listed = self._listed
+            if listed is None:
+                raise  # never connected: nothing to offer the run
+            logger.warning(
+                "server=<%s> | cannot reconnect; the run gets its last tools (their calls "
+                "will say why they fail)",
+                self.name,
+            )
+            return listed[1]
         connection.wait_relisted(self.call_timeout)
         specs = connection.tools
         listed = self._listed
@@ -343,7 +373,7 @@ class MCPServer:
         except SDKError as exc:
             message = self._endpoint.redact(exc.message)
             raise MCPError(f"{what}: the server refused the call: {message}") from None
-        return tool_result(result)
+        return tool_result(result, self._endpoint.mask if self._endpoint.secrets else None)
 
 
 _SERVERS: weakref.WeakSet[MCPServer] = weakref.WeakSet()

@@ -131,8 +131,8 @@ def test_an_http_server_that_goes_away_fails_the_call_and_is_reached_again(node:
     first = HttpEverything(node)
     proxy = RecordingProxy(first.port)  # forwards to that port, whoever listens there
     server = MCPServer.http(proxy.url, headers={"Authorization": f"Bearer {SECRET}"}, name="web")
-    agent = Agent(ScriptedModel([LONG, "it went away", call("echo", message="hi"), "back"]),
-                  tools=[server])  # fmt: skip
+    turns = [LONG, "it went away", call("echo", message="hi"), "still down"]
+    agent = Agent(ScriptedModel([*turns, call("echo", message="hi"), "back"]), tools=[server])
     second: HttpEverything | None = None
     try:
         run = Invoke(agent)
@@ -142,6 +142,10 @@ def test_an_http_server_that_goes_away_fails_the_call_and_is_reached_again(node:
         text = only_result(agent)["content"][0]["text"]
         assert "MCP server 'web'" in text and "connection was lost" in text
         assert SECRET not in text
+        # still down: the run goes on with the tools it had, the call says why it failed
+        assert agent.invoke("now?").text == "still down"
+        down = agent.messages[-2]["content"][0]["toolResult"]
+        assert down["status"] == "error" and "could not be started" in down["content"][0]["text"]
         second = HttpEverything(node, port=first.port)  # the server is back
         assert agent.invoke("again").text == "back"
         assert agent.messages[-2]["content"][0]["toolResult"]["content"] == [{"text": "Echo: hi"}]
@@ -151,3 +155,11 @@ def test_an_http_server_that_goes_away_fails_the_call_and_is_reached_again(node:
         proxy.close()
         if second is not None:
             second.kill()
+
+
+def test_a_server_echoing_its_secret_env_gets_it_masked(everything_cmd: list[str]) -> None:
+    with MCPServer.stdio(everything_cmd, env={"API_KEY": SECRET}) as server:
+        agent = Agent(ScriptedModel([call("get-env"), "ok"]), tools=[server])
+        agent.invoke("show me your environment")
+        shown = str(only_result(agent)["content"])
+        assert "API_KEY" in shown and SECRET not in shown and "***" in shown
