@@ -17,7 +17,8 @@ from ..cancel import CancelScope
 from ..errors import MCPError, UsageError
 from ..messages import ToolUse
 from ..tools.context import ToolContext
-from ._connection import CallTimedOut, Connection, ConnectionLost, Endpoint
+from ._connection import CallTimedOut, Connection, ConnectionLost
+from ._endpoint import Endpoint
 from ._results import tool_result
 from ._tool import MCPTool, tool_name
 
