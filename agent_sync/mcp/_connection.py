@@ -79,6 +79,7 @@ class Connection:
         self._closing: asyncio.Event | None = None
         self._scope: anyio.CancelScope | None = None
         self._stop_requested = False
+        self._finishing = False  # the loop thread's final clean-up has begun
         self._lost: str | None = None
         self._last_error: str | None = None  # the transport's last error, for messages
         self._stderr = (
@@ -170,8 +171,15 @@ class Connection:
             except BaseException:  # noqa: BLE001 - closing: its outcome is not ours to raise
                 logger.debug("server=<%s> | closed with an error", self.endpoint.name)
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop.call_soon_threadsafe(self._stop_loop)
         self._thread.join(timeout)
+
+    def stop_soon(self) -> None:
+        """Ask the connection to close, without waiting (for a server object collected
+        without ``close()``): the SDK's shutdown runs on the loop, then the loop ends."""
+        if self.pid == os.getpid() and self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop_serving)
 
     def _stop_serving(self) -> None:
         """On the loop: end :meth:`_serve` (the client is left in its own task)."""
@@ -181,12 +189,19 @@ class Connection:
         elif self._scope is not None:  # still connecting: cancel the connect
             self._scope.cancel()
 
+    def _stop_loop(self) -> None:
+        """On the loop: end ``run_forever`` (once; a stop during the final clean-up would
+        break it)."""
+        if not self._finishing:
+            self._loop.stop()
+
     def _run_loop(self) -> None:
         loop = self._loop
         asyncio.set_event_loop(loop)
         try:
             loop.run_forever()
         finally:
+            self._finishing = True
             try:
                 left = [task for task in asyncio.all_tasks(loop) if not task.done()]
                 for task in left:
@@ -225,6 +240,9 @@ class Connection:
             self._client = None
             if self._lost is None:
                 self._lost = "the connection was closed"
+            # nothing left to serve: the loop ends, and its thread (calls still in flight
+            # are cancelled by _run_loop and answered "connection lost")
+            asyncio.get_running_loop().call_soon(self._stop_loop)
 
     async def _connected_until_closed(self) -> None:
         assert self._closing is not None

@@ -343,11 +343,13 @@ class MCPServer:
             self._connection = None
             try:
                 connection = Connection.open(
-                    self._endpoint, self._tools_changed, self.startup_timeout, scope
+                    self._endpoint, _told(self), self.startup_timeout, scope
                 )
             except ConnectionLost as exc:
                 raise MCPError(f"{self._endpoint.describe()} could not be started: {exc}") from None
             self._connection = connection
+            # a server dropped without close(): its connection still ends (not waited for)
+            weakref.finalize(self, connection.stop_soon)
             return connection
 
     def _tools_changed(self) -> None:
@@ -375,6 +377,19 @@ class MCPServer:
             message = self._endpoint.redact(exc.message)
             raise MCPError(f"{what}: the server refused the call: {message}") from None
         return tool_result(result, self._endpoint.mask if self._endpoint.secrets else None)
+
+
+def _told(server: MCPServer) -> Callable[[], None]:
+    """The connection's list-changed listener, holding the server weakly (a connection
+    must not keep its server alive: a dropped server's connection is ended by GC)."""
+    ref = weakref.ref(server)
+
+    def tools_changed() -> None:
+        found = ref()
+        if found is not None:
+            found._tools_changed()
+
+    return tools_changed
 
 
 _SERVERS: weakref.WeakSet[MCPServer] = weakref.WeakSet()

@@ -5,6 +5,7 @@ results, a new connection at the next use, and no process left behind by close()
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -163,3 +164,18 @@ def test_a_server_echoing_its_secret_env_gets_it_masked(everything_cmd: list[str
         agent.invoke("show me your environment")
         shown = str(only_result(agent)["content"])
         assert "API_KEY" in shown and SECRET not in shown and "***" in shown
+
+
+def test_a_server_dropped_without_close_ends_its_connection_and_child(
+    recorder: TeeRecorder,
+) -> None:
+    server = MCPServer.stdio(recorder.wrap(own("grow")))
+    server.connect()
+    assert server._connection is not None
+    loop_thread = server._connection._thread  # not a reference to the server
+    del server
+    gc.collect()
+    loop_thread.join(30)
+    assert not loop_thread.is_alive()
+    (processes,) = recorder.processes
+    assert gone(processes["tee_pid"]) and gone(processes["server_pid"])
