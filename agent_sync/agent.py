@@ -35,7 +35,7 @@ from .run._durable import StoreLink, load_log
 from .run._history import add_user_blocks, close_turn
 from .stores._protocol import RunStore
 from .stores._rules import check_mode
-from .tools._registry import collect_tools, tool_sources, with_sources
+from .tools._registry import ToolSource, collect_tools, with_sources
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
 
@@ -165,8 +165,9 @@ class Agent:
             raise UsageError(
                 f"system_prompt must be a str or None, got {type(system_prompt).__name__}"
             )
-        registry = collect_tools(tools)
-        self._tool_sources = tool_sources(tools)  # MCP servers: their tools come at each run
+        sources: list[ToolSource] = []  # MCP servers: their tools come at each run
+        registry = collect_tools(tools, sources)
+        self._tool_sources = tuple(sources)
         self._own_tools = registry
         if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
             raise UsageError("hooks must be a list of hook objects")

@@ -15,7 +15,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 from ..errors import UsageError
 from .decorator import Tool
 
-__all__ = ["ToolSource", "collect_tools", "tool_sources", "with_sources"]
+__all__ = ["ToolSource", "collect_tools", "with_sources"]
 
 
 @runtime_checkable
@@ -27,10 +27,12 @@ class ToolSource(Protocol):
         ...
 
 
-def collect_tools(tools: object) -> dict[str, Tool[Any]]:
+def collect_tools(tools: object, sources: list[ToolSource] | None = None) -> dict[str, Tool[Any]]:
     """``tools`` (a list of ``@tool`` objects or plain functions) as name -> :class:`Tool`.
 
-    Plain functions are wrapped with :class:`Tool`.
+    Plain functions are wrapped with :class:`Tool`. Tool sources (MCP servers) are put in
+    ``sources`` when it is given (read in the same pass: ``tools`` may be an iterator),
+    else refused.
 
     Raises:
         UsageError: ``tools`` is not a list (a single function, a str, a dict...), an item
@@ -44,8 +46,9 @@ def collect_tools(tools: object) -> dict[str, Tool[Any]]:
         )
     registry: dict[str, Tool[Any]] = {}
     for position, item in enumerate(cast(Iterable[Any], tools)):
-        if isinstance(item, ToolSource):
-            continue  # its tools come at each run: with_sources
+        if isinstance(item, ToolSource) and sources is not None:
+            sources.append(item)  # its tools come at each run: with_sources
+            continue
         if isinstance(item, Tool):
             wrapped = item
         elif callable(item) and not inspect.isclass(item):
@@ -58,11 +61,6 @@ def collect_tools(tools: object) -> dict[str, Tool[Any]]:
             raise UsageError(f"two tools are named {wrapped.name!r}")
         registry[wrapped.name] = wrapped
     return registry
-
-
-def tool_sources(tools: object) -> tuple[ToolSource, ...]:
-    """The tool sources among ``tools`` (already checked by :func:`collect_tools`)."""
-    return tuple(item for item in cast(Iterable[Any], tools) if isinstance(item, ToolSource))
 
 
 def with_sources(

@@ -46,3 +46,10 @@ def test_the_same_tool_objects_while_the_list_is_unchanged() -> None:
     with MCPServer.stdio([sys.executable, OWN_SERVER, "grow"]) as server:
         first = server.agent_tools()
         assert server.agent_tools() is first
+
+
+def test_a_server_in_an_iterator_of_tools_is_kept() -> None:
+    with MCPServer.stdio([sys.executable, OWN_SERVER, "grow"]) as server:
+        model = ScriptedModel(["ok"])
+        Agent(model, tools=iter([server])).invoke("hi")
+        assert "ping" in [spec["name"] for spec in model.calls[0].tool_specs]
