@@ -127,8 +127,8 @@ def tool_result_piece_problem(piece: Any) -> str | None:
     """What is wrong with one ``toolResult`` content piece, or ``None`` if it is valid.
 
     The one rule shared by tool-result normalisation and :func:`history_problems`: a piece
-    is a dict with exactly one key, ``text`` (a ``str``) or ``json`` (a value that
-    ``json.dumps`` accepts, without NaN or infinities).
+    is a dict with exactly one key, ``text`` (a ``str``), ``json`` (a value that
+    ``json.dumps`` accepts, without NaN or infinities) or ``image`` (as an image block's).
     """
     if not isinstance(piece, dict) or len(piece) != 1:
         return "a piece is a dict with exactly one key, 'text' or 'json'"
@@ -138,6 +138,8 @@ def tool_result_piece_problem(piece: Any) -> str | None:
         return None
     if "json" in piece:
         return json_problem(piece["json"], "json")
+    if "image" in piece:
+        return _check_image(piece["image"], "user")
     return f"unknown piece kind {_short(next(iter(piece)))} (use 'text' or 'json')"
 
 

@@ -37,6 +37,7 @@ from .run._settings import UNSET, RunSettings, Unset, agent_settings, call_setti
 from .run._slot import RunSlot
 from .run._subruns import cancel_subruns
 from .stores._protocol import RunStore
+from .tools._registry import ToolSource, with_sources
 from .tools.context import ToolContext
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
@@ -162,6 +163,7 @@ class Agent:
                 "context must be an agent_sync.context policy (SlidingWindow, Summarizing), "
                 f"got {type(context).__name__}"
             )
+        sources: list[ToolSource] = []  # MCP servers: their tools come at each run
         settings = agent_settings(
             model,
             tools=tools,
@@ -185,6 +187,7 @@ class Agent:
                 if context is not None
                 else None
             ),
+            tool_sources=sources,
         )
         if store is not None:
             if conversation_id is None:
@@ -197,6 +200,8 @@ class Agent:
         self._store = store
         self._lease_s = lease
         self._settings = settings
+        self._own_tools = settings.tools
+        self._tool_sources = tuple(sources)
         self._slot = RunSlot(self._checked_history(messages or []))
         if store is not None:
             self._refresh()  # the history, and whether a run there waits for approval
@@ -644,9 +649,25 @@ class Agent:
         if token is not None and not isinstance(token, CancelToken):
             raise UsageError(f"cancel= takes a CancelToken, got {type(token).__name__}")
         settings = call_settings(
-            self._settings, cache=cache, deps=deps, params=params, output_type=output_type
+            self._with_source_tools(),
+            cache=cache,
+            deps=deps,
+            params=params,
+            output_type=output_type,
         )
         return _Call(settings, timeout, token)
+
+    def _with_source_tools(self) -> RunSettings:
+        """The agent's settings with its tool sources' (MCP servers') tools as they list
+        them now: a source connects at the first run, and a changed list is picked up at
+        the next (``agent.tools`` shows the last run's)."""
+        if not self._tool_sources:
+            return self._settings
+        tools = with_sources(self._own_tools, self._tool_sources)
+        if tools != self._settings.tools:
+            specs = tuple(t.spec for t in tools.values())
+            self._settings = replace(self._settings, tools=tools, tool_specs=specs)
+        return self._settings
 
     def _open(
         self,

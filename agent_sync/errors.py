@@ -14,6 +14,7 @@ Families are grouped by who has to act::
     │   ├── ModelStreamError            the response stream was malformed or truncated
     │   └── ContextWindowOverflowError  the conversation no longer fits the model's window
     ├── ToolError                       raised by or for a tool (becomes an error toolResult)
+    │   └── MCPError                    an MCP server cannot be started, reached or answered
     ├── OutputValidationError           the model's structured answer stayed invalid
     ├── HookError                       a hook raised: the run stopped, history left valid
     ├── RunConflictError                a run store refused a change made from stale state
@@ -37,6 +38,7 @@ __all__ = [
     "ContextWindowOverflowError",
     "DecisionValidationError",
     "HookError",
+    "MCPError",
     "ModelConnectionError",
     "ModelError",
     "ModelHTTPError",
@@ -214,6 +216,17 @@ class OutputValidationError(AgentSyncError):
         super().__init__(f"the model's output is invalid: {first}{more}")
         self.errors = errors
         self.output = output
+
+
+class MCPError(ToolError):
+    """An MCP server (:mod:`agent_sync.mcp`) could not be started or reached, or a call to
+    it failed in transport (the server exited, the session dropped, no answer in time).
+
+    Connecting (``with server:``, ``server.tools()``, or the first run of an agent that has
+    the server) raises it; during a run a tool call that fails this way becomes an error
+    ``toolResult`` naming the server and the cause. The message never holds the values of
+    the server's secret ``env=`` entries or ``headers=``.
+    """
 
 
 class HookError(AgentSyncError):

@@ -36,6 +36,7 @@ __all__ = [
     "SubAgentEvent",
     "TextDelta",
     "ToolEnd",
+    "ToolProgress",
     "ToolStart",
 ]
 
@@ -116,6 +117,24 @@ class ToolStart:
     """The run this event belongs to."""
     tool_use: ToolUse
     """The model's call: ``toolUseId``, ``name``, ``input``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolProgress:
+    """A running tool reported progress: an MCP server's ``notifications/progress``, or
+    ``context.report_progress(...)`` in any tool. Between its ``tool_start`` and ``tool_end``."""
+
+    type: ClassVar[Literal["tool_progress"]] = "tool_progress"
+    run_id: str = ""
+    """The run this event belongs to."""
+    tool_use_id: str
+    """The call's ``toolUseId`` (as in its ``tool_start``)."""
+    progress: float
+    """How far it is (grows with each report; in units of ``total`` when given)."""
+    total: float | None = None
+    """The amount ``progress`` counts to, if known."""
+    message: str | None = None
+    """What it is doing, if it said."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -208,6 +227,7 @@ AgentEvent: TypeAlias = Union[
     MessageComplete,
     ModelRetry,
     ToolStart,
+    ToolProgress,
     ToolEnd,
     InputInjected,
     ApprovalRequired,

@@ -72,10 +72,13 @@ class ToolResultContent(TypedDict, total=False):
     Attributes:
         text: Plain text.
         json: Any JSON-serialisable value.
+        image: ``{"format": "png"|..., "source": {"bytes": ...}}`` (an MCP tool's image;
+            providers that take no images in tool results get a text placeholder).
     """
 
     text: str
     json: Any
+    image: dict[str, Any]
 
 
 class _ToolResultRequired(TypedDict):

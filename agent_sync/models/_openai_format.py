@@ -211,6 +211,9 @@ def _tool_result_text(result: Any) -> str:
             pieces.append(item["text"])
         elif "json" in item:
             pieces.append(json.dumps(item["json"]))
+        elif "image" in item:  # Chat Completions tool messages carry text only
+            fmt = item["image"].get("format", "image") if isinstance(item["image"], dict) else ""
+            pieces.append(f"[{fmt} image not shown: this API takes no images in tool results]")
     text = "\n".join(pieces)
     if result.get("status") == "error":
         # Chat Completions has no error flag on tool messages: say it in the text.

@@ -15,7 +15,7 @@ from ..messages import ToolSpec
 from ..models.base import CacheMode, Model
 from ..output._checks import checked_output_retries, checked_output_type
 from ..retry import RetryPolicy
-from ..tools._registry import collect_tools
+from ..tools._registry import ToolSource, collect_tools
 from ..tools.decorator import Tool
 from ..tools.executor import ExecutorKind
 
@@ -81,8 +81,11 @@ def agent_settings(
     output_type: object,
     output_retries: int,
     context: ContextKeeper | None,
+    tool_sources: list[ToolSource],
 ) -> RunSettings:
-    """The settings of ``Agent(...)``'s arguments (see :class:`~agent_sync.Agent`).
+    """The settings of ``Agent(...)``'s arguments (see :class:`~agent_sync.Agent`); the
+    tool sources among ``tools`` (MCP servers, whose tools come at each run) are put in
+    ``tool_sources``.
 
     Raises:
         UsageError: An invalid argument, named.
@@ -98,7 +101,7 @@ def agent_settings(
     check_cache(cache)
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise UsageError(f"system_prompt must be a str or None, got {type(system_prompt).__name__}")
-    registry = collect_tools(tools)
+    registry = collect_tools(tools, tool_sources)
     if isinstance(hooks, (str, bytes)) or not isinstance(hooks, Sequence):
         raise UsageError("hooks must be a list of hook objects")
     if approval_timeout is not None and not approval_timeout > 0:

@@ -29,6 +29,7 @@ released from the abandoned count by its worker.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -39,9 +40,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._decisions import Approve
+from .._encodable import clean_text
 from .._signal_safe import sliced
 from ..cancel import CancelledError, CancelScope
-from ..events import AgentEvent, ToolEnd, ToolStart
+from ..events import AgentEvent, ToolEnd, ToolProgress, ToolStart
 from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
 from . import _abandoned
 from ._results import describe_exception, error_result, result_from_value
@@ -233,6 +235,17 @@ class ToolBatch:
             if kind == "event":  # a tool's own event (a sub-agent's), between start and end
                 yield payload
                 continue
+            if kind == "progress":
+                if self._results[index] is None:  # a late report of a call over is dropped
+                    progress, total, message = payload
+                    yield ToolProgress(
+                        tool_use_id=self._calls[index].tool_use["toolUseId"],
+                        progress=progress,
+                        total=total,
+                        message=message,
+                        run_id=self._run_id,
+                    )
+                continue
             tool_use = self._calls[index].tool_use
             if self._calls[index].result is not None:  # finished before a pause: no events
                 self._record(index, payload)
@@ -244,6 +257,13 @@ class ToolBatch:
                 yield ToolEnd(
                     tool_use=tool_use, result=result, duration_s=duration, run_id=self._run_id
                 )
+
+    def _report_progress(
+        self, index: int, progress: float, total: float | None, message: str | None
+    ) -> None:
+        """``context.report_progress`` of call ``index`` (any thread): to the event stream."""
+        shown = None if message is None else clean_text(message)[:1000]
+        self._queue.put(("progress", index, (progress, total, shown)))
 
     def _record(self, index: int, payload: tuple[ToolResult, float]) -> tuple[ToolResult, float]:
         if self._results[index] is None:
@@ -277,7 +297,7 @@ class ToolBatch:
         self._queue.put(("start", index, None))
         started = time.perf_counter()
         try:
-            result = self._execute(call)
+            result = self._execute(call, index)
         except SubRunPaused as paused:  # no result yet: the round pauses with the child
             with self._lock:
                 self.paused[index] = paused
@@ -312,7 +332,7 @@ class ToolBatch:
 
         return emit
 
-    def _execute(self, call: ToolCall) -> ToolResult:
+    def _execute(self, call: ToolCall, index: int) -> ToolResult:
         tool_use = call.tool_use
         tool_use_id, name = tool_use["toolUseId"], tool_use["name"]
         if call.denied is not None:
@@ -345,6 +365,7 @@ class ToolBatch:
             _emit=self._emitter(),
             _store=self._store,
             _resume=call.resume,
+            _progress=functools.partial(self._report_progress, index),
         )
         try:
             value = call.tool.call_with(arguments, context)

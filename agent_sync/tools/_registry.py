@@ -1,21 +1,38 @@
-"""The agent's tools by name: ``Agent(tools=[...])`` checked and collected in one place."""
+"""The agent's tools by name: ``Agent(tools=[...])`` checked and collected in one place.
+
+An item of ``tools=`` may also be a *tool source* (an :class:`~agent_sync.mcp.MCPServer`):
+an object with an ``agent_tools()`` method. Its tools are asked for at the start of each run
+(:func:`with_sources`), so a source whose tool list changes is current from the next run on,
+and a source that connects lazily does so at the first run, not when the agent is built.
+"""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, cast, runtime_checkable
 
 from ..errors import UsageError
 from .decorator import Tool
 
-__all__ = ["collect_tools"]
+__all__ = ["ToolSource", "collect_tools", "with_sources"]
 
 
-def collect_tools(tools: object) -> dict[str, Tool[Any]]:
+@runtime_checkable
+class ToolSource(Protocol):
+    """Something that brings tools to an agent at each run (an MCP server)."""
+
+    def agent_tools(self) -> Sequence[Tool[Any]]:
+        """The tools for the next run (the same objects while unchanged)."""
+        ...
+
+
+def collect_tools(tools: object, sources: list[ToolSource] | None = None) -> dict[str, Tool[Any]]:
     """``tools`` (a list of ``@tool`` objects or plain functions) as name -> :class:`Tool`.
 
-    Plain functions are wrapped with :class:`Tool`.
+    Plain functions are wrapped with :class:`Tool`. Tool sources (MCP servers) are put in
+    ``sources`` when it is given (read in the same pass: ``tools`` may be an iterator),
+    else refused.
 
     Raises:
         UsageError: ``tools`` is not a list (a single function, a str, a dict...), an item
@@ -29,6 +46,9 @@ def collect_tools(tools: object) -> dict[str, Tool[Any]]:
         )
     registry: dict[str, Tool[Any]] = {}
     for position, item in enumerate(cast(Iterable[Any], tools)):
+        if isinstance(item, ToolSource) and sources is not None:
+            sources.append(item)  # its tools come at each run: with_sources
+            continue
         if isinstance(item, Tool):
             wrapped = item
         elif callable(item) and not inspect.isclass(item):
@@ -41,6 +61,26 @@ def collect_tools(tools: object) -> dict[str, Tool[Any]]:
             raise UsageError(f"two tools are named {wrapped.name!r}")
         registry[wrapped.name] = wrapped
     return registry
+
+
+def with_sources(
+    registry: dict[str, Tool[Any]], sources: Sequence[ToolSource]
+) -> dict[str, Tool[Any]]:
+    """``registry`` with every source's current tools added (the sources may connect).
+
+    Raises:
+        UsageError: A source's tool has the name of another tool.
+    """
+    merged = dict(registry)
+    for source in sources:
+        for item in source.agent_tools():
+            if item.name in merged:
+                raise UsageError(
+                    f"two tools are named {item.name!r} (one from {source!r}): take that "
+                    "server's tools with server.tools(prefix=...) instead"
+                )
+            merged[item.name] = item
+    return merged
 
 
 def _iterable(value: object) -> bool:

@@ -104,6 +104,9 @@ def _result_shaped(tool_use_id: str, value: dict[str, Any]) -> ToolResult:
             problems.append(f"content piece {position}: {problem}")
         elif "json" in piece:
             content.append({"json": clean_json(piece["json"])})
+        elif "image" in piece:  # checked above: a format and source bytes (an MCP image)
+            image = piece["image"]
+            content.append({"image": {"format": image["format"], "source": image["source"]}})
         else:
             content.append({"text": clean_text(piece["text"])})
     if problems:

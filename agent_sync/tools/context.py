@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -143,6 +144,7 @@ class ToolContext(Generic[DepsT]):
     _resume: Any = None
     """For a sub-agent's call whose child paused for approval: what resumes the child
     (its ``subruns`` entry and the decisions for its requests)."""
+    _progress: Callable[[float, float | None, str | None], None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, _RunBoundAgent):
@@ -181,6 +183,34 @@ class ToolContext(Generic[DepsT]):
             ``True`` if the invocation was cancelled (stop working), ``False`` on timeout.
         """
         return self._scope.wait(seconds)
+
+    def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Tell the run's stream how far this call is: a ``ToolProgress`` event (and a
+        ``tool_progress`` SSE frame in the web routes). Any thread; never blocks; a report
+        after the call ended is dropped.
+
+        Args:
+            progress: How far it is (e.g. items done).
+            total: What ``progress`` counts to, if known.
+            message: What it is doing, in a few words.
+
+        Raises:
+            UsageError: ``progress`` or ``total`` is not a finite number, or ``message`` is
+                not a str.
+        """
+        for name, value in (("progress", progress), ("total", total)):
+            if value is None and name == "total":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise UsageError(f"report_progress: {name} must be a number")
+            if not math.isfinite(value):
+                raise UsageError(f"report_progress: {name} must be finite")
+        if message is not None and not isinstance(message, str):
+            raise UsageError("report_progress: message must be a str or None")
+        if self._progress is not None:
+            self._progress(float(progress), None if total is None else float(total), message)
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`~agent_sync.cancel.CancelledError` if cancelled.

@@ -21,6 +21,7 @@ Records, in the order a run makes them:
                     "input"}, "schema", "expires_at"}``: one per pending request, appended
                     together once the pause is committed
 ``tool_start``      ``{"id", "name", "input"}``
+``tool_progress``   ``{"id", "progress", "total", "message"}``: a running call's progress
 ``tool_end``        ``{"id", "name", "status", "duration_s"}`` (``status``: ``success``,
                     ``error``, or ``denied`` for a call a reviewer denied) and ``output``
                     (AI SDK only: a lone text block as a string, a lone JSON block as its
@@ -63,6 +64,7 @@ from ..events import (
     SubAgentEvent,
     TextDelta,
     ToolEnd,
+    ToolProgress,
     ToolStart,
 )
 from ..messages import CANCELLED_TEXT
@@ -126,6 +128,8 @@ def records_of(
                 "input": use["input"],
             }
         ]
+    if isinstance(event, ToolProgress):
+        return [progress_record(event)]
     if isinstance(event, ToolEnd):
         use = event.tool_use
         status: str = event.result.get("status", "success")
@@ -352,3 +356,14 @@ def _output(content: Sequence[Any]) -> Any:
         if "json" in only:
             return only["json"]
     return public_blocks(content)
+
+
+def progress_record(event: ToolProgress) -> dict[str, Any]:
+    """The ``tool_progress`` record (and SSE frame data) of a ``ToolProgress`` event."""
+    return {
+        "type": "tool_progress",
+        "id": event.tool_use_id,
+        "progress": event.progress,
+        "total": event.total,
+        "message": event.message,
+    }

@@ -43,6 +43,7 @@ from ..events import (
     ReasoningDelta,
     TextDelta,
     ToolEnd,
+    ToolProgress,
     ToolStart,
 )
 from ._disconnect import DisconnectWatch
@@ -131,8 +132,9 @@ def encode_event(event: AgentEvent) -> bytes | None:
 
     Sent: ``text`` and ``reasoning`` (``{"text"}``), ``retry`` (``{"attempt", "delay",
     "error"}``), ``partial_output`` (``{"partial"}``: the structured answer so far),
-    ``tool_start`` (``{"id", "name", "input"}``), ``tool_end`` (``{"id",
-    "name", "status", "duration_s"}``: not the tool's output) and ``done`` (see
+    ``tool_start`` (``{"id", "name", "input"}``), ``tool_progress`` (``{"id", "progress",
+    "total", "message"}``), ``tool_end`` (``{"id", "name", "status", "duration_s"}``: not
+    the tool's output) and ``done`` (see
     :meth:`agent_sync.events.Done.to_dict`). ``message`` events are not sent: whole
     messages may carry tool output that is not meant for the browser.
 
@@ -149,6 +151,14 @@ def encode_event(event: AgentEvent) -> bytes | None:
         return encode_frame(
             event.type, {"id": use["toolUseId"], "name": use["name"], "input": use["input"]}
         )
+    if isinstance(event, ToolProgress):
+        data = {
+            "id": event.tool_use_id,
+            "progress": event.progress,
+            "total": event.total,
+            "message": event.message,
+        }
+        return encode_frame(event.type, data)
     if isinstance(event, ToolEnd):
         use = event.tool_use
         data = {

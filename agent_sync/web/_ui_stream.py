@@ -22,7 +22,8 @@ Mapping (one encoder per response; it may start at any record of a log):
 ``tool_end``            ``tool-output-available`` / ``-error`` / ``-denied``
 ``retry``,              a transient ``data-agent-sync`` part ``{event, ...}`` (``onData``
 ``input_injected``,     sees it; it is not kept in the message)
-``partial_output``
+``partial_output``,
+``tool_progress``
 ``subagent``            the same, ``{event: "subagent", run_id, parent_run_id,
                         tool_use_id, record}``: the child's record (a grandchild's is a
                         ``subagent`` record in it)
@@ -174,7 +175,7 @@ class UIStreamEncoder:
             data = {k: v for k, v in record.items() if k not in ("type", "event")}
             data.update(event=kind, record=record.get("event"))
             parts.append({"type": DATA_PART, "data": data, "transient": True})
-        elif kind in ("retry", "input_injected", "partial_output"):
+        elif kind in ("retry", "input_injected", "partial_output", "tool_progress"):
             data = {"event": kind, **{k: v for k, v in record.items() if k != "type"}}
             parts.append({"type": DATA_PART, "data": data, "transient": True})
         elif kind == "done":

@@ -21,6 +21,7 @@ from agent_sync.events import (
     SubAgentEvent,
     TextDelta,
     ToolEnd,
+    ToolProgress,
     ToolStart,
 )
 from agent_sync.messages import Message, ToolResult, ToolUse
@@ -41,6 +42,8 @@ def narrows_on_type(agent: Agent) -> None:
             assert_type(event, ModelRetry)
         elif event.type == "tool_start":
             assert_type(event, ToolStart)
+        elif event.type == "tool_progress":
+            assert_type(event, ToolProgress)
         elif event.type == "tool_end":
             assert_type(event, ToolEnd)
         elif event.type == "input_injected":

@@ -1,0 +1,458 @@
+"""One connection to an MCP server: the official SDK's client on a private event-loop thread.
+
+The ``mcp`` SDK is async only. A connection runs its own event loop in a daemon thread
+(``agent_sync-mcp-<name>``) and the SDK's ``Client`` lives in one task on it
+(:meth:`Connection._serve`): entered at connect, left at close, in the same task, as the
+SDK's structured concurrency requires. A tool call from any thread is one more task on that
+loop (:meth:`Connection.call`); the calling thread blocks on its future. A cancel of the
+run cancels that future, and through it the task: the SDK then writes
+``notifications/cancelled`` for the request (shielded, so it goes out even though its task
+is being cancelled) while the calling thread has already returned. The loop is never
+blocked, so other calls on the connection go on.
+
+A connection is *lost* when the transport closes under it (the stdio child exited: its
+stderr reached EOF; a call failed with the SDK's ``CONNECTION_CLOSED``); a lost connection
+is replaced at the next use by its :class:`~agent_sync.mcp.MCPServer`.
+
+The stdio child's stderr goes to a pipe read on the loop (no extra thread): the last few
+KiB are kept for error messages and each chunk is logged at DEBUG, redacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError as SDKError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from .. import __version__
+from ..cancel import CancelledError, CancelScope
+from ._endpoint import Endpoint, StderrTail
+
+__all__ = ["CallTimedOut", "Connection", "ConnectionLost"]
+
+logger = logging.getLogger(__name__)
+
+_LIST_PAGES = 100  # a tools/list that pages forever stops here
+_CLIENT_INFO = types.Implementation(name="agent_sync", version=__version__)
+
+ProgressSink = Callable[[float, "float | None", "str | None"], None]
+
+
+class ConnectionLost(Exception):
+    """The transport closed under a call or a listing (the message says why)."""
+
+
+class CallTimedOut(Exception):
+    """A call got no answer within its timeout; its task was cancelled (the server told)."""
+
+
+class Connection:
+    """A live connection (see the module docstring). Build with :meth:`open`."""
+
+    def __init__(self, endpoint: Endpoint, on_tools: Callable[[], None]) -> None:
+        self.endpoint = endpoint
+        self.pid = os.getpid()  # a fork's child never uses its parent's connection
+        self._on_tools = on_tools
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._run_loop, name=f"agent_sync-mcp-{endpoint.name}", daemon=True
+        )
+        self._client: Client | None = None
+        self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._serving: concurrent.futures.Future[None] | None = None
+        self._closing: asyncio.Event | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._stop_requested = False
+        self._finishing = False  # the loop thread's final clean-up has begun
+        self._lost: str | None = None
+        self._last_error: str | None = None  # the transport's last error, for messages
+        self._stderr = (
+            StderrTail(endpoint, self._child_exited) if endpoint.kind == "stdio" else None
+        )
+        self._tools: tuple[types.Tool, ...] = ()
+        self._relisting: asyncio.Task[None] | None = None
+        self._relist_again = False
+        self._relisted: concurrent.futures.Future[None] | None = None
+
+    # -- life cycle --
+
+    @classmethod
+    def open(
+        cls,
+        endpoint: Endpoint,
+        on_tools: Callable[[], None],
+        timeout: float,
+        scope: CancelScope | None = None,
+    ) -> Connection:
+        """Start the loop, connect and list the tools, within ``timeout`` seconds.
+
+        Raises:
+            ConnectionLost: The server could not be started or reached, or timed out.
+            CancelledError: ``scope`` was cancelled while connecting (the connect is undone).
+        """
+        connection = cls(endpoint, on_tools)
+        connection._thread.start()
+        connection._serving = asyncio.run_coroutine_threadsafe(
+            connection._serve(), connection._loop
+        )
+        ready = connection._ready
+        unregister = (
+            scope.register_abort(functools.partial(_cancel, ready)) if scope is not None else _noop
+        )
+        try:
+            ready.result(timeout)
+        except concurrent.futures.CancelledError:
+            connection.close()
+            assert scope is not None
+            raise CancelledError(scope.reason or "cancelled") from None
+        except concurrent.futures.TimeoutError:
+            connection.close()
+            raise ConnectionLost(
+                connection._with_stderr(f"it did not answer within {timeout:g} s (startup_timeout)")
+            ) from None
+        except BaseException as exc:
+            connection.close()
+            if isinstance(exc, ConnectionLost):
+                raise
+            raise ConnectionLost(connection._with_stderr(_cause(exc))) from None
+        finally:
+            unregister()
+        return connection
+
+    @property
+    def alive(self) -> bool:
+        """Connected and not lost (a lost or closed connection is replaced at next use)."""
+        serving = self._serving
+        return self._lost is None and serving is not None and not serving.done()
+
+    @property
+    def lost_reason(self) -> str:
+        return self._with_stderr(self._lost or "the connection was closed")
+
+    @property
+    def tools(self) -> tuple[types.Tool, ...]:
+        """The server's tools as last listed."""
+        return self._tools
+
+    def wait_relisted(self, timeout: float | None) -> None:
+        """Wait (bounded) for a re-listing that a ``tools/list_changed`` started."""
+        pending = self._relisted
+        if pending is not None:
+            with contextlib.suppress(Exception):
+                pending.result(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Leave the client (a stdio child is stopped: stdin closed, then terminated, then
+        killed, by the SDK), stop the loop and join its thread. Idempotent."""
+        if not self._thread.is_alive():
+            return
+        serving = self._serving
+        if serving is not None and not serving.done():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop_serving)
+            try:
+                serving.result(timeout)
+            except BaseException:  # noqa: BLE001 - closing: its outcome is not ours to raise
+                logger.debug("server=<%s> | closed with an error", self.endpoint.name)
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._stop_loop)
+        self._thread.join(timeout)
+
+    def stop_soon(self) -> None:
+        """Ask the connection to close, without waiting (for a server object collected
+        without ``close()``): the SDK's shutdown runs on the loop, then the loop ends."""
+        if self.pid == os.getpid() and self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop_serving)
+
+    def _stop_serving(self) -> None:
+        """On the loop: end :meth:`_serve` (the client is left in its own task)."""
+        self._stop_requested = True  # for a _serve that has not started its scope yet
+        if self._ready.done() and not self._ready.cancelled() and self._closing is not None:
+            self._closing.set()
+        elif self._scope is not None:  # still connecting: cancel the connect
+            self._scope.cancel()
+
+    def _stop_loop(self) -> None:
+        """On the loop: end ``run_forever`` (once; a stop during the final clean-up would
+        break it)."""
+        if not self._finishing:
+            self._loop.stop()
+
+    def _run_loop(self) -> None:
+        loop = self._loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+        finally:
+            self._finishing = True
+            try:
+                left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+                for task in left:
+                    task.cancel()
+                if left:
+                    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                if self._stderr is not None:
+                    self._stderr.stop()
+                loop.close()
+
+    async def _serve(self) -> None:
+        """The client's one task: connect, list, then wait for close.
+
+        Stopping it is a cancel of its anyio scope (:meth:`_stop_serving`), never a native
+        ``task.cancel()``: the SDK shields the stdio child's shutdown from anyio cancels
+        only, and a native cancel would leave the child running.
+        """
+        self._closing = asyncio.Event()
+        self._scope = anyio.CancelScope()
+        if self._stderr is not None:
+            self._stderr.start(asyncio.get_running_loop())
+        try:
+            with self._scope:
+                if not self._stop_requested:
+                    await self._connected_until_closed()
+            if not self._ready.done():  # cancelled while connecting
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    self._ready.set_exception(ConnectionLost("the connect was given up"))
+        except Exception as exc:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                self._ready.set_exception(ConnectionLost(self._with_stderr(_cause(exc))))
+            self._mark_lost(f"the session ended: {self._last_error or _cause(exc)}")
+        finally:
+            self._client = None
+            if self._lost is None:
+                self._lost = "the connection was closed"
+            # nothing left to serve: the loop ends, and its thread (calls still in flight
+            # are cancelled by _run_loop and answered "connection lost")
+            asyncio.get_running_loop().call_soon(self._stop_loop)
+
+    async def _connected_until_closed(self) -> None:
+        assert self._closing is not None
+        async with AsyncExitStack() as stack:
+            client = Client(
+                await self._transport(stack),
+                message_handler=self._on_message,
+                cache=None,
+                client_info=_CLIENT_INFO,
+            )
+            try:
+                await stack.enter_async_context(client)
+            finally:
+                if self._stderr is not None:
+                    self._stderr.close_writer()
+            self._client = client
+            listener = await self._start_listening(client)
+            try:
+                self._tools = await self._list_tools(client)
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    self._ready.set_result(None)  # unless a cancel gave up on the connect
+                if not self._ready.cancelled() and not self._stop_requested:
+                    await self._closing.wait()
+            finally:
+                if listener is not None:
+                    listener.cancel()
+                    await asyncio.gather(listener, return_exceptions=True)
+
+    async def _transport(self, stack: AsyncExitStack) -> Any:
+        endpoint = self.endpoint
+        if endpoint.kind == "stdio":
+            assert self._stderr is not None
+            command, *args = endpoint.command
+            parameters = StdioServerParameters(
+                command=command, args=args, env=endpoint.env, cwd=endpoint.cwd
+            )
+            return stdio_client(parameters, errlog=self._stderr.writer)
+        http = await stack.enter_async_context(create_mcp_http_client(headers=endpoint.headers))
+        return streamable_http_client(endpoint.url, http_client=http)
+
+    # -- calls --
+
+    def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        scope: CancelScope | None,
+        timeout: float | None,
+        on_progress: ProgressSink | None,
+    ) -> types.CallToolResult:
+        """Call a tool, blocking this thread; a cancel of ``scope`` cancels the call's task.
+
+        Raises:
+            CancelledError: ``scope`` was cancelled (the server is sent
+                ``notifications/cancelled``).
+            CallTimedOut: No answer within ``timeout`` (cancelled the same way).
+            ConnectionLost: The transport closed.
+            mcp.shared.exceptions.MCPError: The server answered with a JSON-RPC error.
+        """
+        client = self._client
+        if client is None or not self.alive:
+            raise ConnectionLost(self.lost_reason)
+        progress = None if on_progress is None else _progress_callback(on_progress)
+        try:
+            future = asyncio.run_coroutine_threadsafe(
+                client.call_tool(name, arguments, progress_callback=progress), self._loop
+            )
+        except RuntimeError:  # the loop is closed: closed under us
+            raise ConnectionLost(self.lost_reason) from None
+        unregister = (
+            scope.register_abort(functools.partial(_cancel, future)) if scope is not None else _noop
+        )
+        try:
+            return future.result(timeout)
+        except concurrent.futures.CancelledError:
+            if scope is not None and scope.cancelled:
+                raise CancelledError(scope.reason or "cancelled") from None
+            raise ConnectionLost(self.lost_reason) from None
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise CallTimedOut(f"no answer within {timeout:g} s (call_timeout)") from None
+        except SDKError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                detail = f": {self._last_error}" if self._last_error else ""
+                self._mark_lost(f"the connection closed during the call{detail}")
+                raise ConnectionLost(self.lost_reason) from None
+            raise
+        finally:
+            unregister()
+
+    # -- the tool list --
+
+    async def _list_tools(self, client: Client) -> tuple[types.Tool, ...]:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(_LIST_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tuple(tools)
+
+    async def _start_listening(self, client: Client) -> asyncio.Task[None] | None:
+        """From protocol 2026-07-28 on, list changes come on a ``subscriptions/listen``
+        stream (before, as notifications: :meth:`_on_message`): open it, acknowledged,
+        before the first listing so that no change is missed."""
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return None
+        acked = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(self._listen(client, acked))
+        await acked.wait()
+        return task
+
+    async def _listen(self, client: Client, acked: asyncio.Event) -> None:
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                acked.set()
+                async for _event in subscription:
+                    self._start_relist()
+        except Exception as exc:  # noqa: BLE001 - no list changes then; calls still work
+            logger.debug(
+                "server=<%s> | no tools/list_changed stream: %s", self.endpoint.name, _cause(exc)
+            )
+        finally:
+            acked.set()
+
+    async def _on_message(self, message: Any) -> None:
+        """The SDK's message handler (on the loop): list changes and transport errors."""
+        if isinstance(message, types.ToolListChangedNotification):
+            self._start_relist()
+        elif isinstance(message, Exception):
+            self._last_error = self.endpoint.redact(_cause(message))
+            logger.debug("server=<%s> | transport error: %s", self.endpoint.name, self._last_error)
+
+    def _start_relist(self) -> None:
+        if self._relisting is not None and not self._relisting.done():
+            self._relist_again = True
+            return
+        if self._relisted is None or self._relisted.done():
+            self._relisted = concurrent.futures.Future()
+        self._relisting = asyncio.get_running_loop().create_task(self._relist())
+
+    async def _relist(self) -> None:
+        done = self._relisted
+        try:
+            while True:
+                self._relist_again = False
+                client = self._client
+                if client is None:
+                    return
+                try:
+                    self._tools = await self._list_tools(client)
+                except Exception as exc:  # noqa: BLE001 - kept the old list; logged
+                    logger.warning(
+                        "server=<%s> | re-listing tools failed: %s",
+                        self.endpoint.name,
+                        self.endpoint.redact(_cause(exc)),
+                    )
+                    return
+                if not self._relist_again:
+                    break
+            try:
+                self._on_tools()
+            except Exception:  # noqa: BLE001 - a listener must not break the connection
+                logger.warning("tools listener failed", exc_info=True)
+        finally:
+            if done is not None and not done.done():
+                done.set_result(None)
+
+    # -- faults --
+
+    def _child_exited(self) -> None:
+        self._mark_lost("the server process exited (its stderr closed)")
+
+    def _mark_lost(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = reason
+            logger.info("server=<%s> | connection lost: %s", self.endpoint.name, reason)
+
+    def _with_stderr(self, reason: str) -> str:
+        text = self.endpoint.redact(reason)
+        tail = self._stderr.text() if self._stderr is not None else ""
+        return f"{text}. Its stderr ended with:\n{tail}\n" if tail else text
+
+
+def _progress_callback(sink: ProgressSink) -> Any:
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        sink(progress, total, message)
+
+    return progress
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost meaningful message of ``exc`` (task groups wrap the real error)."""
+    inner = getattr(exc, "exceptions", None)
+    while isinstance(inner, tuple) and inner and isinstance(inner[0], BaseException):
+        exc = inner[0]
+        inner = getattr(exc, "exceptions", None)
+    if isinstance(exc, asyncio.CancelledError):
+        return "the connection was cancelled"
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, SDKError) else text
+
+
+def _cancel(future: concurrent.futures.Future[Any]) -> None:
+    """The abort callback (in the cancelling thread): cancel the future, and so its task."""
+    future.cancel()
+
+
+def _noop() -> None:
+    return None

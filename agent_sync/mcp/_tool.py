@@ -1,0 +1,93 @@
+"""An MCP server's tool as an agent_sync :class:`~agent_sync.tools.Tool`."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+
+from ..errors import UsageError
+from ..tools.context import ToolContext
+from ..tools.decorator import ApprovalGate, Tool
+
+if TYPE_CHECKING:
+    from .server import MCPServer
+
+__all__ = ["MCPTool", "tool_name"]
+
+logger = logging.getLogger(__name__)
+
+_OPEN_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def tool_name(name: str, prefix: str) -> str:
+    """``prefix + name`` made a valid tool name (letters, digits, ``_``, ``-``; 64 at most)."""
+    cleaned = "".join(c if (c.isascii() and c.isalnum()) or c in "_-" else "_" for c in name)
+    return (prefix + cleaned)[:64] or "_"
+
+
+class MCPTool(Tool[Any]):
+    """A tool of an :class:`~agent_sync.mcp.MCPServer`: calling it calls the server.
+
+    The model sees the server's name (with the prefix, if any), description and input
+    schema unchanged. In a run, the call is a task on the server's connection that a cancel
+    of the run cancels (the server is told); called directly (``tool(city="Oslo")``) it
+    blocks until the server answers or ``call_timeout`` passes.
+
+    Attributes:
+        server: The server the tool belongs to.
+        mcp_name: The tool's name on the server.
+    """
+
+    def __init__(
+        self,
+        server: MCPServer,
+        spec: types.Tool,
+        *,
+        name: str,
+        requires_approval: ApprovalGate,
+    ) -> None:
+        self.server = server
+        self.mcp_name = spec.name
+        mcp_name = spec.name
+
+        def call(**arguments: Any) -> Any:
+            return server._call(mcp_name, arguments, None)
+
+        call.__name__ = name
+        description = spec.description or spec.title or spec.name
+        schema = dict(spec.input_schema)
+        try:
+            super().__init__(
+                call,
+                name=name,
+                description=description,
+                requires_approval=requires_approval,
+                input_schema=schema,
+            )
+        except UsageError as exc:
+            # The server checks its own input; a schema our checker cannot compile (a
+            # format it does not know, another draft's keyword) still reaches the model.
+            logger.warning(
+                "server=<%s>, tool=<%s> | input schema not checked here: %s",
+                server.name,
+                spec.name,
+                exc,
+            )
+            super().__init__(
+                call,
+                name=name,
+                description=description,
+                requires_approval=requires_approval,
+                input_schema=_OPEN_OBJECT,
+            )
+            self.input_schema = schema
+
+    def call_with(self, arguments: dict[str, Any], context: ToolContext[Any]) -> Any:
+        """Call the server in this worker thread with the checked input; the run's cancel
+        cancels the call."""
+        return self.server._call(self.mcp_name, arguments, context)
+
+    def __repr__(self) -> str:
+        return f"<MCPTool {self.name} of {self.server.name}>"

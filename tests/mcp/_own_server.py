@@ -1,0 +1,81 @@
+"""Small MCP servers of our own, for faults the real servers cannot show on demand.
+
+Each is a real server speaking the real protocol (the ``mcp`` SDK's server API), run as
+
+    python _own_server.py MODE
+
+* ``grow``: ``add_tool(name)`` registers a tool called ``name`` and says the list changed
+  (on a ``subscriptions/listen`` stream, and as ``notifications/tools/list_changed``);
+* ``hang``: ``hang()`` never answers (until cancelled);
+* ``crash``: ``crash()`` writes its ``API_KEY`` and a last words line to stderr, then exits 3;
+* ``mute``: never answers ``initialize`` (a server that does not start);
+* ``slow``: waits ``SLOW_START`` seconds before it serves (a slow start).
+
+Every mode also has ``ping() -> "pong"`` and ``fail(why)`` (an ``isError`` result).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult, TextContent
+
+
+def main(mode: str) -> None:
+    if mode == "mute":
+        threading.Event().wait()  # never reads stdin: the client's startup_timeout ends it
+    if mode == "slow":
+        time.sleep(float(os.environ["SLOW_START"]))
+    server = MCPServer(f"own-{mode}")
+
+    @server.tool()
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    @server.tool()
+    def fail(why: str) -> CallToolResult:
+        """Fail with ``why`` (an isError result)."""
+        return CallToolResult(content=[TextContent(type="text", text=why)], is_error=True)
+
+    if mode == "grow":
+
+        @server.tool()
+        async def add_tool(name: str, ctx: Context) -> str:
+            """Add a tool named ``name``."""
+
+            def added() -> str:
+                return f"I am {name}"
+
+            server.add_tool(added, name=name, description=f"the tool {name}")
+            await ctx.notify_tools_changed()  # protocol 2026-07-28: subscriptions/listen
+            await ctx.session.send_tool_list_changed()  # before: a notification
+            return f"added {name}"
+
+    if mode == "hang":
+
+        @server.tool()
+        async def hang() -> str:
+            """Never answer."""
+            await anyio.sleep_forever()
+            return "never"
+
+    if mode == "crash":
+
+        @server.tool()
+        def crash() -> str:
+            """Exit at once."""
+            sys.stderr.write(f"fatal: bad key {os.environ.get('API_KEY')}\nlast words\n")
+            sys.stderr.flush()
+            os._exit(3)
+
+    server.run("stdio")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,55 @@
+"""``tools/list_changed``: a server whose tool list changes is current from the next run on."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from agent_sync import Agent, validate_history
+from agent_sync.mcp import MCPServer
+from agent_sync.testing import ScriptedModel
+
+OWN_SERVER = str(Path(__file__).with_name("_own_server.py"))
+
+
+def test_a_tool_the_server_adds_is_there_at_the_next_run() -> None:
+    server = MCPServer.stdio([sys.executable, OWN_SERVER, "grow"], name="grow")
+    model = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "add_tool", "input": {"name": "fresh"}}]},
+            "added",
+            {"tool_calls": [{"name": "fresh", "input": {}}]},
+            "used it",
+        ]
+    )
+    agent = Agent(model, tools=[server])
+    try:
+        agent.invoke("add a tool")
+        assert [spec["name"] for spec in model.calls[0].tool_specs] == ["ping", "fail", "add_tool"]
+        agent.invoke("use it")
+        assert [spec["name"] for spec in model.calls[2].tool_specs] == [
+            "ping",
+            "fail",
+            "add_tool",
+            "fresh",
+        ]
+        result = agent.messages[-2]["content"][0]["toolResult"]
+        assert result["status"] == "success"
+        assert result["content"] == [{"json": {"result": "I am fresh"}}]
+        assert validate_history(agent.messages) == []
+        assert "fresh" in agent.tools  # the agent's tools as of its last run
+    finally:
+        server.close()
+
+
+def test_the_same_tool_objects_while_the_list_is_unchanged() -> None:
+    with MCPServer.stdio([sys.executable, OWN_SERVER, "grow"]) as server:
+        first = server.agent_tools()
+        assert server.agent_tools() is first
+
+
+def test_a_server_in_an_iterator_of_tools_is_kept() -> None:
+    with MCPServer.stdio([sys.executable, OWN_SERVER, "grow"]) as server:
+        model = ScriptedModel(["ok"])
+        Agent(model, tools=iter([server])).invoke("hi")
+        assert "ping" in [spec["name"] for spec in model.calls[0].tool_specs]
