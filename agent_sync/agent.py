@@ -12,32 +12,26 @@ finished run (``False``/``UsageError``), never the next invocation.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar, Union
+from typing import Any
 
-from ._decisions import ApprovalRequest, Approve, Decision, Deny
-from ._prompt import history_copy
-from .cancel import CancelScope, CancelToken, check_mode
+from ._agent_runs import AgentRuns, Prompt, run_to_end
+from ._decisions import ApprovalRequest, Decision
+from .cancel import CancelToken, check_mode
 from .context import ContextPolicy, SlidingWindow, Summarizing
 from .context._keeper import ContextKeeper
-from .errors import RunConflictError, UsageError
+from .errors import UsageError
 from .messages import ContentBlock, Message
 from .models.base import CacheMode, Model
 from .result import AgentResult
 from .retry import RetryPolicy
-from .run import CancelMode, Run, RunState
-from .run._approvals import check_decisions
-from .run._driver import RunDriver, release_surely
-from .run._durable import StoreLink, load_log
+from .run import CancelMode, Run
 from .run._handle import AgentStream, StepsRun
-from .run._settings import UNSET, RunSettings, Unset, agent_settings, call_settings
+from .run._settings import UNSET, Unset, agent_settings
 from .run._slot import RunSlot
-from .run._subruns import cancel_subruns
 from .stores._protocol import RunStore
-from .tools._registry import ToolSource, with_sources
+from .tools._registry import ToolSource
 from .tools.context import ToolContext
 from .tools.decorator import Tool
 from .tools.executor import ExecutorKind
@@ -46,39 +40,8 @@ __all__ = ["Agent", "AgentStream", "Prompt"]
 
 logger = logging.getLogger(__name__)
 
-Prompt = Union[str, Sequence[ContentBlock], None]
-"""A prompt: text, a list of content blocks, or ``None`` to answer the history as it is."""
 
-
-_Face = TypeVar("_Face")
-
-
-_NO_MESSAGES = 2**62  # load(since=...): only the conversation's current run is needed
-
-
-@dataclass(frozen=True)
-class _Call:
-    """One call's options, checked: what ``invoke``/``stream``/... pass to the run."""
-
-    settings: RunSettings  # the agent's, with the call's cache, deps, params, output type
-    timeout: float | None
-    token: CancelToken | None
-
-
-def _run_to_end(driver: RunDriver) -> AgentResult:
-    """Drive a blocking run (``invoke``, ``resume``) to its result; free the agent whatever
-    happens, a Ctrl-C included."""
-    try:
-        driver.start()
-        driver.drain()
-    finally:
-        release_surely(driver)
-    result = driver.result
-    assert result is not None
-    return result
-
-
-class Agent:
+class Agent(AgentRuns):
     """An LLM agent that runs the model -> tools loop in the calling thread.
 
     ``invoke``/``stream`` may be called from any thread, one invocation at a time per agent;
@@ -317,7 +280,7 @@ class Agent:
             OutputValidationError: With an output type, the answer was still invalid after
                 ``output_retries`` re-asks; the history is valid, the agent reusable.
         """
-        return _run_to_end(
+        return run_to_end(
             self._new_run(
                 prompt,
                 self._call(timeout, cache, cancel, deps, params, output_type),
@@ -424,7 +387,7 @@ class Agent:
             ConcurrentInvocationError: The agent is running.
         """
         paused, checked = self._checked_resume(decisions)
-        return _run_to_end(
+        return run_to_end(
             self._new_run(
                 None,
                 self._call(timeout, cache, cancel, deps, params, output_type),
@@ -459,23 +422,6 @@ class Agent:
             face=AgentStream,
             resume=(paused, checked),
         )
-
-    def _checked_resume(
-        self, decisions: Mapping[str, Decision]
-    ) -> tuple[RunState, dict[str, Approve | Deny]]:
-        """The paused run (refreshed from the store) and the decisions checked against it."""
-        local = self._slot.paused
-        if self._store is not None and self._slot.driver is None:
-            self._refresh()
-            stored = self._slot.paused
-            if local is not None and (stored is None or stored.run_id != local.run_id):
-                raise RunConflictError(
-                    f"run {local.run_id} was resumed or cancelled by another worker"
-                )
-        paused = self._slot.paused
-        if paused is None:
-            raise UsageError("nothing to resume: no run of this agent waits for approval")
-        return paused, check_decisions(paused, self._settings.tools, decisions)
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         """Stop the running invocation, from any thread, at any moment.
@@ -551,54 +497,6 @@ class Agent:
             self, name=name, description=description, conversation_id=conversation_id
         )
 
-    def _stored(self) -> tuple[RunStore, float] | None:
-        """This agent's store and lease, if it has a store."""
-        return (self._store, self._lease_s) if self._store is not None else None
-
-    def _spawn(self, stored: tuple[RunStore, float] | None, conversation_id: str | None) -> Agent:
-        """A fresh copy of this agent (a sub-agent call's): same settings, its own empty
-        history (or the stored conversation's), in ``stored`` if given."""
-        child = copy.copy(self)
-        child._store, child._lease_s = stored if stored is not None else (None, self._lease_s)
-        keeper = self._settings.context  # a policy learns per conversation: a fresh keeper
-        child._settings = replace(
-            self._settings,
-            conversation_id=conversation_id,
-            context=(
-                ContextKeeper(keeper.policy, store=child._store, conversation_id=conversation_id)
-                if keeper is not None
-                else None
-            ),
-        )
-        child._slot = RunSlot([])
-        if child._store is not None:
-            child._refresh()
-        return child
-
-    def _open_child(
-        self,
-        prompt: Prompt,
-        parent: CancelScope,
-        *,
-        decisions: Mapping[str, Decision] | None = None,
-    ) -> AgentStream:
-        """Stream a sub-agent's run (or its resume with ``decisions``) as a child of
-        ``parent``."""
-        resume = self._checked_resume(decisions) if decisions is not None else None
-        call = self._call(None, UNSET, None, UNSET, None, UNSET)
-        return self._open(
-            prompt, call, emit_deltas=True, face=AgentStream, resume=resume, parent=parent
-        )
-
-    def _cancel_paused(self) -> bool:
-        """Drop a paused run: pending calls answered "Cancelled by user", turn closed."""
-        paused = self._slot.drop_paused()
-        if paused is None:
-            return False
-        cancel_subruns(paused.subruns, None, "cancelled")  # the paused children it waited on
-        logger.debug("run_id=<%s> | paused run cancelled", paused.run_id)
-        return True
-
     def inject(self, content: str | Sequence[ContentBlock]) -> None:
         """Queue input for the running invocation, from any thread (see
         :meth:`agent_sync.run.Run.inject`).
@@ -610,118 +508,6 @@ class Agent:
         if driver is None:
             raise UsageError("the agent is idle: there is no run to inject into")
         driver.inject(content)
-
-    # -- internals --
-
-    def _refresh(self) -> None:
-        """Load the history and any paused run from the store (only while idle here)."""
-        assert self._store is not None and self._settings.conversation_id is not None
-        known, synced, generation = self._slot.sync_point()
-        record, logged, mirrored = load_log(
-            self._store, self._settings.conversation_id, known, synced, generation
-        )
-        # Not applied if a run took the agent meanwhile (it loads for itself) or the
-        # history was replaced.
-        self._slot.apply_record(record, logged, mirrored, unless_changed_since=(known, synced))
-
-    def _cancel_stored(self, reason: str | None, mode: CancelMode) -> bool:
-        """Cancel the conversation's current run, wherever it runs (its owner's watcher
-        hears it) or is paused (cancelled at once), through the store."""
-        assert self._store is not None and self._settings.conversation_id is not None
-        record = self._store.load(self._settings.conversation_id, since=_NO_MESSAGES)
-        if record.run is None:
-            return False
-        cancelled = self._store.cancel(record.run.state.run_id, reason, mode=mode)
-        if self._slot.driver is None:
-            self._refresh()
-        return cancelled
-
-    def _call(
-        self,
-        timeout: float | None,
-        cache: CacheMode | None | Unset,
-        token: CancelToken | None,
-        deps: Any,
-        params: Mapping[str, Any] | None,
-        output_type: object,
-    ) -> _Call:
-        """One call's options, checked (``UsageError`` naming the first bad one)."""
-        if token is not None and not isinstance(token, CancelToken):
-            raise UsageError(f"cancel= takes a CancelToken, got {type(token).__name__}")
-        settings = call_settings(
-            self._with_source_tools(),
-            cache=cache,
-            deps=deps,
-            params=params,
-            output_type=output_type,
-        )
-        return _Call(settings, timeout, token)
-
-    def _with_source_tools(self) -> RunSettings:
-        """The agent's settings with its tool sources' (MCP servers') tools as they list
-        them now: a source connects at the first run, and a changed list is picked up at
-        the next (``agent.tools`` shows the last run's)."""
-        if not self._tool_sources:
-            return self._settings
-        tools = with_sources(self._own_tools, self._tool_sources)
-        if tools != self._settings.tools:
-            specs = tuple(t.spec for t in tools.values())
-            self._settings = replace(self._settings, tools=tools, tool_specs=specs)
-        return self._settings
-
-    def _open(
-        self,
-        prompt: Prompt,
-        call: _Call,
-        *,
-        emit_deltas: bool,
-        face: Callable[[RunDriver], _Face],
-        resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
-        parent: CancelScope | None = None,
-    ) -> _Face:
-        """Start a run that the caller drives, and return ``face(driver)``, its owning handle.
-
-        The handle is made inside the ``try``: a Ctrl-C before it exists releases the agent.
-        """
-        driver = self._new_run(prompt, call, emit_deltas=emit_deltas, resume=resume, parent=parent)
-        try:
-            driver.start()
-            return face(driver)
-        except BaseException:
-            release_surely(driver)
-            raise
-
-    def _new_run(
-        self,
-        prompt: Prompt,
-        call: _Call,
-        *,
-        emit_deltas: bool,
-        resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
-        parent: CancelScope | None = None,
-    ) -> RunDriver:
-        return RunDriver(
-            agent=self,
-            slot=self._slot,
-            settings=call.settings,
-            prompt=prompt,
-            timeout=call.timeout,
-            cache=call.settings.cache,
-            token=call.token,
-            emit_deltas=emit_deltas,
-            resume=resume,
-            link=(
-                StoreLink(self._store, self._settings.conversation_id or "", self._lease_s)
-                if self._store is not None
-                else None
-            ),
-            parent=parent,
-        )
-
-    @staticmethod
-    def _checked_history(messages: Sequence[Message]) -> list[Message]:
-        """A private, encodable copy of ``messages``; ``UsageError`` naming the first problem."""
-        return history_copy(messages)
 
     def __repr__(self) -> str:
         state = "running" if self.is_running else "idle"

@@ -1,0 +1,258 @@
+"""What an :class:`~agent_sync.Agent` does behind its public methods: checking one call's
+options into a :class:`Call`, starting the call's :class:`~agent_sync.run._driver.RunDriver`
+(as a top-level run, or a sub-agent's child of a calling run), and its dealings with its
+store (refreshing the history and a paused run, cancelling the conversation's run
+wherever it is). ``Agent`` adds the public API and its documentation on top.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar, Union
+
+from ._decisions import Approve, Decision, Deny
+from ._prompt import history_copy
+from .cancel import CancelScope, CancelToken
+from .context._keeper import ContextKeeper
+from .errors import RunConflictError, UsageError
+from .messages import ContentBlock, Message
+from .models.base import CacheMode
+from .result import AgentResult
+from .run import CancelMode, RunState
+from .run._approvals import check_decisions
+from .run._driver import RunDriver, release_surely
+from .run._durable import StoreLink, load_log
+from .run._handle import AgentStream
+from .run._settings import UNSET, RunSettings, Unset, call_settings
+from .run._slot import RunSlot
+from .run._subruns import cancel_subruns
+from .stores._protocol import RunStore
+from .tools._registry import ToolSource, with_sources
+from .tools.decorator import Tool
+
+__all__ = ["AgentRuns", "Call", "Prompt", "run_to_end"]
+
+logger = logging.getLogger("agent_sync.agent")
+
+Prompt = Union[str, Sequence[ContentBlock], None]
+"""A prompt: text, a list of content blocks, or ``None`` to answer the history as it is."""
+
+_Self = TypeVar("_Self", bound="AgentRuns")
+
+_Face = TypeVar("_Face")
+
+
+_NO_MESSAGES = 2**62  # load(since=...): only the conversation's current run is needed
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call's options, checked: what ``invoke``/``stream``/... pass to the run."""
+
+    settings: RunSettings  # the agent's, with the call's cache, deps, params, output type
+    timeout: float | None
+    token: CancelToken | None
+
+
+def run_to_end(driver: RunDriver) -> AgentResult:
+    """Drive a blocking run (``invoke``, ``resume``) to its result; free the agent whatever
+    happens, a Ctrl-C included."""
+    try:
+        driver.start()
+        driver.drain()
+    finally:
+        release_surely(driver)
+    result = driver.result
+    assert result is not None
+    return result
+
+
+class AgentRuns:
+    """The agent's state and the machinery of its runs (see the module docstring)."""
+
+    _settings: RunSettings
+    _own_tools: dict[str, Tool[Any]]
+    _tool_sources: tuple[ToolSource, ...]
+    _store: RunStore | None
+    _lease_s: float
+    _slot: RunSlot
+
+    def _checked_resume(
+        self, decisions: Mapping[str, Decision]
+    ) -> tuple[RunState, dict[str, Approve | Deny]]:
+        """The paused run (refreshed from the store) and the decisions checked against it."""
+        local = self._slot.paused
+        if self._store is not None and self._slot.driver is None:
+            self._refresh()
+            stored = self._slot.paused
+            if local is not None and (stored is None or stored.run_id != local.run_id):
+                raise RunConflictError(
+                    f"run {local.run_id} was resumed or cancelled by another worker"
+                )
+        paused = self._slot.paused
+        if paused is None:
+            raise UsageError("nothing to resume: no run of this agent waits for approval")
+        return paused, check_decisions(paused, self._settings.tools, decisions)
+
+    def _stored(self) -> tuple[RunStore, float] | None:
+        """This agent's store and lease, if it has a store."""
+        return (self._store, self._lease_s) if self._store is not None else None
+
+    def _spawn(
+        self: _Self, stored: tuple[RunStore, float] | None, conversation_id: str | None
+    ) -> _Self:
+        """A fresh copy of this agent (a sub-agent call's): same settings, its own empty
+        history (or the stored conversation's), in ``stored`` if given."""
+        child = copy.copy(self)
+        child._store, child._lease_s = stored if stored is not None else (None, self._lease_s)
+        keeper = self._settings.context  # a policy learns per conversation: a fresh keeper
+        child._settings = replace(
+            self._settings,
+            conversation_id=conversation_id,
+            context=(
+                ContextKeeper(keeper.policy, store=child._store, conversation_id=conversation_id)
+                if keeper is not None
+                else None
+            ),
+        )
+        child._slot = RunSlot([])
+        if child._store is not None:
+            child._refresh()
+        return child
+
+    def _open_child(
+        self,
+        prompt: Prompt,
+        parent: CancelScope,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+    ) -> AgentStream:
+        """Stream a sub-agent's run (or its resume with ``decisions``) as a child of
+        ``parent``."""
+        resume = self._checked_resume(decisions) if decisions is not None else None
+        call = self._call(None, UNSET, None, UNSET, None, UNSET)
+        return self._open(
+            prompt, call, emit_deltas=True, face=AgentStream, resume=resume, parent=parent
+        )
+
+    def _cancel_paused(self) -> bool:
+        """Drop a paused run: pending calls answered "Cancelled by user", turn closed."""
+        paused = self._slot.drop_paused()
+        if paused is None:
+            return False
+        cancel_subruns(paused.subruns, None, "cancelled")  # the paused children it waited on
+        logger.debug("run_id=<%s> | paused run cancelled", paused.run_id)
+        return True
+
+    def _refresh(self) -> None:
+        """Load the history and any paused run from the store (only while idle here)."""
+        assert self._store is not None and self._settings.conversation_id is not None
+        known, synced, generation = self._slot.sync_point()
+        record, logged, mirrored = load_log(
+            self._store, self._settings.conversation_id, known, synced, generation
+        )
+        # Not applied if a run took the agent meanwhile (it loads for itself) or the
+        # history was replaced.
+        self._slot.apply_record(record, logged, mirrored, unless_changed_since=(known, synced))
+
+    def _cancel_stored(self, reason: str | None, mode: CancelMode) -> bool:
+        """Cancel the conversation's current run, wherever it runs (its owner's watcher
+        hears it) or is paused (cancelled at once), through the store."""
+        assert self._store is not None and self._settings.conversation_id is not None
+        record = self._store.load(self._settings.conversation_id, since=_NO_MESSAGES)
+        if record.run is None:
+            return False
+        cancelled = self._store.cancel(record.run.state.run_id, reason, mode=mode)
+        if self._slot.driver is None:
+            self._refresh()
+        return cancelled
+
+    def _call(
+        self,
+        timeout: float | None,
+        cache: CacheMode | None | Unset,
+        token: CancelToken | None,
+        deps: Any,
+        params: Mapping[str, Any] | None,
+        output_type: object,
+    ) -> Call:
+        """One call's options, checked (``UsageError`` naming the first bad one)."""
+        if token is not None and not isinstance(token, CancelToken):
+            raise UsageError(f"cancel= takes a CancelToken, got {type(token).__name__}")
+        settings = call_settings(
+            self._with_source_tools(),
+            cache=cache,
+            deps=deps,
+            params=params,
+            output_type=output_type,
+        )
+        return Call(settings, timeout, token)
+
+    def _with_source_tools(self) -> RunSettings:
+        """The agent's settings with its tool sources' (MCP servers') tools as they list
+        them now: a source connects at the first run, and a changed list is picked up at
+        the next (``agent.tools`` shows the last run's)."""
+        if not self._tool_sources:
+            return self._settings
+        tools = with_sources(self._own_tools, self._tool_sources)
+        if tools != self._settings.tools:
+            specs = tuple(t.spec for t in tools.values())
+            self._settings = replace(self._settings, tools=tools, tool_specs=specs)
+        return self._settings
+
+    def _open(
+        self,
+        prompt: Prompt,
+        call: Call,
+        *,
+        emit_deltas: bool,
+        face: Callable[[RunDriver], _Face],
+        resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
+        parent: CancelScope | None = None,
+    ) -> _Face:
+        """Start a run that the caller drives, and return ``face(driver)``, its owning handle.
+
+        The handle is made inside the ``try``: a Ctrl-C before it exists releases the agent.
+        """
+        driver = self._new_run(prompt, call, emit_deltas=emit_deltas, resume=resume, parent=parent)
+        try:
+            driver.start()
+            return face(driver)
+        except BaseException:
+            release_surely(driver)
+            raise
+
+    def _new_run(
+        self,
+        prompt: Prompt,
+        call: Call,
+        *,
+        emit_deltas: bool,
+        resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
+        parent: CancelScope | None = None,
+    ) -> RunDriver:
+        return RunDriver(
+            agent=self,
+            slot=self._slot,
+            settings=call.settings,
+            prompt=prompt,
+            timeout=call.timeout,
+            cache=call.settings.cache,
+            token=call.token,
+            emit_deltas=emit_deltas,
+            resume=resume,
+            link=(
+                StoreLink(self._store, self._settings.conversation_id or "", self._lease_s)
+                if self._store is not None
+                else None
+            ),
+            parent=parent,
+        )
+
+    @staticmethod
+    def _checked_history(messages: Sequence[Message]) -> list[Message]:
+        """A private, encodable copy of ``messages``; ``UsageError`` naming the first problem."""
+        return history_copy(messages)
