@@ -27,32 +27,28 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator
 from dataclasses import replace
 from typing import Any
 
 from .._decisions import ApprovalRequest, Deny
-from ..cancel import CancelledError
-from ..errors import ContextWindowOverflowError, ModelStreamError
 from ..events import (
     AgentEvent,
     ApprovalRequired,
     Done,
     InputInjected,
     MessageComplete,
-    ModelRetry,
     SubAgentEvent,
     ToolEnd,
     ToolStart,
 )
-from ..messages import CANCELLED_TEXT, ContentBlock, Message, StreamEvent, ToolResult, ToolUse
-from ..models.base import ModelRequest
+from ..messages import CANCELLED_TEXT, ContentBlock, Message, ToolResult, ToolUse
 from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
 from ..tools.context import ToolContext
-from ._assemble import MessageAssembler
 from ._context import RunContext
 from ._history import add_user_blocks, answer_round, close_turn, tool_result_message
-from ._output import output_request, output_step, partial_tracker
+from ._model_step import model_step
+from ._output import output_step
 from ._state import Step, StepName
 from ._subruns import cancel_subruns, child_usage, round_paused
 
@@ -61,168 +57,6 @@ __all__ = ["STEPS", "end_cancelled", "end_failed"]
 logger = logging.getLogger(__name__)
 
 StepFunction = Callable[[RunContext], Generator[AgentEvent, None, StepName | None]]
-
-
-def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
-    """One model call (with retries): append the assistant message, name what follows."""
-    _before_model_call(ctx)
-    if ctx.cycle >= ctx.settings.max_cycles:
-        return "max_cycles"
-    ctx.cycle = cycle = ctx.cycle + 1
-    ctx.phase = "model"
-    settings, scope, hooks = ctx.settings, ctx.scope, ctx.hooks
-    keeper = settings.context
-    request = ModelRequest(
-        messages=tuple(ctx.messages if keeper is None else keeper.view(ctx)),
-        system_prompt=settings.system_prompt,
-        tool_specs=settings.tool_specs,
-        params=settings.params,
-        cache=ctx.cache,
-        output=output_request(ctx),
-    )
-    hooks.before_model_call(
-        run_id=ctx.run_id, cycle=cycle, messages=request.messages, model=settings.model
-    )
-    started = time.perf_counter()
-    assembler = MessageAssembler(emit_deltas=ctx.emit_deltas, run_id=ctx.run_id)
-    add, cancelled = assembler.add, scope.event.is_set  # the per-chunk hot path
-    partials = partial_tracker(ctx)  # None without an output type or outside a stream
-    try:
-        stream, request = yield from _open_fitting(ctx, request)
-        try:
-            for event in stream:
-                delta = add(event)
-                if delta is not None:
-                    yield delta
-                if partials is not None and (partial := partials.feed(event)) is not None:
-                    yield partial
-                if cancelled():  # checkpoint: every stream event
-                    raise CancelledError(scope.reason or "cancelled")
-        finally:
-            _close(stream)
-        if assembler.stop_reason is None:
-            # A truncated stream is never a finished answer. After an abort a provider
-            # may simply stop yielding (models.base): then it is the cancel (below).
-            raise ModelStreamError(
-                "the model stream ended before its stop event (messageStop): "
-                "the response is incomplete",
-                provider=type(settings.model).__name__,
-            )
-    except BaseException as exc:
-        duration = time.perf_counter() - started
-        ctx.model_time += duration
-        interrupted = not isinstance(exc, Exception)  # closed generator, Ctrl-C, exit
-        cut = scope.cancelled or interrupted
-        if cut:  # whatever the provider raised after an abort is the cancel, not an error
-            ctx.messages.append(assembler.partial(CANCELLED_TEXT))
-            _count_call(ctx, assembler)
-        if not interrupted:
-            # after an abort, whatever the provider raised is the cancel: say so
-            error = CancelledError(scope.reason or "cancelled") if cut else exc
-            hooks.model_call_failed(
-                run_id=ctx.run_id,
-                cycle=cycle,
-                usage=assembler.usage,
-                error=error,
-                duration_s=duration,
-            )
-        if cut and not interrupted:
-            raise CancelledError(scope.reason or "cancelled") from exc
-        raise
-    duration = time.perf_counter() - started
-    ctx.model_time += duration
-    assembled = assembler.finish()
-    _count_call(ctx, assembler)
-    if keeper is not None:
-        keeper.observe(ctx, request.messages, assembler.usage)
-    message = assembled.message
-    ctx.messages.append(message)
-    ctx.phase = "idle"
-    yield MessageComplete(message=message, run_id=ctx.run_id)
-    hooks.after_model_call(
-        run_id=ctx.run_id,
-        cycle=cycle,
-        message=message,
-        stop_reason=assembled.stop_reason,
-        usage=assembled.usage,
-        duration_s=duration,
-    )
-    ctx.invalid_tool_inputs = assembled.invalid_tool_inputs
-    ctx.last_stop_reason = assembled.stop_reason
-    if settings.output is not None:
-        return "output"  # the answer is read and validated there (run/_output.py)
-    if any("toolUse" in block for block in message["content"]):
-        return "tools"
-    ctx.steps.append(Step(cycle=cycle, message=message, tool_results=()))
-    return "finish"
-
-
-def _count_call(ctx: RunContext, assembler: MessageAssembler) -> None:
-    """Count a model call into the run: the usage the provider reported and the first
-    token's time, whether the call finished or was cut short (a cancel after the input
-    tokens were reported still cost them)."""
-    ctx.add_usage(assembler.usage)
-    if ctx.first_token is None and assembler.first_text_at is not None:
-        ctx.first_token = assembler.first_text_at - ctx.started
-
-
-def _before_model_call(ctx: RunContext) -> None:
-    """The checkpoint before a model call: a cancel, now or after the turn, stops here."""
-    ctx.scope.end_of_turn()
-    ctx.scope.raise_if_cancelled()
-
-
-def _open_fitting(
-    ctx: RunContext, request: ModelRequest
-) -> Generator[AgentEvent, None, tuple[Iterator[StreamEvent], ModelRequest]]:
-    """:func:`_open_stream`; with a context policy, a view the provider refuses as too long
-    is retried once with at most half of it. Returns the stream and the request sent."""
-    try:
-        return (yield from _open_stream(ctx, request)), request
-    except ContextWindowOverflowError:
-        keeper = ctx.settings.context
-        smaller = None if keeper is None else keeper.shrink(request.messages)
-        if smaller is None:
-            raise
-    request = replace(request, messages=tuple(smaller))
-    return (yield from _open_stream(ctx, request)), request
-
-
-def _open_stream(
-    ctx: RunContext, request: ModelRequest
-) -> Generator[AgentEvent, None, Iterator[StreamEvent]]:
-    """Start a model call with retries; return its events from the first content on.
-
-    Errors raised before the first content event are retried by the policy; the events
-    before that point (``messageStart``) are buffered and replayed.
-    """
-    scope, model = ctx.scope, ctx.settings.model
-    delays: list[float] = []
-    last_error = ""
-    for attempt in ctx.settings.retry.attempts(scope, delays):
-        if delays:
-            delay = delays.pop()
-            ctx.retries += 1
-            number = attempt.retry_state.attempt_number - 1
-            logger.debug("attempt=<%d>, delay_s=<%.2f> | retrying model call", number, delay)
-            ctx.phase = "retry_wait"  # before the event: whoever sees it sees the phase
-            yield ModelRetry(attempt=number, delay=delay, error=last_error, run_id=ctx.run_id)
-            scope.wait(delay)  # checkpoint: back-off ends at once on cancel
-            ctx.phase = "model"
-        with attempt:
-            scope.raise_if_cancelled()  # never send a request after a cancel
-            stream: Iterator[StreamEvent] = iter(())
-            try:
-                # spans the provider makes (e.g. its SDK's) nest under the call's
-                with ctx.hooks.model_call_scope(ctx.cycle):
-                    stream = iter(model.stream(request, cancel=scope))
-                    head = _read_until_content(stream)
-            except BaseException as exc:
-                _close(stream)
-                last_error = f"{type(exc).__name__}: {exc}"
-                raise
-            return _chain(head, stream)
-    raise AssertionError("unreachable: tenacity either returns or raises")
 
 
 def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
@@ -458,27 +292,3 @@ def end_failed(ctx: RunContext) -> None:
     add_user_blocks(ctx.messages, ctx.inbox.close())
     close_turn(ctx.messages, None)
     ctx.fail()
-
-
-def _read_until_content(stream: Iterator[StreamEvent]) -> list[StreamEvent]:
-    """Events up to and including the first content event (or all, if there is none)."""
-    head: list[StreamEvent] = []
-    for event in stream:
-        head.append(event)
-        if "contentBlockDelta" in event or "contentBlockStart" in event:
-            break
-    return head
-
-
-def _chain(head: Sequence[StreamEvent], rest: Iterator[StreamEvent]) -> Iterator[StreamEvent]:
-    try:
-        yield from head
-        yield from rest
-    finally:
-        _close(rest)
-
-
-def _close(stream: Iterator[Any]) -> None:
-    close = getattr(stream, "close", None)
-    if close is not None:
-        close()
