@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent_sync import Agent  # noqa: E402
 from agent_sync.messages import Message  # noqa: E402
-from agent_sync.run._state import RunState  # noqa: E402
+from agent_sync.run import RunState  # noqa: E402
 from agent_sync.stores import RunStore  # noqa: E402
 from agent_sync.testing import ScriptedModel  # noqa: E402
 from bench._stores import kind, make_store, open_specs  # noqa: E402

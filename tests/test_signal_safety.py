@@ -33,8 +33,8 @@ from agent_sync._deadlines import Deadline, _Scheduler
 from agent_sync._signal_safe import Event
 from agent_sync.cancel import CancelScope, CancelToken
 from agent_sync.errors import AgentSyncError, UsageError
+from agent_sync.run import RunState
 from agent_sync.run._durable import StoreLink
-from agent_sync.run._state import RunState
 from agent_sync.stores import MemoryRunStore
 from agent_sync.tools import _abandoned
 from tests.fixtures.interrupt_points import (

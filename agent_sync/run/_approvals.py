@@ -17,9 +17,9 @@ from typing import Any
 
 from .. import _jsonschema
 from .._decisions import Approve, Deny
+from .._run_state import RunState
 from ..errors import DecisionValidationError, UsageError
 from ..tools.decorator import Tool
-from ._state import RunState
 
 __all__ = ["EXPIRED_REASON", "check_decisions"]
 

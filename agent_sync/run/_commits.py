@@ -13,16 +13,16 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from .._history import add_user_blocks, close_turn
 from ..messages import CANCELLED_TEXT, ContentBlock, Message
 from ._durable import StoreLink, load_log
-from ._history import add_user_blocks, close_turn
 from ._inbox import Inbox
 from ._slot import check_no_stored_run
 
 if TYPE_CHECKING:
+    from .._run_state import RunState
     from ._context import RunContext
     from ._slot import RunSlot
-    from ._state import RunState
 
 __all__ = ["Commits"]
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._decisions import ApprovalRequest, Approve, Deny
+from .._run_state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
 from ..messages import Message, ToolResult, ToolUse, Usage
 from ..models.base import CacheMode
 from ..result import AgentMetrics, AgentResult
@@ -25,7 +26,6 @@ from ._hooks import NO_HOOKS, HookRunner
 from ._inbox import Inbox
 from ._output import NO_OUTPUT, output_json, result_output
 from ._settings import RunSettings
-from ._state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
 
 if TYPE_CHECKING:
     from ..cancel import CancelScope

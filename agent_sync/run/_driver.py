@@ -42,7 +42,9 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from .._decisions import Approve, Deny
+from .._history import close_turn
 from .._prompt import content_blocks
+from .._run_state import RunSnapshot, RunState, RunStatus, Step
 from ..cancel import CancelledError, CancelMode, CancelScope, check_mode
 from ..errors import UsageError
 from ..events import AgentEvent, Done, InputInjected
@@ -51,10 +53,8 @@ from ..result import AgentResult
 from ._commits import Commits
 from ._context import RunContext, RunSettings
 from ._durable import StoreLink
-from ._history import close_turn
 from ._hooks import run_hooks
 from ._slot import RunSlot
-from ._state import RunSnapshot, RunState, RunStatus, Step
 from ._steps import STEPS, end_cancelled, end_failed
 
 if TYPE_CHECKING:

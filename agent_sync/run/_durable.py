@@ -24,6 +24,7 @@ import time
 import uuid
 
 from .._prompt import content_blocks
+from .._run_state import RunState
 from ..cancel import CancelMode
 from ..errors import UsageError
 from ..messages import ContentBlock, Message
@@ -31,7 +32,6 @@ from ..stores._protocol import ConversationRecord, RunStore
 from ..stores._rules import InputPending
 from ..stores._watcher import Watched, watch
 from . import _log_cache as log_cache
-from ._state import RunState
 
 __all__ = ["StoreLink", "load_log", "new_owner"]
 

@@ -15,12 +15,12 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import TypeVar
 
+from .._run_state import RunSnapshot, RunState, RunStatus, Step
 from ..errors import UsageError
 from ..events import AgentEvent
 from ..messages import ContentBlock
 from ..result import AgentResult
 from ._driver import STREAM_CLOSED, CancelMode, RunDriver
-from ._state import RunSnapshot, RunState, RunStatus, Step
 
 __all__ = ["AgentStream", "Run", "StepsRun"]
 

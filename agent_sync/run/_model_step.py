@@ -14,6 +14,7 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .._run_state import Step, StepName
 from ..cancel import CancelledError
 from ..errors import ContextWindowOverflowError, ModelStreamError
 from ..events import AgentEvent, MessageComplete, ModelRetry
@@ -22,7 +23,6 @@ from ..models.base import ModelRequest
 from ._assemble import MessageAssembler
 from ._context import RunContext
 from ._output import output_request, partial_tracker
-from ._state import Step, StepName
 
 __all__ = ["model_step"]
 

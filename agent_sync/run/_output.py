@@ -30,6 +30,8 @@ import logging
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
+from .._history import tool_result_message
+from .._run_state import Step, StepName
 from ..errors import OutputValidationError
 from ..events import AgentEvent, MessageComplete, PartialOutput
 from ..messages import Message, StreamEvent, ToolResult
@@ -38,8 +40,6 @@ from ..output._partial import PartialJSON
 from ..output._spec import OutputProblems, OutputSpec
 from ..result import TEXT_OUTPUT
 from ..tools._results import error_result
-from ._history import tool_result_message
-from ._state import Step, StepName
 
 if TYPE_CHECKING:
     from ._context import RunContext

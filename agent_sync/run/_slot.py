@@ -16,16 +16,16 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from .._history import add_user_blocks, answer_round, close_turn
 from ..errors import ConcurrentInvocationError, PendingApprovalError
 from ..messages import CANCELLED_TEXT, Message
-from ._history import add_user_blocks, answer_round, close_turn
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .._run_state import RunState
     from ..stores._protocol import ConversationRecord
     from ._driver import RunDriver
-    from ._state import RunState
 
 __all__ = ["RunSlot"]
 

@@ -32,6 +32,8 @@ from dataclasses import replace
 from typing import Any
 
 from .._decisions import ApprovalRequest, Deny
+from .._history import add_user_blocks, answer_round, close_turn, tool_result_message
+from .._run_state import Step, StepName
 from ..events import (
     AgentEvent,
     ApprovalRequired,
@@ -46,10 +48,8 @@ from ..messages import CANCELLED_TEXT, ContentBlock, Message, ToolResult, ToolUs
 from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
 from ..tools.context import ToolContext
 from ._context import RunContext
-from ._history import add_user_blocks, answer_round, close_turn, tool_result_message
 from ._model_step import model_step
 from ._output import output_step
-from ._state import Step, StepName
 from ._subruns import cancel_subruns, child_usage, round_paused
 
 __all__ = ["STEPS", "end_cancelled", "end_failed"]
