@@ -5,12 +5,15 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import settings
 
+from agent_sync.stores import MemoryRunStore, RunStore, SQLiteRunStore
 from tests.fixtures.logs import root_records
 
 # Never assume machine speed: on a loaded machine a property test's example is slow, not
@@ -91,3 +94,24 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     server = RedisServer.start(tmp_path_factory.mktemp("redis"))
     yield server
     server.stop()
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], RunStore]]:
+    """Builds store objects on one set of data, on each of the three stores (each call:
+    another object, as another worker would have; a real SQLite file, a real
+    redis-server)."""
+    if request.param == "memory":
+        shared = MemoryRunStore()
+        yield lambda: shared
+    elif request.param == "sqlite":
+        path = str(tmp_path / "agent_sync.db")
+        yield lambda: SQLiteRunStore(path)
+    else:
+        server = request.getfixturevalue("redis_server")
+        import redis
+
+        from agent_sync.stores import RedisRunStore
+
+        prefix = f"rh{uuid.uuid4().hex[:10]}:"
+        yield lambda: RedisRunStore(redis.Redis(port=server.port), prefix=prefix)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,31 +18,12 @@ from agent_sync.context import SUMMARY_HEADING, Summarizing
 from agent_sync.messages import CANCELLED_TEXT, Message
 from agent_sync.models import AnthropicModel
 from agent_sync.result import AgentResult
-from agent_sync.stores import MemoryRunStore, RunStore, SQLiteRunStore
+from agent_sync.stores import RunStore, SQLiteRunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.anthropic_server import AnthropicServer
 from tests.fixtures.doubles import texts
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], RunStore]]:
-    """Store objects on one set of data (each call: another object, as another worker has)."""
-    if request.param == "memory":
-        shared = MemoryRunStore()
-        yield lambda: shared
-    elif request.param == "sqlite":
-        path = str(tmp_path / "agent_sync.db")
-        yield lambda: SQLiteRunStore(path)
-    else:
-        server = request.getfixturevalue("redis_server")
-        import redis
-
-        from agent_sync.stores import RedisRunStore
-
-        prefix = f"ctx{uuid.uuid4().hex[:10]}:"
-        yield lambda: RedisRunStore(redis.Redis(port=server.port), prefix=prefix)
 
 
 def _long_history(pairs: int) -> list[Message]:
