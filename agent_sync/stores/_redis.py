@@ -293,8 +293,8 @@ class RedisRunStore(RedisEventLog):
         return self._signals.wait(run_ids, timeout)
 
     def _wake_watcher(self) -> None:
-        """End this process's running ``wait_signals`` early (its store watcher: a run
-        registered, whose signals and lease it must look at now)."""
+        """End this process's running (or next) ``wait_signals`` early (its store
+        watcher: a run registered, whose signals and lease it must look at now)."""
         self._signals.wake()
 
     def prune(self, *, older_than: float) -> int:

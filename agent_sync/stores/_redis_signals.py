@@ -48,6 +48,7 @@ class RedisSignals:
         self._pubsub: Any = None
         self._pid = os.getpid()
         self._wake_channel = f"{prefix}wake:{uuid.uuid4().hex}"  # this object's, this process's
+        self._wake_pending = False  # wake() was called: the listener's wait returns
 
     def close(self) -> None:
         """Close the pub/sub connection."""
@@ -70,6 +71,9 @@ class RedisSignals:
                 wanted = list(run_ids)  # read again at each wake: it may have grown
                 taken = self.take(wanted) if wanted else []  # after subscribing: none missed
                 remaining = deadline - time.monotonic()
+                if self._wake_pending:  # a wake() before this wait began, or unheard yet
+                    self._wake_pending = False
+                    woken = True
                 if taken or remaining <= 0 or woken:
                     return taken
                 woken = self._wait_for(listener, run_ids, deadline)
@@ -77,9 +81,10 @@ class RedisSignals:
             self._listener_lock.release()
 
     def wake(self) -> None:
-        """End the wait of the thread listening in this process (after one more take), if
-        one listens: one ``PUBLISH`` that only this object's listener hears. A listener
-        that is not subscribed yet takes after subscribing, so needs no wake."""
+        """End the listening thread's running or next wait (after one more take): a flag it
+        reads after each take, and one ``PUBLISH`` that only this object's listener hears
+        (none before it subscribed: it reads the flag after that)."""
+        self._wake_pending = True  # one store: signal-safe in a caller's thread
         if self._pid != os.getpid() or self._pubsub is None:
             return
         with translated():
