@@ -121,7 +121,7 @@ class SQLiteEventLog:
 
     def _start_poller(self) -> None:
         with self._poller_lock:
-            if self._poller is None:
+            if self._poller is None or not self._poller.is_alive():  # (a start cut short)
                 self._poller = threading.Thread(
                     target=self._poll, name="agent_sync-sqlite-events", daemon=True
                 )
