@@ -90,6 +90,7 @@ class MemoryRunStore:
         self._clock = clock or time.time
         self._lock = threading.Lock()
         self._signalled = threading.Condition(self._lock)
+        self._wake_pending = False  # _wake_watcher was called: wait_signals returns
         self._appended = threading.Condition(self._lock)
         self._event_logs: dict[str, _EventLog] = {}
         self._conversations: dict[str, _Conversation] = {}
@@ -290,9 +291,17 @@ class MemoryRunStore:
                         taken.extend(run.signals)
                         run.signals.clear()
                 remaining = deadline - time.monotonic()
-                if taken or remaining <= 0:
+                if taken or remaining <= 0 or self._wake_pending:
+                    self._wake_pending = False
                     return taken
                 self._signalled.wait(remaining)
+
+    def _wake_watcher(self) -> None:
+        """End the running (or next) ``wait_signals`` early (this process's store watcher:
+        a run registered, whose signals and lease it must look at now)."""
+        with self._lock:
+            self._wake_pending = True  # also ends a wait that has not begun yet
+            self._signalled.notify_all()
 
     # -- event logs --
 

@@ -295,6 +295,11 @@ class RedisRunStore(RedisEventLog):
     def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
         return self._signals.wait(run_ids, timeout)
 
+    def _wake_watcher(self) -> None:
+        """End this process's running (or next) ``wait_signals`` early (its store
+        watcher: a run registered, whose signals and lease it must look at now)."""
+        self._signals.wake()
+
     def prune(self, *, older_than: float) -> int:
         return int(self._run("prune", self.prefix, repr(float(older_than))))
 

@@ -79,7 +79,13 @@ class RedisEventLog:
         block_s = self._block_s()
         pause = threading.Event()
         with translated():
-            events = _events(client.xrange(key, min=f"{start + 1}-0", max="+"))
+            # A wait goes straight to XREAD BLOCK, which answers at once when there is
+            # something to read: one command per wait, not an XRANGE first.
+            if timeout > 0 and block_s is not None:
+                block_ms = max(1, int(min(timeout, block_s) * 1000))
+                events = _events(_read_entries(client.xread({key: f"{start}-0"}, block=block_ms)))
+            else:
+                events = _events(client.xrange(key, min=f"{start + 1}-0", max="+"))
             while not events:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

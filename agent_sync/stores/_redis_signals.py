@@ -5,6 +5,12 @@ Signals are a list per run plus a ``PUBLISH`` on one channel (the ``signal`` scr
 a run's list atomically (the ``take`` script), so a signal is delivered once, in order, and
 never lost between a look and a wait. While one thread of the store listens, the others
 poll every :data:`_POLL_S`. A forked child opens its own pub/sub connection.
+
+Waking: the listener also subscribes to a channel of its own (``{prefix}wake:<random>``):
+:meth:`RedisSignals.wake` publishes there, which ends the listening wait at once (the store
+watcher, when a run registers). A subscribe confirmation makes the listener take again, so a
+connection redis-py re-established (and subscribed again) by itself loses no signal queued
+while it was down: the listener needs no polling to stay exact.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +47,8 @@ class RedisSignals:
         self._listener_lock = threading.Lock()
         self._pubsub: Any = None
         self._pid = os.getpid()
+        self._wake_channel = f"{prefix}wake:{uuid.uuid4().hex}"  # this object's, this process's
+        self._wake_pending = False  # wake() was called: the listener's wait returns
 
     def close(self) -> None:
         """Close the pub/sub connection."""
@@ -52,19 +61,34 @@ class RedisSignals:
         deadline = time.monotonic() + max(0.0, timeout)
         if self._pid != os.getpid():  # forked: the parent's pub/sub and lock are not ours
             self._listener_lock, self._pubsub, self._pid = threading.Lock(), None, os.getpid()
+            self._wake_channel = f"{self._prefix}wake:{uuid.uuid4().hex}"
         if not self._listener_lock.acquire(blocking=False):
             return self._poll_signals(run_ids, deadline)  # another thread listens
         try:
             listener = self._listener()
+            woken = False
             while True:
                 wanted = list(run_ids)  # read again at each wake: it may have grown
                 taken = self.take(wanted) if wanted else []  # after subscribing: none missed
                 remaining = deadline - time.monotonic()
-                if taken or remaining <= 0:
+                if self._wake_pending:  # a wake() before this wait began, or unheard yet
+                    self._wake_pending = False
+                    woken = True
+                if taken or remaining <= 0 or woken:
                     return taken
-                self._wait_for(listener, run_ids, deadline)
+                woken = self._wait_for(listener, run_ids, deadline)
         finally:
             self._listener_lock.release()
+
+    def wake(self) -> None:
+        """End the listening thread's running or next wait (after one more take): a flag it
+        reads after each take, and one ``PUBLISH`` that only this object's listener hears
+        (none before it subscribed: it reads the flag after that)."""
+        self._wake_pending = True  # one store: signal-safe in a caller's thread
+        if self._pid != os.getpid() or self._pubsub is None:
+            return
+        with translated():
+            self._client.publish(self._wake_channel, "")
 
     def take(self, run_ids: list[str]) -> list[RunSignal]:
         """Take (read and delete) the signals queued for these runs, in the order queued."""
@@ -106,26 +130,33 @@ class RedisSignals:
         """The subscribed pub/sub connection (under ``_listener_lock``)."""
         if self._pubsub is None:
             client: Any = self._client  # redis-py's pubsub() is untyped
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub = client.pubsub()  # subscribe confirmations too: see the module docstring
             with translated():
-                pubsub.subscribe(self._channel)
+                pubsub.subscribe(self._channel, self._wake_channel)
             self._pubsub = pubsub
         return self._pubsub
 
-    def _wait_for(self, listener: Any, wanted: Collection[str], deadline: float) -> None:
-        """Wait until a signal for one of ``wanted`` is published, or the deadline."""
+    def _wait_for(self, listener: Any, wanted: Collection[str], deadline: float) -> bool:
+        """Wait until a signal for one of ``wanted`` is published, the listener is
+        (re)subscribed, or the deadline; ``True`` if :meth:`wake` ended the wait."""
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return
+                return False
             try:
                 with translated():
                     message = listener.get_message(timeout=remaining)
             except StoreUnavailableError:
                 self._drop_listener()
                 raise
-            if message is not None and text(message.get("data")) in wanted:
-                return
+            if message is None:
+                continue
+            if message.get("type") != "message":  # (re)subscribed: look again
+                return False
+            if text(message.get("channel")) == self._wake_channel:
+                return True
+            if text(message.get("data")) in wanted:
+                return False
 
     def _drop_listener(self) -> None:
         if self._pubsub is not None:

@@ -4,21 +4,33 @@
 A run's event log is rows of ``events`` (run, number, JSON text) and one row of
 ``event_logs`` (its last number, and once complete the time it is dropped). An append is
 one ``BEGIN IMMEDIATE`` transaction: it checks the last number (compare-and-set) and the
-complete mark, inserts the rows and moves the last number. ``read_events`` waits on an
-event this log object sets after each of its appends (a reader in the same process wakes
-at once), and polls every :data:`_EVENT_POLL_S` for other processes' appends: each poll is
-one indexed read, never the write lock. A complete log past its time reads as empty;
-``prune`` (or the next append to it) deletes it. A database file written before event logs
-existed gains their tables when a store opens it (:mod:`._sqlite_schema`).
+complete mark, inserts the rows and moves the last number. A complete log past its time
+reads as empty; ``prune`` (or the next append to it) deletes it. A database file written
+before event logs existed gains their tables when a store opens it (:mod:`._sqlite_schema`).
 
-Fork: a forked child replaces each log's wake-up event (no waiter of the parent's threads
-is the child's).
+Waiting (``read_events`` with a timeout): each waiting reader registers (its run, the number
+it read up to, and its own lock-free event) and sleeps on its event. An append of this log
+object wakes the readers of that run at once. Other processes' appends (and other store
+objects' on the same file) are found by one poller thread per log object and process, while
+readers wait: every :data:`_EVENT_POLL_S` it asks the writer connection for SQLite's
+``PRAGMA data_version`` (no table read, no lock), and only when another connection committed
+something does it read the last numbers of all the waited-for logs in one query and wake the
+readers whose log moved. So 100 idle followers cost one pragma per poll, not 100 reads. The
+poll is every :data:`_EVENT_POLL_S` (10 ms) for :data:`_BUSY_S` after the file last changed,
+then every :data:`_QUIET_POLL_S` (25 ms): a streaming run's records reach a follower in
+another process within about 10 ms, the first record after a quiet spell within about 25 ms,
+and a process whose followers all wait costs about 40 wake-ups a second. A poller that fails
+wakes every reader (each reads again and meets the error itself: fail closed).
+
+Fork: a forked child forgets the parent's waiting readers and poller (none is the child's).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
+import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -31,7 +43,13 @@ from ._sqlite_pool import Connections
 
 __all__ = ["SQLiteEventLog"]
 
-_EVENT_POLL_S = 0.01  # read_events, for other processes' appends: one indexed read per poll
+logger = logging.getLogger(__name__)
+
+_EVENT_POLL_S = 0.01  # the poller's pause while the file changes
+_QUIET_POLL_S = 0.025  # ... once it has not changed for _BUSY_S
+_BUSY_S = 2.0
+_LINGER_S = 1.0  # the poller ends after this long without a waiting reader
+_IN_CHUNK = 500  # run ids per "IN (...)" (SQLite's limit on parameters may be 999)
 
 
 class SQLiteEventLog:
@@ -41,8 +59,15 @@ class SQLiteEventLog:
 
     def __init__(self, connections: Connections) -> None:
         self._connections = connections
-        self._appended = Event()  # set, and replaced, after each append of this object
+        self._forget_waiting()
         _LOGS.add(self)
+
+    def _forget_waiting(self) -> None:
+        # The waiting readers: token -> (run id, number read up to, its event). Changed only
+        # by one-C-call dict operations (signal-safe: see agent_sync._signal_safe).
+        self._waiting: dict[int, tuple[str, int, Event]] = {}
+        self._poller_lock = threading.Lock()  # _poller; only ever `with`
+        self._poller: threading.Thread | None = None
 
     def append_events(
         self,
@@ -71,8 +96,9 @@ class SQLiteEventLog:
                     (run_id, after + len(texts), None if keep_s is None else now + keep_s),
                 )
         if texts:
-            appended, self._appended = self._appended, Event()  # lock-free (_signal_safe)
-            appended.set()
+            for waiting_for, _, wake in list(self._waiting.values()):
+                if waiting_for == run_id:
+                    wake.set()
         return after + len(texts)
 
     def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
@@ -80,12 +106,71 @@ class SQLiteEventLog:
         if not storable_id(run_id):
             return []
         while True:
-            appended = self._appended  # before the read: an append after it sets this one
-            events = self._events_after(run_id, after)
-            remaining = deadline - time.monotonic()
-            if events or remaining <= 0:
-                return events
-            appended.wait(min(_EVENT_POLL_S, remaining))  # polls: other processes' appends
+            wake = Event()
+            token = id(wake)  # unique while it waits
+            try:
+                self._waiting[token] = (run_id, after, wake)  # before the read: none missed
+                events = self._events_after(run_id, after)
+                remaining = deadline - time.monotonic()
+                if events or remaining <= 0:
+                    return events
+                self._start_poller()
+                wake.wait(remaining)
+            finally:
+                self._waiting.pop(token, None)
+
+    def _start_poller(self) -> None:
+        with self._poller_lock:
+            if self._poller is None or not self._poller.is_alive():  # (a start cut short)
+                self._poller = threading.Thread(
+                    target=self._poll, name="agent_sync-sqlite-events", daemon=True
+                )
+                self._poller.start()
+
+    def _poll(self) -> None:
+        """The poller thread: see the module docstring."""
+        version: int | None = None
+        idle_since = changed_at = time.monotonic()
+        pause = threading.Event()
+        while True:
+            if not self._waiting:  # nothing to poll for (nor a connection to reopen)
+                if time.monotonic() - idle_since >= _LINGER_S:
+                    with self._poller_lock:
+                        if not self._waiting:  # a reader that registers next starts another
+                            self._poller = None
+                            return
+                pause.wait(_EVENT_POLL_S)
+                continue
+            idle_since = time.monotonic()
+            try:
+                with self._connections.writer() as db:  # the same connection at every poll
+                    (now,) = db.execute("PRAGMA data_version").fetchone()
+                if now != version:
+                    version, changed_at = now, time.monotonic()
+                    self._wake_moved(list(self._waiting.values()))
+            except Exception:  # a store that fails: the readers meet it themselves
+                logger.debug("the event log poller failed", exc_info=True)
+                version = None
+                for _, _, wake in list(self._waiting.values()):
+                    wake.set()
+            busy = time.monotonic() - changed_at < _BUSY_S
+            pause.wait(_EVENT_POLL_S if busy else _QUIET_POLL_S)
+
+    def _wake_moved(self, waiting: list[tuple[str, int, Event]]) -> None:
+        """Wake the waiting readers whose log has moved past what they read."""
+        run_ids = sorted({run_id for run_id, _, _ in waiting})
+        last: dict[str, int] = {}
+        for n in range(0, len(run_ids), _IN_CHUNK):
+            chunk = run_ids[n : n + _IN_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = self._connections.rows(
+                f"SELECT run_id, last_seq FROM event_logs WHERE run_id IN ({marks})",  # noqa: S608
+                chunk,
+            )
+            last.update((run_id, int(seq)) for run_id, seq in rows)
+        for run_id, after, wake in waiting:
+            if last.get(run_id, 0) > after:
+                wake.set()
 
     def _drop_event_log(self, db: sqlite3.Connection, run_id: str) -> None:
         """Delete a run's log (inside the caller's write transaction)."""
@@ -134,8 +219,8 @@ _LOGS: weakref.WeakSet[SQLiteEventLog] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    for log in list(_LOGS):  # no waiter of the parent's threads is the child's
-        log._appended = Event()
+    for log in list(_LOGS):  # no waiter nor poller of the parent's threads is the child's
+        log._forget_waiting()
 
 
 if hasattr(os, "register_at_fork"):

@@ -3,9 +3,17 @@ owns and delivers the signals other processes send them (cancel, inject).
 
 A run registers its driver when it begins (or claims) a stored run and unregisters when it
 ends. The thread loops on ``store.wait_signals(owned, timeout)``: the store blocks as it can
-(a condition, pub/sub, or a short poll), so an idle process costs little. The timeout is at
-most :data:`TICK_S`, which bounds how late a newly registered run is first watched and how
-often leases are checked; each lease is renewed every third of its length.
+(a condition, pub/sub, or a short poll), so an idle process costs little. Each lease is
+renewed every third of its length.
+
+How long one wait lasts: a store that can be woken has ``_wake_watcher()``, which ends the
+running ``wait_signals`` early (the Redis store publishes on a channel only this process
+hears, the memory store notifies its condition). It is woken when a run registers, so a
+signal queued for a run before it was registered is taken at once and a short lease's first
+renewal is not missed; its waits last until the next lease renewal is due, at most
+:data:`IDLE_S` (a safety poll: an idle Redis owner costs about one command a second, not
+twenty takes). Any other store (SQLite, whose wait polls the database anyway) waits at most
+:data:`TICK_S`, which bounds how late a newly registered run is first watched.
 A signal for a run that has just ended is dropped (its driver is gone, nothing to stop):
 an inject never is, because a run's final commit is refused while the store accepted
 injects its owner has not received (``InputPending``; the run's ``StoreLink`` is what is
@@ -15,6 +23,7 @@ registered here, and it keeps an inject that reaches an ending run for that run 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -31,7 +40,11 @@ __all__ = ["TICK_S", "Watched", "watch"]
 logger = logging.getLogger(__name__)
 
 TICK_S = 0.05
-"""Longest wait between two looks at the registrations and leases."""
+"""Longest wait between two looks at the registrations and leases, for a store that cannot
+be woken when a run registers (and the pause after a store failure)."""
+
+IDLE_S = 1.0
+"""Longest wait of a store that is woken when a run registers (a safety poll)."""
 
 
 class Watched(Protocol):
@@ -58,8 +71,10 @@ class _Watcher:
         self._thread: threading.Thread | None = None
         self._failures = 0
         self._pause = threading.Event()  # never set: a wait that cannot be cut short
+        self._wake = getattr(store, "_wake_watcher", None)  # see the module docstring
 
     def add(self, run_id: str, run: Watched, *, owner: str, lease_s: float) -> None:
+        started = False
         with self._lock:
             self._entries[run_id] = _Entry(run, owner, lease_s, time.monotonic() + lease_s / 3)
             if self._thread is None or not self._thread.is_alive():
@@ -67,6 +82,12 @@ class _Watcher:
                     target=self._loop, name="agent_sync-store-watcher", daemon=True
                 )
                 self._thread.start()
+                started = True
+        if not started and self._wake is not None:  # a new thread's first look sees it
+            try:  # its first renewal may be due before the running wait ends, too
+                self._wake()
+            except Exception:  # the safety poll looks anyway
+                logger.debug("run_id=<%s> | the watcher was not woken", run_id, exc_info=True)
 
     def remove(self, run_id: str) -> None:
         with self._lock:
@@ -82,7 +103,7 @@ class _Watcher:
             try:
                 # A live view: a run added during the wait is heard at once (a snapshot
                 # left it unheard for up to a tick: a Stop right after a start took 45 ms).
-                signals = self._store.wait_signals(owned, TICK_S)
+                signals = self._store.wait_signals(owned, self._timeout())
             except Exception:  # a store hiccup must not kill the watcher
                 self._failed()
                 signals = []
@@ -91,6 +112,14 @@ class _Watcher:
             for signal in signals:
                 self._deliver(signal)
             self._renew()
+
+    def _timeout(self) -> float:
+        """How long the next wait may last (see the module docstring)."""
+        if self._wake is None:
+            return TICK_S
+        with self._lock:
+            due = min((e.renew_at for e in self._entries.values()), default=math.inf)
+        return max(0.0, min(IDLE_S, due - time.monotonic()))
 
     def _failed(self) -> None:
         """The store failed: say so once per outage, then wait a tick (a store that is
