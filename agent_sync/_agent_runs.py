@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar, Union
+from dataclasses import replace
+from typing import Any, NamedTuple, TypeVar, Union
 
 from ._decisions import Approve, Decision, Deny
 from ._prompt import history_copy
@@ -48,8 +48,7 @@ _Face = TypeVar("_Face")
 _NO_MESSAGES = 2**62  # load(since=...): only the conversation's current run is needed
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(NamedTuple):
     """One call's options, checked: what ``invoke``/``stream``/... pass to the run."""
 
     settings: RunSettings  # the agent's, with the call's cache, deps, params, output type

@@ -20,25 +20,26 @@ Either way the run is ended exactly once (:meth:`RunDriver.release`), with one c
 message.
 
 Ctrl-C: ``KeyboardInterrupt`` can land between any two bytecodes of the iterating thread.
-So everything the driver arms has its undo pushed onto one :class:`contextlib.ExitStack`
+So everything the driver arms has its undo pushed onto one undo stack (:class:`~._undo.Undo`,
+the contract of :class:`contextlib.ExitStack`)
 *before* it is armed (each undo is a no-op for what was never armed): give the slot back,
 close the store link, close the scope, end the steps (the steps' own cleanup cancels the
 scope, wakes running tools and closes the turn, while the scope is still open), close the
 turn, disarm the deadline, unlink the token. :meth:`RunDriver.release` closes the stack
-twice: ``ExitStack`` pops each undo before running it and runs the rest when one raises, so
+twice: the stack pops each undo before running it and runs the rest when one raises, so
 the second close finishes whatever a Ctrl-C cut short, by construction. Callers that drive a
 run call :func:`release_surely` in their ``finally``.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
+import os
 import threading
 import time
-import uuid
 from collections.abc import Generator
-from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from .._decisions import Approve, Deny
@@ -56,6 +57,7 @@ from ._durable import StoreLink
 from ._hooks import run_hooks
 from ._slot import RunSlot
 from ._steps import STEPS, end_cancelled, end_failed
+from ._undo import Undo
 
 if TYPE_CHECKING:
     from .._deadlines import Deadline
@@ -71,8 +73,9 @@ STREAM_CLOSED = "stream closed"
 
 
 def new_run_id() -> str:
-    """A fresh, unique run id (``run_`` + 32 hex digits)."""
-    return f"run_{uuid.uuid4().hex}"
+    """A fresh, unique run id (``run_`` + 32 hex digits: 128 random bits, as a uuid4's
+    122, without building a ``UUID``)."""
+    return "run_" + os.urandom(16).hex()
 
 
 class RunDriver:
@@ -129,7 +132,7 @@ class RunDriver:
         self._iterating = False  # a thread is inside next(self._events)
         self._closing = False  # close() was called: no new next(); an iterator finishes
         self._releaser: int | None = None  # the thread that ends the run (exactly once)
-        self._undo = ExitStack()  # what release() undoes, last armed first (module docstring)
+        self._undo = Undo()  # what release() undoes, last armed first (module docstring)
 
     # -- any thread (documented on agent_sync.run.Run, which forwards here) --
 
@@ -205,12 +208,12 @@ class RunDriver:
         far as taking the agent: each undo is pushed before what it undoes is armed.
         """
         undo, slot, link = self._undo, self._slot, self._link
-        undo.callback(slot.release, self)
+        undo.push(functools.partial(slot.release, self))
         if link is not None:
-            undo.callback(link.close)
-        undo.callback(self._scope.close)
-        undo.callback(self._close_turn)
-        undo.callback(self._end_steps)
+            undo.push(link.close)
+        undo.push(self._scope.close)
+        undo.push(self._close_turn)
+        undo.push(self._end_steps)
         resuming = self._resume[0] if self._resume is not None else None
         messages = slot.take(self, resuming=resuming, stored=link is not None)
         ctx = self._ctx
@@ -243,12 +246,12 @@ class RunDriver:
         if self._timeout is not None:
             from .._deadlines import schedule
 
-            undo.callback(self._disarm_deadline)
+            undo.push(self._disarm_deadline)
             self._deadline = schedule(self._timeout, self._timed_out)
         if self._token is not None:
-            undo.callback(self._token._link(self._scope))
+            undo.push(self._token._link(self._scope))
         if self._parent is not None:
-            undo.callback(self._parent.link(self._scope))
+            undo.push(self._parent.link(self._scope))
 
     def _prompt_blocks(self, messages: list[Message]) -> list[ContentBlock]:
         prompt = self._prompt
