@@ -106,21 +106,7 @@ def test_a_childs_approval_is_asked_and_answered_through_the_routes() -> None:
         [{"tool_calls": [{"name": "clean", "input": {"prompt": "go"}}]}, "clean"]
     )
 
-    def make_agent(cid: str) -> Agent:
-        janitor = Agent(janitor_model, tools=[delete_file])
-        return Agent(
-            lead_model,
-            tools=[janitor.as_tool(name="clean", description="Clean up")],
-            store=store,
-            conversation_id=cid,
-        )
-
-    app = flask.Flask(__name__)
-    app.register_blueprint(
-        chat_blueprint(make_agent, store=store, keepalive=0.5, authorize=lambda r, c: True),
-        url_prefix="/api",
-    )
-    with serve(app) as server:
+    with serve(_janitor_app(store, lead_model, janitor_model, delete_file)) as server:
         port = server.server_port
         conn = SSEConnection(port, "/api/chat", {"conversation_id": "c1", "message": "tidy"})
         try:
@@ -161,21 +147,7 @@ def test_a_denied_child_request_does_not_mark_the_leads_call_denied() -> None:
     lead_call = {"name": "clean", "input": {"prompt": "go"}, "id": "call_1"}
     lead_model = ScriptedModel([{"tool_calls": [lead_call]}, "told"])
 
-    def make_agent(cid: str) -> Agent:
-        janitor = Agent(janitor_model, tools=[delete_file])
-        return Agent(
-            lead_model,
-            tools=[janitor.as_tool(name="clean", description="Clean up")],
-            store=store,
-            conversation_id=cid,
-        )
-
-    app = flask.Flask(__name__)
-    app.register_blueprint(
-        chat_blueprint(make_agent, store=store, keepalive=0.5, authorize=lambda r, c: True),
-        url_prefix="/api",
-    )
-    with serve(app) as server:
+    with serve(_janitor_app(store, lead_model, janitor_model, delete_file)) as server:
         port = server.server_port
         conn = SSEConnection(port, "/api/chat", {"conversation_id": "c1", "message": "tidy"})
         try:
@@ -188,3 +160,26 @@ def test_a_denied_child_request_does_not_mark_the_leads_call_denied() -> None:
             conn.drop()
     (lead_end,) = [f.data for f in rest if f.event == "tool_end"]
     assert lead_end["id"] == "call_1" and lead_end["status"] == "success"
+
+
+def _janitor_app(
+    store: MemoryRunStore, lead_model: ScriptedModel, janitor_model: ScriptedModel, gated: Any
+) -> flask.Flask:
+    """The chat routes over a lead whose ``clean`` tool is a janitor sub-agent with the
+    gated tool ``gated`` (one agent pair built per request, on ``store``)."""
+
+    def make_agent(cid: str) -> Agent:
+        janitor = Agent(janitor_model, tools=[gated])
+        return Agent(
+            lead_model,
+            tools=[janitor.as_tool(name="clean", description="Clean up")],
+            store=store,
+            conversation_id=cid,
+        )
+
+    app = flask.Flask(__name__)
+    app.register_blueprint(
+        chat_blueprint(make_agent, store=store, keepalive=0.5, authorize=lambda r, c: True),
+        url_prefix="/api",
+    )
+    return app
