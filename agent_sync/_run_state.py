@@ -30,6 +30,7 @@ from .messages import ContentBlock, Message, ToolResult, ToolUse, Usage
 
 __all__ = [
     "FORMAT",
+    "OwnerLostPolicy",
     "RunPhase",
     "RunSnapshot",
     "RunState",
@@ -46,6 +47,8 @@ FORMAT = "agent_sync.run/1"
 RunStatus: TypeAlias = Literal["running", "paused", "done", "cancelled", "failed"]
 RunPhase: TypeAlias = Literal["model", "retry_wait", "tools", "idle"]
 StepName: TypeAlias = Literal["model", "tools", "approval", "finish", "max_cycles", "output"]
+OwnerLostPolicy: TypeAlias = Literal["fail", "resume"]
+"""What happens to a running run whose owner died (``Agent(on_owner_lost=...)``)."""
 """Where a run goes next: a model call, the pending tool calls, a pause for approval, the
 end of a turn (answer queued input or stop), the cycle limit, or reading a structured
 answer (``output_type``)."""
@@ -155,6 +158,10 @@ class RunState:
     """While paused on a sub-agent's approvals: ``toolUseId`` -> ``{"run_id",
     "conversation_id", "requests"}`` of each paused child run (its conversation in the
     store, ``None`` without one; the ids of the requests it waits for)."""
+    on_owner_lost: OwnerLostPolicy = "fail"
+    """What a store does when the run's owner dies (its lease expires while it runs):
+    ``"fail"`` it on the next read, or leave it for a recoverer to ``"resume"`` from this
+    state (``Agent(on_owner_lost=...)``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready ``dict`` (``"format": "agent_sync.run/1"``), independent of the run."""
@@ -178,6 +185,7 @@ class RunState:
             "parent_run_id": self.parent_run_id,
             "round_results": json_ready(list(self.round_results)),
             "subruns": json_ready(dict(self.subruns)),
+            "on_owner_lost": self.on_owner_lost,
         }
 
     @classmethod
@@ -199,6 +207,11 @@ class RunState:
         if status not in _STATUSES:
             raise UsageError(f"RunState status must be one of {sorted(_STATUSES)}, got {status!r}")
         next_step = data.get("next_step")
+        on_owner_lost = data.get("on_owner_lost", "fail")  # absent: a state of an earlier version
+        if on_owner_lost not in ("fail", "resume"):
+            raise UsageError(
+                f"RunState on_owner_lost must be 'fail' or 'resume', got {on_owner_lost!r}"
+            )
         if next_step is not None and next_step not in _STEPS:
             raise UsageError(f"RunState next_step must be one of {sorted(_STEPS)} or None")
         try:
@@ -226,6 +239,7 @@ class RunState:
                 parent_run_id=_optional(data, "parent_run_id"),
                 round_results=tuple(from_json_ready(data.get("round_results") or [])),
                 subruns=dict(from_json_ready(data.get("subruns") or {})),
+                on_owner_lost=on_owner_lost,
             )
         except KeyError as exc:
             raise UsageError(f"a RunState dict needs the field {exc.args[0]!r}") from None

@@ -20,6 +20,7 @@ from ..cancel import CancelMode, check_mode
 from ..messages import ContentBlock, Message
 from ._event_log import RunEvent
 from ._protocol import ConversationRecord, RunSignal, StoredRun
+from ._recoverable import Recoverable
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
@@ -79,7 +80,7 @@ class _Conversation:
     generation: int = 0  # bumped by replace_log
 
 
-class MemoryRunStore:
+class MemoryRunStore(Recoverable):
     """A :class:`~agent_sync.stores.RunStore` in this process's memory. Thread-safe.
 
     Args:
@@ -218,6 +219,10 @@ class MemoryRunStore:
             run.updated_at = now
             run.state = encode_state(_with_status(state, "running"))
             return run.version
+
+    def lost_runs(self, *, limit: int | None = None) -> list[StoredRun]:
+        """The runs whose owner died and that wait for a recoverer (see ``RunStore``)."""
+        return []  # stub: the store side of recovery lands next
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
         now = self._now()

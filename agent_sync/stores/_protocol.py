@@ -34,6 +34,15 @@ Rules every store follows (:mod:`agent_sync.stores._rules` holds the shared part
   reads it (``load``, ``get``, ``begin``): its in-flight tool calls are answered with an
   error result saying "worker stopped; effect unknown", the turn is closed, the messages are
   written to the log, and the conversation is usable again.
+* **Lost runs.** Unless its state says ``on_owner_lost == "resume"``
+  (``Agent(on_owner_lost="resume")``): such a run is *lost*, not failed. Reads leave it
+  as it is (``load`` and ``get`` show it running, ``begin`` refuses its conversation with
+  ``ConcurrentInvocationError``) until a recoverer takes it: :meth:`RunStore.lost_runs`
+  lists it and :meth:`RunStore.claim` at its version takes it over (one winner, whatever
+  the number of recoverers), and the new owner goes on from its last committed state with
+  the same run id and event log. The inject count restarts at the injects still queued for
+  it (the new owner takes those). ``cancel`` of a lost run cancels it at once, as for a
+  paused run (its in-flight calls answered "worker stopped; effect unknown").
 * **Signals.** ``cancel`` and ``inject`` on a running run are queued for its owner, who takes
   them with ``wait_signals`` (each delivered once, in order). ``cancel`` on a paused run
   cancels it at once (pending calls answered "Cancelled by user", turn closed, written).
@@ -52,9 +61,9 @@ Rules every store follows (:mod:`agent_sync.stores._rules` holds the shared part
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from .._run_state import RunSnapshot, RunState
 from ..cancel import CancelMode
@@ -193,12 +202,30 @@ class RunStore(Protocol):
         ...
 
     def claim(self, run_id: str, *, owner: str, lease_s: float, version: int) -> int:
-        """Take a paused run (at ``version``) to resume it: it becomes running, owned by
-        ``owner``. Return the new version.
+        """Take a paused run (at ``version``) to resume it, or a lost run (running at
+        ``version``, its lease expired, ``on_owner_lost == "resume"``) to go on with it:
+        it becomes running, owned by ``owner``. Return the new version.
 
         Raises:
-            RunConflictError: It is not paused at ``version`` (someone resumed or cancelled it).
+            RunConflictError: It is not paused or lost at ``version`` (someone resumed,
+                recovered or cancelled it, or its owner renewed the lease).
         """
+        ...
+
+    def lost_runs(self, *, limit: int | None = None) -> list[StoredRun]:
+        """The lost runs (see the module rules): running, ``on_owner_lost == "resume"``,
+        their lease expired by the store's clock; the longest expired first, at most
+        ``limit``. Cheap enough to call every fraction of a second from every process
+        (an index on the lease, not a scan of the runs)."""
+        ...
+
+    def recover(self, make_agent: Callable[[str], Any], *, limit: int | None = None) -> list[str]:
+        """Resume the lost runs now, in this process: one pass over :meth:`lost_runs`,
+        each claimed (a run another recoverer took is skipped) and driven to its end in a
+        thread of its own, by an agent ``make_agent(conversation_id)`` builds on this store.
+        Returns the ids of the runs this call resumed; registers nothing (for a cron job or a
+        worker's start; the chat routes and ``agent_sync.celery.configure`` keep recovering
+        in the background)."""
         ...
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:

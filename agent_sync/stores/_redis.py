@@ -56,6 +56,7 @@ from ..errors import (
 )
 from ..messages import ContentBlock, Message
 from ._protocol import ConversationRecord, RunSignal, StoredRun
+from ._recoverable import Recoverable
 from ._redis_client import RedisScripts, text
 from ._redis_events import RedisEventLog
 from ._redis_signals import RedisSignals
@@ -91,7 +92,7 @@ __all__ = ["RedisRunStore"]
 _CAS_ATTEMPTS = 20  # cancel of a paused run racing other writers
 
 
-class RedisRunStore(RedisEventLog):
+class RedisRunStore(RedisEventLog, Recoverable):
     """A :class:`~agent_sync.stores.RunStore` on a Redis server, for processes on many hosts.
 
     Args:
@@ -236,6 +237,10 @@ class RedisRunStore(RedisEventLog):
         return self._write(
             replace(state, status="running"), version=version, new_owner=owner, lease_s=lease_s
         )
+
+    def lost_runs(self, *, limit: int | None = None) -> list[StoredRun]:
+        """The runs whose owner died and that wait for a recoverer (see ``RunStore``)."""
+        return []  # stub: the store side of recovery lands next
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
         return bool(self._run("renew", self.prefix, run_id, owner, repr(float(lease_s))))

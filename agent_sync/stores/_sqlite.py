@@ -50,7 +50,8 @@ from .._prompt import content_blocks
 from .._run_state import RunSnapshot, RunState
 from ..cancel import CancelMode, check_mode
 from ..messages import ContentBlock, Message
-from ._protocol import ConversationRecord, RunSignal
+from ._protocol import ConversationRecord, RunSignal, StoredRun
+from ._recoverable import Recoverable
 from ._rules import (
     FINAL_STATUSES,
     bad_conversation_id,
@@ -87,7 +88,7 @@ __all__ = ["SQLiteRunStore"]
 _POLL_S = 0.005  # wait_signals: one indexed read per poll
 
 
-class SQLiteRunStore(SQLiteEventLog):
+class SQLiteRunStore(SQLiteEventLog, Recoverable):
     """A :class:`~agent_sync.stores.RunStore` in one SQLite file. Thread- and process-safe.
 
     Args:
@@ -248,6 +249,10 @@ class SQLiteRunStore(SQLiteEventLog):
                 (encode_state(running), version + 1, owner, lease_s, lease_s, now, run_id),
             )
             return version + 1
+
+    def lost_runs(self, *, limit: int | None = None) -> list[StoredRun]:
+        """The runs whose owner died and that wait for a recoverer (see ``RunStore``)."""
+        return []  # stub: the store side of recovery lands next
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
         with self._write() as db:
