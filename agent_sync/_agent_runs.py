@@ -211,12 +211,16 @@ class AgentRuns:
         face: Callable[[RunDriver], _Face],
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
         parent: CancelScope | None = None,
+        run_id: str | None = None,
     ) -> _Face:
-        """Start a run that the caller drives, and return ``face(driver)``, its owning handle.
+        """Start a run that the caller drives, and return ``face(driver)``, its owning handle
+        (``run_id``: a new run's id, chosen by the caller; by default a fresh one).
 
         The handle is made inside the ``try``: a Ctrl-C before it exists releases the agent.
         """
-        driver = self._new_run(prompt, call, emit_deltas=emit_deltas, resume=resume, parent=parent)
+        driver = self._new_run(
+            prompt, call, emit_deltas=emit_deltas, resume=resume, parent=parent, run_id=run_id
+        )
         try:
             driver.start()
             return face(driver)
@@ -232,6 +236,7 @@ class AgentRuns:
         emit_deltas: bool,
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
         parent: CancelScope | None = None,
+        run_id: str | None = None,
     ) -> RunDriver:
         return RunDriver(
             agent=self,
@@ -249,6 +254,7 @@ class AgentRuns:
                 else None
             ),
             parent=parent,
+            run_id=run_id,
         )
 
     @staticmethod

@@ -97,10 +97,13 @@ class RunDriver:
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
         link: StoreLink | None = None,
         parent: CancelScope | None = None,
+        run_id: str | None = None,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise UsageError("timeout must be positive (seconds)")
-        self.run_id = resume[0].run_id if resume is not None else new_run_id()
+        # run_id: a new run's id chosen by the caller (agent_sync.celery: the web worker
+        # that hands the run over names it); by default a fresh one.
+        self.run_id = resume[0].run_id if resume is not None else run_id or new_run_id()
         self._slot = slot
         self._scope = CancelScope(self.run_id)
         self._ctx = RunContext(

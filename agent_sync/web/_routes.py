@@ -54,7 +54,7 @@ from ._ui_stream import UI_STREAM_HEADERS, UIStreamEncoder, shown_calls
 if TYPE_CHECKING:
     from ..agent import Agent
 
-__all__ = ["Authorize", "ChatRoutes", "MakeAgent", "OnDisconnect"]
+__all__ = ["Authorize", "ChatRoutes", "MakeAgent", "OnDisconnect", "StartRun"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,9 @@ MakeAgent = Callable[[str], "Agent"]
 Authorize = Callable[[Any, str], bool]
 """``(request, conversation_id) -> bool``: may this request touch this conversation?"""
 OnDisconnect = Literal["continue", "cancel"]
+StartRun = Callable[[str, Any, str], object]
+"""``(conversation_id, message, run_id)``: has the run started in another process, under
+that id (``chat_blueprint(..., start=...)``)."""
 
 EVENT_STREAM: Final = "text/event-stream"
 _UI_HEADERS: Final = {k: v for k, v in UI_STREAM_HEADERS.items() if k != "Content-Type"}
@@ -90,7 +93,10 @@ class ChatRoutes:
         authorize: Authorize | None = None,
         max_live_runs: int = MAX_LIVE_RUNS,
         write_timeout: float | None = WRITE_TIMEOUT_S,
+        start: StartRun | None = None,
     ) -> None:
+        if start is not None and not callable(start):
+            raise UsageError("start must be a callable (conversation_id, message, run_id)")
         if not isinstance(store, RunStore):
             raise UsageError(f"store must be a RunStore, got {type(store).__name__}")
         if not isinstance(store, RunEventLog):
@@ -117,6 +123,7 @@ class ChatRoutes:
         self._replay_ttl = float(replay_ttl)
         self._authorize = authorize
         self._write_timeout = write_timeout
+        self._start = start
         self._runs = RunControl(
             make_agent,
             store,
@@ -177,6 +184,9 @@ class ChatRoutes:
         if not isinstance(message, (str, list)) or not message:
             raise BadRequest("'message' must be a non-empty string or a list of content blocks")
         self._check_allowed(request, conversation_id)
+        if self._start is not None:  # another process runs it: follow its log
+            run_id = self._runs.hand_off(conversation_id, message, self._start)
+            return self._follow(request, run_id, 0, NativeEncoder(run_id), None)
         publisher = self._runs.start(conversation_id, message)
         return self._follow(
             request, publisher.run_id, 0, NativeEncoder(publisher.run_id), publisher
@@ -263,6 +273,9 @@ class ChatRoutes:
             # second turn, not replace the answer.
             raise BadRequest("regenerating a message is not supported: send it again")
         self._check_allowed(request, conversation_id)
+        if asked.approvals is None and self._start is not None:
+            run_id = self._runs.hand_off(conversation_id, asked.text, self._start)
+            return self._follow(request, run_id, 0, UIStreamEncoder(run_id), None, _UI_HEADERS)
         if asked.approvals is None:
             publisher = self._runs.start(conversation_id, asked.text)
             run_id = publisher.run_id

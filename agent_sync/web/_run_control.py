@@ -3,18 +3,22 @@
 :class:`RunControl` starts a conversation's run (or goes on with a paused one) on this
 worker, each holding one of the worker's ``max_live_runs`` slots, and publishes it to the
 run's event log (:class:`._publish.Publisher`), from where every stream follows it on any
-worker. It stops runs wherever they run (a paused run has no writer left, so its log is
-closed here). Whatever it refuses is a :class:`._http.Refusal` or a
-:class:`._http.BadRequest`, answered by the routes (:mod:`._routes`).
+worker. With a ``start`` hook it hands a new run to another process instead
+(:meth:`RunControl.hand_off`), and the streams follow that run's log the same way. It stops
+runs wherever they run (a paused run has no writer left, so its log is closed here).
+Whatever it refuses is a :class:`._http.Refusal` or a :class:`._http.BadRequest`, answered
+by the routes (:mod:`._routes`).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from .._decisions import Decision, Deny
+from .._prompt import content_blocks
 from .._run_state import RunSnapshot
 from ..errors import (
     ConcurrentInvocationError,
@@ -23,6 +27,7 @@ from ..errors import (
     RunConflictError,
     UsageError,
 )
+from ..run._driver import new_run_id
 from ..stores import StoredRun
 from ..stores._event_log import EventLogStore
 from ._follow import close_log
@@ -36,9 +41,17 @@ if TYPE_CHECKING:
 
 __all__ = ["RETRY_AFTER_S", "RunControl"]
 
+logger = logging.getLogger(__name__)
+
 RETRY_AFTER_S: Final = 5
 """``Retry-After`` of a 503 answered because the worker runs ``max_live_runs``."""
 _SINCE_THE_END: Final = 1 << 62  # ``load(since=...)`` past any log: read no message
+_NOT_STARTED: Final = {
+    "type": "error",
+    "error": "NotStarted",
+    "message": "the answer could not be started; try again",
+    "retryable": True,
+}
 
 
 class RunControl:
@@ -75,6 +88,43 @@ class RunControl:
         """Start a run on the conversation and publish it (409 busy or paused; 503 if
         this worker runs ``max_live_runs`` already)."""
         return self._in_slot(functools.partial(self._start_run, conversation_id, message))
+
+    def hand_off(
+        self, conversation_id: str, message: Any, start: Callable[[str, Any, str], object]
+    ) -> str:
+        """Have another process run a new run of the conversation: open the run's log with
+        its ``run`` record, then call ``start(conversation_id, message, run_id)``, which
+        must have the run started under that id; return the id. The run's owner appends
+        the rest (400 for a message no run takes, 409 busy or paused, 503 if ``start``
+        raises: the log then ends with an ``error`` record)."""
+        try:
+            content_blocks(message, what="message")
+        except UsageError as exc:
+            raise BadRequest(str(exc)) from None
+        current = self.current_run(conversation_id)
+        snapshot = None if current is None else self._store.get(current.state.run_id)
+        if snapshot is not None and snapshot.status == "running":
+            raise Refusal(409, "busy", "this conversation is still answering; stop it or wait")
+        if snapshot is not None and snapshot.status == "paused":
+            raise Refusal(
+                409, "paused", "this conversation waits for a decision", run_id=snapshot.run_id
+            )
+        run_id = new_run_id()
+        self._store.append_events(run_id, [run_record(run_id, conversation_id)], after=0)
+        try:
+            start(conversation_id, message, run_id)
+        except Exception:
+            logger.exception("run_id=<%s> | the run could not be handed over", run_id)
+            try:
+                self._store.append_events(
+                    run_id, [dict(_NOT_STARTED)], after=1, keep_s=self._replay_ttl
+                )
+            except Exception:
+                logger.warning("run_id=<%s> | its log could not be closed", run_id, exc_info=True)
+            raise Refusal(
+                503, "not_started", "the answer could not be started; try again"
+            ) from None
+        return run_id
 
     def _take_slot(self) -> RunSlots:
         slot = self._slots.take()

@@ -43,6 +43,7 @@ from ._routes import (
     ChatRoutes,
     MakeAgent,
     OnDisconnect,
+    StartRun,
 )
 from ._sse import SSE_HEADERS, StreamingAgent, sse_events
 
@@ -114,12 +115,14 @@ def chat_urls(
     authorize: Authorize | None = None,
     max_live_runs: int = MAX_LIVE_RUNS,
     write_timeout: float | None = WRITE_TIMEOUT_S,
+    start: StartRun | None = None,
 ) -> list[Any]:
     """The chat routes as URL patterns: ``path("api/", include(chat_urls(...)))``.
 
     The same routes, arguments and answers as :func:`agent_sync.web.flask.chat_blueprint`
     (``authorize`` receives the ``HttpRequest``; ``max_live_runs`` and ``write_timeout``
-    bound one worker's live runs and its streams' slow readers). The views are exempt
+    bound one worker's live runs and its streams' slow readers; ``start`` hands new runs to
+    other processes, such as Celery workers). The views are exempt
     from Django's CSRF check: their POST bodies must be ``application/json``, which a
     cross-site form cannot send, and ``authorize`` is where a session is checked. Serve
     under WSGI with threads; keep body-buffering middleware (``GZipMiddleware``) off these
@@ -138,6 +141,7 @@ def chat_urls(
         authorize=authorize,
         max_live_runs=max_live_runs,
         write_timeout=write_timeout,
+        start=start,
     )
 
     def post(route: Callable[..., WebResponse]) -> Callable[..., HttpResponseBase]:

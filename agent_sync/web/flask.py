@@ -27,6 +27,7 @@ from ._routes import (
     ChatRoutes,
     MakeAgent,
     OnDisconnect,
+    StartRun,
 )
 from ._sse import SSE_HEADERS, StreamingAgent, sse_events
 
@@ -96,6 +97,7 @@ def chat_blueprint(
     max_live_runs: int = MAX_LIVE_RUNS,
     write_timeout: float | None = WRITE_TIMEOUT_S,
     name: str = "agent_sync_chat",
+    start: StartRun | None = None,
 ) -> flask.Blueprint:
     """The chat routes (``POST /chat``, ``GET /runs/<id>/events``, stop, decisions, inject,
     ``POST /cancel``, ``GET /history``, and the AI SDK's ``GET /chat/<id>/stream`` and
@@ -130,6 +132,12 @@ def chat_blueprint(
             client may reconnect with ``Last-Event-ID``. Needs a server that shows the
             client socket (werkzeug, gunicorn).
         name: The Blueprint's name (register two with different names).
+        start: Hand new runs to other processes instead of running them here:
+            ``start(conversation_id, message, run_id)`` is called once the run's log is
+            open, and must have the run started elsewhere with that ``run_id`` (with
+            Celery: ``lambda cid, message, run_id: run_task.apply_async((cid, message),
+            task_id=run_id)``, see :mod:`agent_sync.celery`). ``POST /chat`` then answers
+            with the stream of a run this worker does not own; if ``start`` raises, 503.
 
     Raises:
         agent_sync.errors.UsageError: An invalid argument.
@@ -144,6 +152,7 @@ def chat_blueprint(
         authorize=authorize,
         max_live_runs=max_live_runs,
         write_timeout=write_timeout,
+        start=start,
     )
     blueprint = flask.Blueprint(name, __name__)
 

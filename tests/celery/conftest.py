@@ -1,0 +1,163 @@
+"""A real Celery worker for the tests: ``celery worker`` in its own process, with a real
+redis-server as broker and result backend, on a store shared with the test (SQLite file or
+Redis), and a probe socket its tools report to (:mod:`tests.celery.agents`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_sync.stores._event_log import EventLogStore
+from tests.celery import agents, stores
+
+celery = pytest.importorskip("celery", reason="pip install -e '.[celery]'")
+celery_state: Any = pytest.importorskip("celery._state")
+
+ROOT = Path(__file__).resolve().parents[2]
+_READY = " ready."  # celery@<host> ready.
+
+
+class Probe:
+    """The test's end of :func:`tests.celery.agents.wait_for_stop`: a Unix socket each
+    call reports ``<marker> <pid>`` to."""
+
+    def __init__(self, path: Path) -> None:
+        assert len(str(path)) < 100, "a Unix socket path must be short"
+        self.path = str(path)
+        self._listener = socket.socket(socket.AF_UNIX)
+        self._listener.bind(self.path)
+        self._listener.listen(16)
+        self._started: dict[str, int] = {}
+
+    def started(self, marker: str, timeout: float = 20.0) -> int:
+        """Block until the call named ``marker`` has started; return its process id."""
+        deadline = time.monotonic() + timeout
+        while marker not in self._started:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"the tool of {marker} never started"
+            self._listener.settimeout(remaining)
+            conn, _ = self._listener.accept()
+            with conn:
+                conn.settimeout(remaining)
+                report = conn.makefile().readline().split()
+            self._started[report[0]] = int(report[1])
+        return self._started[marker]
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+@dataclass
+class Worker:
+    """A running ``celery worker`` and what the test shares with it."""
+
+    app: Any  # the test's own Celery app: same broker, backend and queue
+    store: EventLogStore
+    probe: Probe
+    process: subprocess.Popen[str]
+    env: dict[str, str]
+    lines: list[str] = field(default_factory=list)
+
+    def log(self) -> str:
+        return "".join(self.lines)
+
+
+def _start(env: dict[str, str], pool: str, lines: list[str]) -> subprocess.Popen[str]:
+    """``celery worker`` with one pool process; returns once it says it is ready."""
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "celery", "-A", "tests.celery.worker_app", "worker",
+            f"--pool={pool}", "--concurrency=1", "--loglevel=INFO",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-Q", env["AGENT_SYNC_TEST_QUEUE"], "-n", f"agent-sync-{uuid.uuid4().hex[:8]}@%h",
+        ],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    ready = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        with process.stdout:
+            for line in process.stdout:
+                lines.append(line)
+                if _READY in line:
+                    ready.set()
+        ready.set()  # it exited
+
+    threading.Thread(target=read, name="test-celery-worker-log", daemon=True).start()
+    ready.wait(60)
+    assert process.poll() is None and any(_READY in line for line in lines), "".join(lines)
+    return process
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)  # warm shutdown
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+@pytest.fixture(scope="module", params=["redis", "sqlite"])
+def worker(
+    request: pytest.FixtureRequest, redis_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Worker]:
+    """A prefork worker (one pool process) on a Redis or SQLite store."""
+    folder = tmp_path_factory.mktemp("celery")
+    queue = f"agent-sync-tests-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "AGENT_SYNC_TEST_BROKER": f"redis://127.0.0.1:{redis_server.port}/1",
+        "AGENT_SYNC_TEST_BACKEND": f"redis://127.0.0.1:{redis_server.port}/2",
+        "AGENT_SYNC_TEST_QUEUE": queue,
+        stores.STORE: (
+            redis_server.url if request.param == "redis" else f"sqlite:///{folder / 'runs.db'}"
+        ),
+        stores.PREFIX: f"celery-{uuid.uuid4().hex[:8]}:",
+        agents.PROBE_SOCKET: str(folder / "probe.sock"),
+    }
+    app = celery.Celery(
+        "agent_sync_tests_client",
+        broker=env["AGENT_SYNC_TEST_BROKER"],
+        backend=env["AGENT_SYNC_TEST_BACKEND"],
+        set_as_current=True,
+    )
+    app.conf.task_default_queue = queue
+    app.conf.broker_connection_retry_on_startup = True
+    previous_default = celery_state.default_app
+    app.set_default()  # the web server's threads send with it too (as docs/deployments.md)
+    probe = Probe(folder / "probe.sock")
+    old = {name: os.environ.get(name) for name in (stores.STORE, stores.PREFIX)}
+    os.environ[stores.STORE], os.environ[stores.PREFIX] = env[stores.STORE], env[stores.PREFIX]
+    try:
+        store = stores.store_from_env()
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    lines: list[str] = []
+    process = _start(env, "prefork", lines)
+    try:
+        yield Worker(app, store, probe, process, env, lines)
+    finally:
+        _stop(process)
+        probe.close()
+        celery_state.set_default_app(previous_default)
+        app.close()

@@ -1,0 +1,204 @@
+"""Runs owned by a real Celery worker (prefork, one pool process), followed and steered from
+the web routes in this process, on a Redis and on a SQLite store.
+
+The worker runs :mod:`tests.celery.worker_app`; its tools report to the test over a Unix
+socket when they run (:class:`tests.celery.conftest.Probe`), and every wait is on that
+report, an HTTP answer, a stream frame, the store's event log or a task result: nothing
+sleeps.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agent_sync.celery import TERMINATED_REASON, run_task
+from agent_sync.messages import CANCELLED_TEXT, validate_history
+from agent_sync.stores._event_log import EventLogStore
+from agent_sync.web._records import is_terminal
+from tests.celery import agents
+from tests.celery.conftest import Worker
+from tests.web._client import SSEConnection, frames_until, request_json, serve
+
+flask_module = pytest.importorskip("flask", reason="pip install -e '.[flask]'")
+
+
+def send_to_celery(conversation_id: str, message: Any, run_id: str) -> None:
+    """The routes' ``start=``: the run's id is the task's id."""
+    run_task.apply_async((conversation_id, message), task_id=run_id)
+
+
+@pytest.fixture(scope="module")
+def web(worker: Worker) -> Iterator[int]:
+    """The chat routes, handing every new run to the worker; yields the port."""
+    from agent_sync.web.flask import chat_blueprint
+
+    app = flask_module.Flask(__name__)
+    make_agent = functools.partial(agents.make_agent, worker.store)
+    app.register_blueprint(
+        chat_blueprint(make_agent, store=worker.store, start=send_to_celery, keepalive=None),
+        url_prefix="/api",
+    )
+    with serve(app) as server:
+        yield server.server_port
+
+
+def _cid() -> str:
+    return f"c-{uuid.uuid4().hex[:10]}"
+
+
+def _follow(store: EventLogStore, run_id: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The run's log up to its last record (each read waits for the next append)."""
+    records: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while not records or not is_terminal(records[-1]):
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, records
+        events = store.read_events(run_id, after=len(records), timeout=min(remaining, 5.0))
+        records += [event.data for event in events]
+    return records
+
+
+def _texts(messages: list[Any]) -> list[str]:
+    return [block["text"] for m in messages for block in m["content"] if "text" in block]
+
+
+def _tool_results(messages: list[Any]) -> list[str]:
+    return [
+        part["text"]
+        for m in messages
+        for block in m["content"]
+        if "toolResult" in block
+        for part in block["toolResult"]["content"]
+    ]
+
+
+def test_post_chat_hands_the_run_to_the_worker_and_streams_it(worker: Worker, web: int) -> None:
+    cid = _cid()
+    conn = SSEConnection(web, "/api/chat", {"conversation_id": cid, "message": "hello"})
+    try:
+        assert conn.status == 200
+        frames = frames_until(conn, "done")
+    finally:
+        conn.close()
+    run_id = frames[0].data["run_id"]
+    assert frames[0].event == "run" and frames[0].data["conversation_id"] == cid
+    assert [f.id for f in frames] == [f"{run_id}:{n}" for n in range(1, len(frames) + 1)]
+    assert frames[-1].data["stop_reason"] == "end_turn"
+    answer = frames[-1].data["text"]
+    assert answer.startswith("finished in ") and answer != f"finished in {os.getpid()}"
+    summary = worker.app.AsyncResult(run_id).get(timeout=30)
+    assert summary == {"run_id": run_id, "status": "done", "stop_reason": "end_turn"}
+    messages = worker.store.load(cid).messages
+    assert _texts(messages) == ["hello", answer] and validate_history(messages) == []
+
+
+def test_stop_and_inject_from_the_web_reach_the_run_in_the_worker(worker: Worker, web: int) -> None:
+    cid = _cid()
+    conn = SSEConnection(web, "/api/chat", {"conversation_id": cid, "message": f"wait {cid}"})
+    try:
+        run_id = frames_until(conn, "run")[-1].data["run_id"]
+        assert worker.probe.started(cid) != os.getpid()  # the tool runs in the worker
+        busy = request_json(web, "POST", "/api/chat", {"conversation_id": cid, "message": "hi"})
+        assert busy[0] == 409 and busy[1]["error"] == "busy"
+        status, queued = request_json(
+            web, "POST", f"/api/runs/{run_id}/inject", {"content": "and this too"}
+        )
+        assert (status, queued["queued"]) == (202, True)
+        status, stopped = request_json(web, "POST", f"/api/runs/{run_id}/stop", {})
+        assert (status, stopped) == (200, {"cancelled": True})
+        done = frames_until(conn, "done")[-1]
+    finally:
+        conn.close()
+    assert done.data["stop_reason"] == "cancelled"
+    summary = worker.app.AsyncResult(run_id).get(timeout=30)
+    assert (summary["status"], summary["stop_reason"]) == ("cancelled", "cancelled")
+    messages = worker.store.load(cid).messages
+    assert validate_history(messages) == []
+    assert _tool_results(messages) == [agents.TOLD]  # the waiting tool was told
+    assert "and this too" in _texts(messages)  # injected input is never lost
+    assert messages[-1] == {"role": "assistant", "content": [{"text": CANCELLED_TEXT}]}
+
+
+def test_store_cancel_from_any_process_stops_a_task_sent_directly(worker: Worker) -> None:
+    cid = _cid()
+    result = run_task.delay(cid, f"wait {cid}")
+    worker.probe.started(cid)
+    assert worker.store.cancel(result.id, "stopped by user") is True
+    assert result.get(timeout=30)["status"] == "cancelled"
+    records = _follow(worker.store, result.id)
+    assert records[0] == {"type": "run", "run_id": result.id, "conversation_id": cid}
+    assert (records[-1]["type"], records[-1]["cancel_reason"]) == ("done", "stopped by user")
+    assert validate_history(worker.store.load(cid).messages) == []
+
+
+def test_revoke_terminate_cancels_the_run_then_ends_the_pool_process(worker: Worker) -> None:
+    cid = _cid()
+    result = run_task.delay(cid, f"wait {cid}")
+    pool_process = worker.probe.started(cid)
+    worker.app.control.revoke(result.id, terminate=True)
+    records = _follow(worker.store, result.id)
+    assert records[-1]["type"] == "done"
+    assert (records[-1]["stop_reason"], records[-1]["cancel_reason"]) == (
+        "cancelled",
+        TERMINATED_REASON,
+    )
+    snapshot = worker.store.get(result.id)
+    assert snapshot is not None and snapshot.status == "cancelled"
+    messages = worker.store.load(cid).messages
+    assert validate_history(messages) == [] and _tool_results(messages) == [agents.TOLD]
+    assert result.state == "REVOKED"  # Celery's view: terminated, as without agent_sync
+    # The conversation goes on, in the pool process Celery started in place of the
+    # terminated one.
+    after = run_task.delay(cid, "hello again").get(timeout=30)
+    assert (after["status"], after["stop_reason"]) == ("done", "end_turn")
+    answer = _texts(worker.store.load(cid).messages)[-1]
+    assert answer.startswith("finished in ") and answer != f"finished in {pool_process}"
+
+
+def test_a_decision_resumes_the_worker_run_in_the_web_worker(worker: Worker, web: int) -> None:
+    cid = _cid()
+    conn = SSEConnection(web, "/api/chat", {"conversation_id": cid, "message": "ask"})
+    try:
+        frames = frames_until(conn, "approval_required")
+        run_id, approval = frames[0].data["run_id"], frames[-1].data
+        summary = worker.app.AsyncResult(run_id).get(timeout=30)
+        assert (summary["status"], summary["stop_reason"]) == ("paused", "paused")
+        status, answer = request_json(
+            web,
+            "POST",
+            f"/api/runs/{run_id}/decisions",
+            {"decisions": {approval["approval_id"]: True}},
+        )
+        assert (status, answer) == (202, {"run_id": run_id, "status": "running"})
+        done = frames_until(conn, "done")[-1]
+    finally:
+        conn.close()
+    assert done.data["stop_reason"] == "end_turn"
+    assert done.data["text"] == f"finished in {os.getpid()}"  # resumed here, by the web
+    messages = worker.store.load(cid).messages
+    assert _tool_results(messages) == ["wiped /data"] and validate_history(messages) == []
+
+
+def test_a_run_revoked_before_it_started_ends_its_stream(worker: Worker, web: int) -> None:
+    busy = _cid()
+    holding = run_task.delay(busy, f"wait {busy}")  # the one pool process is busy
+    worker.probe.started(busy)
+    cid = _cid()
+    conn = SSEConnection(web, "/api/chat", {"conversation_id": cid, "message": "hello"})
+    try:
+        run_id = frames_until(conn, "run")[-1].data["run_id"]
+        worker.app.control.revoke(run_id)  # waits in the queue (or the worker's prefetch)
+        assert worker.store.cancel(holding.id) is True
+        assert holding.get(timeout=30)["status"] == "cancelled"
+        end = frames_until(conn, "error")[-1]
+    finally:
+        conn.close()
+    assert end.data["error"] == "Revoked"
+    assert worker.store.get(run_id) is None and not worker.store.load(cid).messages
