@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -58,6 +59,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed wherever
     raise missing_extra("celery", "celery") from exc
 
 from ._prompt import content_blocks
+from ._signal_safe import Event
 from .cancel import CancelToken
 from .errors import ConcurrentInvocationError, PendingApprovalError, UsageError
 from .run._driver import new_run_id
@@ -84,8 +86,6 @@ the pool process stopped while it ran)."""
 
 _REPLAY_TTL_S: Final = 3600.0
 """Seconds a finished run's log is kept for reconnects (the chat routes' default)."""
-_JOIN_SLICE_S: Final = 1.0
-"""How long the task waits for its run in one call (a signal is handled between calls)."""
 _END_GRACE_S: Final = 30.0
 """How long a task that is interrupted (terminated) waits for its cancelled run to end."""
 _INTERRUPTED: Final = "task interrupted"
@@ -206,7 +206,7 @@ def _run(
     after = len(logged)  # 1: the web opened the log (chat_blueprint's start=)
     first = [] if logged else opened
     token = CancelToken()
-    publisher: Publisher | None = None
+    ended: Event | None = None
     try:
         try:
             content_blocks(prompt)
@@ -221,8 +221,8 @@ def _run(
         publisher = Publisher(
             store, stream, run_id=run_id, first=first, after=after, replay_ttl=_REPLAY_TTL_S
         )
-        while not publisher.join(_JOIN_SLICE_S):  # until the run is over or paused
-            pass
+        ended = _end_of(publisher)
+        ended.wait()  # the run is over or paused, its records appended
     except BaseException as exc:
         # SystemExit: the pool process was told to stop (revoke(terminate=True)); or a soft
         # time limit. The run ends first, cancelled, its history valid and its log closed.
@@ -232,10 +232,27 @@ def _run(
                 run_id,
                 type(exc).__name__,
             )
-            if publisher is not None:
-                publisher.join(_END_GRACE_S)
+            if ended is not None:
+                ended.wait(_END_GRACE_S)
         raise
     return _summary(store, run_id)
+
+
+def _end_of(publisher: Publisher) -> Event:
+    """An event set once the publisher's thread has ended, waited for in a thread of its
+    own: the task's thread gets signals (a terminated pool process's ``SystemExit``), and
+    a ``Thread.join`` that an exception interrupts may take the thread for ended while it
+    runs (CPython releases the thread's lock it was waiting for); ``Event.wait`` holds
+    nothing when interrupted."""
+    ended = Event()
+
+    def wait() -> None:
+        publisher.thread.join()
+        ended.set()
+
+    name = f"{publisher.thread.name}-end"
+    threading.Thread(target=wait, name=name, daemon=True).start()
+    return ended
 
 
 def _summary(store: EventLogStore, run_id: str) -> dict[str, Any]:

@@ -68,7 +68,7 @@ class Worker:
     probe: Probe
     process: subprocess.Popen[str]
     env: dict[str, str]
-    lines: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list, repr=False)
 
     def log(self) -> str:
         return "".join(self.lines)
