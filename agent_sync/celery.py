@@ -15,6 +15,7 @@ Then, from any process where the app is set up::
 
 or, to have ``POST /chat`` hand its runs to Celery and answer with their streams::
 
+    app.set_default()  # web processes: Celery's current app is per thread
     chat_blueprint(make_agent, store=store, start=lambda cid, message, run_id:
                    run_task.apply_async((cid, message), task_id=run_id))
 

@@ -74,17 +74,17 @@ class Worker:
         return "".join(self.lines)
 
 
-def _start(env: dict[str, str], pool: str, lines: list[str]) -> subprocess.Popen[str]:
-    """``celery worker`` with one pool process; returns once it says it is ready."""
+def start_worker(
+    args: list[str], env: dict[str, str], lines: list[str], cwd: Path = ROOT
+) -> subprocess.Popen[str]:
+    """``celery <args>`` (a worker) in ``cwd``; returns once it says it is ready. Its
+    output goes to ``lines``, read through a pipe (no sleep, no guess)."""
+    command = [sys.executable, "-m", "celery", *args, "--loglevel=INFO"]
+    command += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    command += ["-n", f"agent-sync-{uuid.uuid4().hex[:8]}@%h"]
     process = subprocess.Popen(
-        [
-            sys.executable, "-m", "celery", "-A", "tests.celery.worker_app", "worker",
-            f"--pool={pool}", "--concurrency=1", "--loglevel=INFO",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "-Q", env["AGENT_SYNC_TEST_QUEUE"], "-n", f"agent-sync-{uuid.uuid4().hex[:8]}@%h",
-        ],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     ready = threading.Event()
 
     def read() -> None:
@@ -102,9 +102,10 @@ def _start(env: dict[str, str], pool: str, lines: list[str]) -> subprocess.Popen
     return process
 
 
-def _stop(process: subprocess.Popen[str]) -> None:
+def stop_worker(process: subprocess.Popen[str]) -> None:
+    """A warm shutdown (SIGTERM), then SIGKILL if it lingers."""
     if process.poll() is None:
-        process.send_signal(signal.SIGTERM)  # warm shutdown
+        process.send_signal(signal.SIGTERM)
         try:
             process.wait(20)
         except subprocess.TimeoutExpired:
@@ -153,11 +154,16 @@ def worker(
             else:
                 os.environ[name] = value
     lines: list[str] = []
-    process = _start(env, "prefork", lines)
+    process = start_worker(
+        ["-A", "tests.celery.worker_app", "worker", "--pool=prefork", "--concurrency=1"]
+        + ["-Q", queue],
+        env,
+        lines,
+    )
     try:
         yield Worker(app, store, probe, process, env, lines)
     finally:
-        _stop(process)
+        stop_worker(process)
         probe.close()
         celery_state.set_default_app(previous_default)
         app.close()
