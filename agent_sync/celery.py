@@ -56,6 +56,7 @@ from ._extras import missing_extra
 try:
     from celery import shared_task  # type: ignore[import-untyped]
     from celery import signals as celery_signals
+    from celery.exceptions import Ignore  # type: ignore[import-untyped]
 except ImportError as exc:  # pragma: no cover - the extra is installed wherever tests run
     raise missing_extra("celery", "celery") from exc
 
@@ -90,6 +91,12 @@ _REPLAY_TTL_S: Final = 3600.0
 _END_GRACE_S: Final = 30.0
 """How long a task that is interrupted (terminated) waits for its cancelled run to end."""
 _INTERRUPTED: Final = "task interrupted"
+_REVOKED: Final = {
+    "type": "error",
+    "error": "Revoked",
+    "message": "the answer was revoked before it started",
+    "retryable": False,
+}
 _PROBE_CONVERSATION: Final = "agent_sync-celery-configure"
 """The conversation id ``configure`` builds one agent for, to find the store."""
 
@@ -206,6 +213,9 @@ def _run(
         return _summary(store, run_id)
     after = len(logged)  # 1: the web opened the log (chat_blueprint's start=)
     first = [] if logged else opened
+    if _revoked_here(run_id):  # revoked while it waited in this process's pool
+        _append_end(store, run_id, first, after, dict(_REVOKED))
+        raise Ignore()
     token = CancelToken()
     ended: Event | None = None
     try:
@@ -254,6 +264,15 @@ def _end_of(publisher: Publisher) -> Event:
     name = f"{publisher.thread.name}-end"
     threading.Thread(target=wait, name=name, daemon=True).start()
     return ended
+
+
+def _revoked_here(task_id: str) -> bool:
+    """Whether this process knows the task was revoked: Celery skips a revoked task
+    before it reaches the pool, but the threads pool may hold it queued meanwhile (a
+    prefork pool process never learns of revokes: its worker's ``task_revoked`` does)."""
+    from celery.worker import state  # type: ignore[import-untyped]
+
+    return task_id in state.revoked
 
 
 def _summary(store: EventLogStore, run_id: str) -> dict[str, Any]:
@@ -344,10 +363,4 @@ def _on_task_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
     except Exception:
         logger.warning("run_id=<%s> | the revoked run's log was not checked", run_id)
         return
-    record = {
-        "type": "error",
-        "error": "Revoked",
-        "message": "the answer was revoked before it started",
-        "retryable": False,
-    }
-    _append_end(config.store, run_id, [], 1, record)
+    _append_end(config.store, run_id, [], 1, dict(_REVOKED))

@@ -63,6 +63,7 @@ class Probe:
 class Worker:
     """A running ``celery worker`` and what the test shares with it."""
 
+    pool: str  # "prefork" or "threads"
     app: Any  # the test's own Celery app: same broker, backend and queue
     store: EventLogStore
     probe: Probe
@@ -113,11 +114,12 @@ def stop_worker(process: subprocess.Popen[str]) -> None:
             process.wait(5)
 
 
-@pytest.fixture(scope="module", params=["redis", "sqlite"])
+@pytest.fixture(scope="module", params=["prefork-redis", "prefork-sqlite", "threads-redis"])
 def worker(
     request: pytest.FixtureRequest, redis_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Worker]:
-    """A prefork worker (one pool process) on a Redis or SQLite store."""
+    """A worker with one pool process (prefork) or thread, on a Redis or SQLite store."""
+    pool, kind = str(request.param).split("-")
     folder = tmp_path_factory.mktemp("celery")
     queue = f"agent-sync-tests-{uuid.uuid4().hex[:8]}"
     env = {
@@ -126,9 +128,7 @@ def worker(
         "AGENT_SYNC_TEST_BROKER": f"redis://127.0.0.1:{redis_server.port}/1",
         "AGENT_SYNC_TEST_BACKEND": f"redis://127.0.0.1:{redis_server.port}/2",
         "AGENT_SYNC_TEST_QUEUE": queue,
-        stores.STORE: (
-            redis_server.url if request.param == "redis" else f"sqlite:///{folder / 'runs.db'}"
-        ),
+        stores.STORE: (redis_server.url if kind == "redis" else f"sqlite:///{folder / 'runs.db'}"),
         stores.PREFIX: f"celery-{uuid.uuid4().hex[:8]}:",
         agents.PROBE_SOCKET: str(folder / "probe.sock"),
     }
@@ -155,13 +155,13 @@ def worker(
                 os.environ[name] = value
     lines: list[str] = []
     process = start_worker(
-        ["-A", "tests.celery.worker_app", "worker", "--pool=prefork", "--concurrency=1"]
+        ["-A", "tests.celery.worker_app", "worker", f"--pool={pool}", "--concurrency=1"]
         + ["-Q", queue],
         env,
         lines,
     )
     try:
-        yield Worker(app, store, probe, process, env, lines)
+        yield Worker(pool, app, store, probe, process, env, lines)
     finally:
         stop_worker(process)
         probe.close()

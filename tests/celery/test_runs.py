@@ -1,5 +1,5 @@
-"""Runs owned by a real Celery worker (prefork, one pool process), followed and steered from
-the web routes in this process, on a Redis and on a SQLite store.
+"""Runs owned by a real Celery worker (prefork with one pool process, or one thread),
+followed and steered from the web routes in this process, on a Redis and a SQLite store.
 
 The worker runs :mod:`tests.celery.worker_app`; its tools report to the test over a Unix
 socket when they run (:class:`tests.celery.conftest.Probe`), and every wait is on that
@@ -139,6 +139,8 @@ def test_store_cancel_from_any_process_stops_a_task_sent_directly(worker: Worker
 
 
 def test_revoke_terminate_cancels_the_run_then_ends_the_pool_process(worker: Worker) -> None:
+    if worker.pool != "prefork":
+        pytest.skip("Celery's threads pool cannot terminate a task (it refuses)")
     cid = _cid()
     result = run_task.delay(cid, f"wait {cid}")
     pool_process = worker.probe.started(cid)
