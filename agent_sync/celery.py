@@ -71,7 +71,7 @@ from .stores import RunEventLog, RunStore
 from .stores._event_log import EventLogStore
 from .web._http import valid_id
 from .web._publish import Publisher
-from .web._records import run_record
+from .web._records import closing_record, error_record, run_record
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -217,36 +217,66 @@ def _run(
         _append_end(store, run_id, first, after, dict(_REVOKED))
         raise Ignore()
     token = CancelToken()
+    stream: AgentStream | None = None
+    publisher: Publisher | None = None
     ended: Event | None = None
     try:
-        try:
-            content_blocks(prompt)
-            agent = config.make_agent(conversation_id)
-            if getattr(agent, "_store", None) is not store:
-                raise UsageError("make_agent must build agents on the configured store")
-            call = agent._call(timeout, UNSET, token, UNSET, None, UNSET)
-            stream = agent._open(prompt, call, emit_deltas=True, face=AgentStream, run_id=run_id)
-        except (UsageError, ConcurrentInvocationError, PendingApprovalError) as exc:
-            _append_end(store, run_id, first, after, _refusal_record(exc))
-            raise
+        content_blocks(prompt)
+        agent = config.make_agent(conversation_id)
+        if getattr(agent, "_store", None) is not store:
+            raise UsageError("make_agent must build agents on the configured store")
+        call = agent._call(timeout, UNSET, token, UNSET, None, UNSET)
+        stream = agent._open(prompt, call, emit_deltas=True, face=AgentStream, run_id=run_id)
         publisher = Publisher(
             store, stream, run_id=run_id, first=first, after=after, replay_ttl=_REPLAY_TTL_S
         )
         ended = _end_of(publisher)
         ended.wait()  # the run is over or paused, its records appended
     except BaseException as exc:
-        # SystemExit: the pool process was told to stop (revoke(terminate=True)); or a soft
-        # time limit. The run ends first, cancelled, its history valid and its log closed.
-        if token.cancel(TERMINATED_REASON if isinstance(exc, SystemExit) else _INTERRUPTED):
-            logger.warning(
-                "run_id=<%s> | the task was interrupted (%s): the run is cancelled",
-                run_id,
-                type(exc).__name__,
-            )
-            if ended is not None:
-                ended.wait(_END_GRACE_S)
+        if publisher is None:
+            _not_started(store, run_id, first, after, stream, exc)
+        else:
+            _interrupted(token, publisher, ended, exc)
         raise
     return _summary(store, run_id)
+
+
+def _not_started(
+    store: EventLogStore,
+    run_id: str,
+    first: list[dict[str, Any]],
+    after: int,
+    stream: AgentStream | None,
+    exc: BaseException,
+) -> None:
+    """The run could not start (refused, or the task was stopped first): end its log. A
+    run begun but not published yet is ended here (cancelled, its history valid)."""
+    record = _refusal_record(exc)
+    if stream is not None:
+        stream.close()
+        snapshot = store.get(run_id)
+        if snapshot is not None:
+            record = closing_record(snapshot)
+    _append_end(store, run_id, first, after, record)
+
+
+def _interrupted(
+    token: CancelToken, publisher: Publisher, ended: Event | None, exc: BaseException
+) -> None:
+    """Something was raised in the task while its run went on: ``SystemExit`` when the
+    pool process was told to stop (``revoke(terminate=True)``), or a soft time limit.
+    The run ends first: cancelled, its history valid and its log closed."""
+    reason = TERMINATED_REASON if isinstance(exc, SystemExit) else _INTERRUPTED
+    if token.cancel(reason):
+        logger.warning(
+            "run_id=<%s> | the task was interrupted (%s): the run is cancelled",
+            publisher.run_id,
+            type(exc).__name__,
+        )
+    if ended is not None:
+        ended.wait(_END_GRACE_S)
+    else:
+        publisher.join(_END_GRACE_S)
 
 
 def _end_of(publisher: Publisher) -> Event:
@@ -283,13 +313,17 @@ def _summary(store: EventLogStore, run_id: str) -> dict[str, Any]:
 
 
 def _refusal_record(exc: BaseException) -> dict[str, Any]:
-    """The log's end for a run that could not start."""
+    """The log's end for a run that could not start, safe to show."""
     if isinstance(exc, ConcurrentInvocationError):
         error, message = "Busy", "this conversation is still answering; stop it or wait"
     elif isinstance(exc, PendingApprovalError):
         error, message = "Paused", "this conversation waits for a decision"
-    else:
+    elif isinstance(exc, UsageError):
         error, message = "BadRequest", str(exc)
+    elif isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        error, message = "Stopped", "the answer was stopped before it started"
+    else:
+        return error_record(exc)  # a model or store error as such, anything else generic
     return {"type": "error", "error": error, "message": message, "retryable": False}
 
 

@@ -120,3 +120,21 @@ def test_a_start_that_fails_answers_503_and_closes_the_log() -> None:
     assert not store.load("c1").messages
     with pytest.raises(UsageError, match="start"):
         _client(store, "celery")
+
+
+def test_a_make_agent_that_fails_ends_the_log_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(celery_module, "_config", None)
+    store = MemoryRunStore()
+
+    def make_agent(conversation_id: str) -> Agent:
+        raise LookupError("no such tenant: secret-tenant-name")
+
+    celery_module.configure(make_agent, store=store)
+    store.append_events(
+        "run-1", [{"type": "run", "run_id": "run-1", "conversation_id": "c1"}], after=0
+    )
+    failed = celery_module.run_task.apply(args=("c1", "hello"), task_id="run-1")
+    assert isinstance(failed.result, LookupError)
+    end = _log(store, "run-1")[-1]
+    assert (end["type"], end["error"]) == ("error", "InternalError")
+    assert "secret" not in str(end)  # the exception's text goes to the worker's log only
