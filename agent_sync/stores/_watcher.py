@@ -49,6 +49,9 @@ TICK_S = 0.05
 """Longest wait between two looks at the registrations and leases, for a store that cannot
 be woken when a run registers (and the pause after a store failure)."""
 
+LEASE_LOST = "the run's lease was lost: another worker took it over or ended it"
+"""The cancel reason of a run whose renewal the store refused."""
+
 IDLE_S = 1.0
 """Longest wait of a store that is woken when a run registers (a safety poll)."""
 
@@ -195,9 +198,25 @@ class _Watcher:
         for run_id, entry in due:
             entry.renew_at = now + entry.lease_s / 3
             try:
-                self._store.renew(run_id, owner=entry.owner, lease_s=entry.lease_s)
+                renewed = self._store.renew(run_id, owner=entry.owner, lease_s=entry.lease_s)
             except Exception:
                 logger.warning("run_id=<%s> | lease renewal failed", run_id, exc_info=True)
+                continue
+            if not renewed:
+                self._lost(run_id, entry)
+
+    def _lost(self, run_id: str, entry: _Entry) -> None:
+        """The store says this process no longer runs the run (its lease ran out while the
+        process stood still, and a reader failed it or a recoverer took it over): stop it
+        here, so its tools stop too (its commits are refused anyway)."""
+        with self._lock:
+            if self._entries.get(run_id) is not entry:
+                return  # it ended meanwhile
+        logger.warning("run_id=<%s> | the run's lease was lost: stopping it here", run_id)
+        try:
+            entry.run.cancel(LEASE_LOST)
+        except Exception:
+            logger.debug("run_id=<%s> | not stopped", run_id, exc_info=True)
 
 
 @dataclass
