@@ -25,10 +25,14 @@ from ._rules import (
     FINAL_STATUSES,
     abandoned,
     bad_conversation_id,
+    cancelled_while_lost,
     cancelled_while_paused,
+    check_limit,
     check_reason,
+    claimable,
     conversation_busy,
     conversation_paused,
+    conversation_recovering,
     decode_event,
     decode_messages,
     decode_state,
@@ -40,8 +44,8 @@ from ._rules import (
     input_pending,
     log_moved_on,
     moved_on,
-    not_paused,
     not_running,
+    resumable,
     run_exists,
     snapshot_of,
     stale_write,
@@ -65,6 +69,7 @@ class _Run:
     ended_at: float | None = None
     signals: list[RunSignal] = field(default_factory=list)
     injects: int = 0  # how many inputs inject() accepted
+    resumable: bool = False  # its state's on_owner_lost is "resume" (the lost rule)
 
 
 @dataclass
@@ -96,6 +101,7 @@ class MemoryRunStore(Recoverable):
         self._event_logs: dict[str, _EventLog] = {}
         self._conversations: dict[str, _Conversation] = {}
         self._runs: dict[str, _Run] = {}
+        self._resumable: set[str] = set()  # running runs left for a recoverer if lost
 
     # -- conversations and runs --
 
@@ -125,13 +131,8 @@ class MemoryRunStore(Recoverable):
     def replace_log(self, conversation_id: str, messages: Sequence[Message]) -> int:
         texts = encode_messages(messages)  # before the lock: a message that cannot be encoded
         with self._lock:  # changes nothing
+            self._refuse_unless_free(conversation_id)
             conversation = self._conversations.setdefault(conversation_id, _Conversation())
-            self._expire(conversation_id)
-            if conversation.current is not None:
-                current = self._runs[conversation.current]
-                if decode_state(current.state).status == "paused":
-                    raise conversation_paused(conversation_id)
-                raise conversation_busy(conversation_id)
             conversation.log = texts
             conversation.generation += 1
             return conversation.generation
@@ -149,13 +150,8 @@ class MemoryRunStore(Recoverable):
             raise bad_conversation_id(conversation_id)
         now = self._now()
         with self._lock:
+            self._refuse_unless_free(conversation_id)
             conversation = self._conversations.setdefault(conversation_id, _Conversation())
-            self._expire(conversation_id)
-            if conversation.current is not None:
-                current = self._runs[conversation.current]
-                if decode_state(current.state).status == "paused":
-                    raise conversation_paused(conversation_id)
-                raise conversation_busy(conversation_id)
             if len(conversation.log) != expected_length:
                 raise log_moved_on(conversation_id, len(conversation.log), expected_length)
             if state.run_id in self._runs:
@@ -169,7 +165,9 @@ class MemoryRunStore(Recoverable):
                 lease_s=lease_s,
                 started_at=now,
                 updated_at=now,
+                resumable=resumable(state),
             )
+            self._index(state.run_id)
             conversation.current = state.run_id
             return 1
 
@@ -209,20 +207,28 @@ class MemoryRunStore(Recoverable):
             if run is None or run.version != version:
                 raise stale_write(run_id, f"not at version {version}")
             state = decode_state(run.state)
-            if state.status != "paused":
-                raise not_paused(run_id, state.status)
+            claimable(run_id, state.status, resumable=run.resumable, expired=self._past_lease(run))
             run.version += 1
             run.owner = owner
             run.injects = sum(1 for signal in run.signals if signal.kind == "inject")
             run.lease_s = lease_s
             run.lease_expires_at = now + lease_s
             run.updated_at = now
-            run.state = encode_state(_with_status(state, "running"))
+            running = _with_status(state, "running")
+            run.state = encode_state(running)
+            run.resumable = resumable(running)
+            self._index(run_id)
             return run.version
 
     def lost_runs(self, *, limit: int | None = None) -> list[StoredRun]:
         """The runs whose owner died and that wait for a recoverer (see ``RunStore``)."""
-        return []  # stub: the store side of recovery lands next
+        limit = check_limit(limit)
+        with self._lock:
+            ids = sorted(
+                (run_id for run_id in self._resumable if self._past_lease(self._runs[run_id])),
+                key=lambda run_id: (self._runs[run_id].lease_expires_at or 0.0, run_id),
+            )
+            return [self._stored(run_id) for run_id in ids[:limit]]
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
         now = self._now()
@@ -261,6 +267,9 @@ class MemoryRunStore(Recoverable):
                 return False
             self._expire(run.conversation_id)
             state = decode_state(run.state)
+            if state.status == "running" and self._past_lease(run):  # no owner to signal
+                self._write(run, cancelled_while_lost(state, reason), now)
+                return True
             if state.status == "running":
                 signal = RunSignal(run_id=run_id, kind="cancel", reason=reason, mode=mode)
                 run.signals.append(signal)
@@ -361,6 +370,7 @@ class MemoryRunStore(Recoverable):
             ]
             for run_id in old:
                 del self._runs[run_id]
+                self._resumable.discard(run_id)
                 self._event_logs.pop(run_id, None)
             for run_id, log in list(self._event_logs.items()):
                 if log.expires_at is not None and log.expires_at <= now:
@@ -395,6 +405,7 @@ class MemoryRunStore(Recoverable):
         run.version += 1
         run.updated_at = now
         run.state = encode_state(state)
+        run.resumable = resumable(state)
         if state.status == "paused":
             run.owner = None
             run.lease_expires_at = None
@@ -407,14 +418,47 @@ class MemoryRunStore(Recoverable):
             run.lease_expires_at = None
             run.ended_at = now
             run.signals.clear()
+        self._index(state.run_id)
+
+    def _index(self, run_id: str) -> None:
+        """Keep ``_resumable`` (what ``lost_runs`` looks at) in step with the run."""
+        run = self._runs[run_id]
+        if run.resumable and run.ended_at is None and run.lease_expires_at is not None:
+            self._resumable.add(run_id)
+        else:
+            self._resumable.discard(run_id)
+
+    def _past_lease(self, run: _Run) -> bool:
+        """Whether the run is running past its lease (lost or, unless resumable, failing)."""
+        return (
+            run.ended_at is None
+            and run.lease_expires_at is not None
+            and run.lease_expires_at <= self._now()
+        )
+
+    def _refuse_unless_free(self, conversation_id: str) -> None:
+        """Fail the conversation's run if its owner died (the fail rule); then refuse a
+        conversation that still has a run (``begin``, ``replace_log``)."""
+        self._expire(conversation_id)
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None or conversation.current is None:
+            return
+        current = self._runs[conversation.current]
+        status = decode_state(current.state).status
+        if status == "paused":
+            raise conversation_paused(conversation_id)
+        if self._past_lease(current):
+            raise conversation_recovering(conversation_id, conversation.current)
+        raise conversation_busy(conversation_id)
 
     def _expire(self, conversation_id: str) -> None:
-        """Fail the conversation's running run if its owner's lease ran out."""
+        """Fail the conversation's running run if its owner's lease ran out, unless it is
+        left for a recoverer (``on_owner_lost="resume"``)."""
         conversation = self._conversations.get(conversation_id)
         if conversation is None or conversation.current is None:
             return
         run = self._runs[conversation.current]
-        if run.lease_expires_at is None or run.lease_expires_at > self._now():
+        if run.resumable or not self._past_lease(run):
             return
         state = decode_state(run.state)
         if state.status == "running":
