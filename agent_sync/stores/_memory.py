@@ -1,9 +1,10 @@
 """:class:`MemoryRunStore`: the run store of one process (tests, single-process apps).
 
 The reference implementation of :mod:`agent_sync.stores._protocol`: one lock guards every
-structure, one condition wakes ``wait_signals``. States and messages are kept as their JSON
-text (the shared codec of :mod:`._rules`), so a caller's later changes to what it committed
-never reach the store, exactly as with the stores that serialise.
+structure, one condition wakes ``wait_signals`` (the event logs: :mod:`._memory_events`).
+States and messages are kept as their JSON text (the shared codec of :mod:`._rules`), so a
+caller's later changes to what it committed never reach the store, exactly as with the
+stores that serialise.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from .._prompt import content_blocks
 from .._run_state import RunSnapshot, RunState, RunStatus
 from ..cancel import CancelMode, check_mode
 from ..messages import ContentBlock, Message
-from ._event_log import RunEvent
+from ._memory_events import MemoryEventLog
 from ._protocol import ConversationRecord, RunSignal, StoredRun
 from ._recoverable import Recoverable
 from ._rules import (
@@ -33,14 +33,10 @@ from ._rules import (
     conversation_busy,
     conversation_paused,
     conversation_recovering,
-    decode_event,
     decode_messages,
     decode_state,
-    encode_events,
     encode_messages,
     encode_state,
-    events_complete,
-    events_moved_on,
     input_pending,
     log_moved_on,
     moved_on,
@@ -73,19 +69,13 @@ class _Run:
 
 
 @dataclass
-class _EventLog:
-    events: list[str] = field(default_factory=list)  # JSON texts; events[i] is number i + 1
-    expires_at: float | None = None  # set once complete
-
-
-@dataclass
 class _Conversation:
     log: list[str] = field(default_factory=list)  # encode_messages(...)
     current: str | None = None  # run id of the running or paused run
     generation: int = 0  # bumped by replace_log
 
 
-class MemoryRunStore(Recoverable):
+class MemoryRunStore(MemoryEventLog, Recoverable):
     """A :class:`~agent_sync.stores.RunStore` in this process's memory. Thread-safe.
 
     Args:
@@ -93,12 +83,9 @@ class MemoryRunStore(Recoverable):
     """
 
     def __init__(self, *, clock: Callable[[], float] | None = None) -> None:
-        self._clock = clock or time.time
-        self._lock = threading.Lock()
+        super().__init__(clock or time.time)  # the lock, the clock and the event logs
         self._signalled = threading.Condition(self._lock)
         self._wake_pending = False  # _wake_watcher was called: wait_signals returns
-        self._appended = threading.Condition(self._lock)
-        self._event_logs: dict[str, _EventLog] = {}
         self._conversations: dict[str, _Conversation] = {}
         self._runs: dict[str, _Run] = {}
         self._resumable: set[str] = set()  # running runs left for a recoverer if lost
@@ -317,48 +304,6 @@ class MemoryRunStore(Recoverable):
             self._wake_pending = True  # also ends a wait that has not begun yet
             self._signalled.notify_all()
 
-    # -- event logs --
-
-    def append_events(
-        self,
-        run_id: str,
-        events: Sequence[dict[str, Any]],
-        *,
-        after: int,
-        keep_s: float | None = None,
-    ) -> int:
-        texts = encode_events(events, after, keep_s)
-        with self._lock:
-            log = self._live_log(run_id)
-            if log is None:
-                log = self._event_logs[run_id] = _EventLog()
-            if log.expires_at is not None:
-                raise events_complete(run_id)
-            if len(log.events) != after:
-                raise events_moved_on(run_id, len(log.events), after)
-            log.events.extend(texts)
-            if keep_s is not None:
-                log.expires_at = self._now() + keep_s
-            if texts:
-                self._appended.notify_all()
-            return len(log.events)
-
-    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
-        deadline = time.monotonic() + max(0.0, timeout)
-        with self._lock:
-            while True:
-                log = self._live_log(run_id)
-                if log is not None and len(log.events) > after:
-                    start = max(0, after)
-                    return [
-                        RunEvent(seq=start + offset + 1, data=decode_event(text))
-                        for offset, text in enumerate(log.events[start:])
-                    ]
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
-                self._appended.wait(remaining)
-
     def prune(self, *, older_than: float) -> int:
         now = self._now()
         cutoff = now - older_than
@@ -372,23 +317,10 @@ class MemoryRunStore(Recoverable):
                 del self._runs[run_id]
                 self._resumable.discard(run_id)
                 self._event_logs.pop(run_id, None)
-            for run_id, log in list(self._event_logs.items()):
-                if log.expires_at is not None and log.expires_at <= now:
-                    del self._event_logs[run_id]
+            self._drop_expired_event_logs(now)
             return len(old)
 
     # -- inside the lock --
-
-    def _now(self) -> float:
-        return float(self._clock())
-
-    def _live_log(self, run_id: str) -> _EventLog | None:
-        """The run's event log, dropped first if it is complete and past its keep time."""
-        log = self._event_logs.get(run_id)
-        if log is not None and log.expires_at is not None and log.expires_at <= self._now():
-            del self._event_logs[run_id]
-            return None
-        return log
 
     def _stored(self, run_id: str) -> StoredRun:
         run = self._runs[run_id]

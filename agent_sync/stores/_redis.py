@@ -158,16 +158,7 @@ class RedisRunStore(RedisEventLog, Recoverable):
         log, run, length, start, generation = self._run(
             "load", self.prefix, conversation_id, max(0, int(since))
         )
-        stored = None
-        if run:
-            state, version, owner, expires, _status = (text(v) for v in run)
-            stored = StoredRun(
-                state=decode_state(state),
-                version=int(version),
-                owner=owner or None,
-                lease_expires_at=float(expires) if expires else None,
-                conversation_id=conversation_id,
-            )
+        stored = _stored_run(run, conversation_id) if run else None
         return ConversationRecord(
             conversation_id=conversation_id,
             messages=tuple(decode_messages([text(item) for item in log])),
@@ -258,19 +249,7 @@ class RedisRunStore(RedisEventLog, Recoverable):
         one script, a range read of the sorted set of resumable runs when there are none."""
         limit = check_limit(limit)
         found = self._run("lost", self.prefix, "" if limit is None else limit)
-        runs = []
-        for item in found:
-            _run_id, state, version, owner, expires, conversation_id = (text(v) for v in item)
-            runs.append(
-                StoredRun(
-                    state=decode_state(state),
-                    version=int(version),
-                    owner=owner or None,
-                    lease_expires_at=float(expires),
-                    conversation_id=conversation_id,
-                )
-            )
-        return runs
+        return [_stored_run(item[1:5], text(item[5])) for item in found]
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
         return bool(self._run("renew", self.prefix, run_id, owner, repr(float(lease_s))))
@@ -418,3 +397,15 @@ class RedisRunStore(RedisEventLog, Recoverable):
 
     def _run(self, name: str, *args: Any) -> Any:
         return self._scripts.run(name, *args)
+
+
+def _stored_run(fields: Sequence[Any], conversation_id: str) -> StoredRun:
+    """A run as a script read it: its state, version, owner and lease expiry fields."""
+    state, version, owner, expires = (text(value) for value in fields[:4])
+    return StoredRun(
+        state=decode_state(state),
+        version=int(version),
+        owner=owner or None,
+        lease_expires_at=float(expires) if expires else None,
+        conversation_id=conversation_id,
+    )
