@@ -73,7 +73,7 @@ CREATE INDEX IF NOT EXISTS event_logs_expiring ON event_logs (expires_at);
 """
 
 INDEXES = """
-CREATE INDEX IF NOT EXISTS runs_lost ON runs (lease_expires_at)
+CREATE INDEX IF NOT EXISTS runs_lost ON runs (lease_expires_at, run_id)
     WHERE resumable = 1 AND status = 'running';
 """
 """The indexes on columns added since the first version (created once they exist)."""
