@@ -208,14 +208,18 @@ class MemoryRunStore(MemoryEventLog, Recoverable):
             return run.version
 
     def lost_runs(self, *, limit: int | None = None) -> list[StoredRun]:
-        """The runs whose owner died and that wait for a recoverer (see ``RunStore``)."""
+        """The runs whose owner died and that wait for a recoverer (see ``RunStore``):
+        a look at the running resumable runs only."""
         limit = check_limit(limit)
         with self._lock:
-            ids = sorted(
-                (run_id for run_id in self._resumable if self._past_lease(self._runs[run_id])),
-                key=lambda run_id: (self._runs[run_id].lease_expires_at or 0.0, run_id),
+            now = self._now()
+            expiries = {run_id: self._runs[run_id].lease_expires_at for run_id in self._resumable}
+            lost = sorted(
+                (expires, run_id)
+                for run_id, expires in expiries.items()
+                if expires is not None and expires <= now
             )
-            return [self._stored(run_id) for run_id in ids[:limit]]
+            return [self._stored(run_id) for _, run_id in lost[:limit]]
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
         now = self._now()
