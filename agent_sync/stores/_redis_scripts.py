@@ -99,14 +99,16 @@ return {log, run, length, start, generation}
 """
 
 # ARGV: prefix, conversation_id, messages... Replace the whole log (the user's new history)
-# unless a run is current: {'paused'} / {'busy'}, nothing changed; else {'ok', generation}.
+# unless a run is current: {'paused'} / {'busy'} / {'recovering', run_id} (lost: it waits
+# for a recoverer), nothing changed; else {'ok', generation}.
 _REPLACE = """
 local prefix, cid = ARGV[1], ARGV[2]
 local busy = redis.call('GET', conv_key(prefix, cid, 'current'))
 if busy then
-  local f = redis.call('HMGET', run_key(prefix, busy), 'status', 'lease_expires_at')
+  local f = redis.call('HMGET', run_key(prefix, busy), 'status', 'lease_expires_at',
+                       'resumable')
   if f[1] == 'paused' then return {'paused'} end
-  if past_lease(f[1], f[2]) then return {'recovering', busy} end
+  if f[3] == '1' and past_lease(f[1], f[2]) then return {'recovering', busy} end
   if f[1] == 'running' then return {'busy'} end
 end
 local log = conv_key(prefix, cid, 'log')
@@ -138,15 +140,16 @@ return run_id
 """
 
 # ARGV: prefix, conversation_id, run_id, state, owner, lease_s, expected_length, resumable
-# ('1': on_owner_lost "resume").
+# ('1': on_owner_lost "resume"). Refused as replace is, or {'length', length}, {'exists'}.
 _BEGIN = """
 local prefix, cid, run_id = ARGV[1], ARGV[2], ARGV[3]
 local current = conv_key(prefix, cid, 'current')
 local busy = redis.call('GET', current)
 if busy then
-  local f = redis.call('HMGET', run_key(prefix, busy), 'status', 'lease_expires_at')
+  local f = redis.call('HMGET', run_key(prefix, busy), 'status', 'lease_expires_at',
+                       'resumable')
   if f[1] == 'paused' then return {'paused'} end
-  if past_lease(f[1], f[2]) then return {'recovering', busy} end
+  if f[3] == '1' and past_lease(f[1], f[2]) then return {'recovering', busy} end
   if f[1] == 'running' then return {'busy'} end
 end
 local length = redis.call('LLEN', conv_key(prefix, cid, 'log'))
