@@ -12,7 +12,7 @@ every store (memory, SQLite, Redis) so that they cannot drift.
 * :data:`FINAL_STATUSES`, :data:`WORKER_STOPPED_TEXT`;
 * the errors every store raises for the same refusals (:func:`conversation_paused`,
   :func:`conversation_busy`, :func:`conversation_recovering`, :func:`log_moved_on`,
-  :func:`run_exists`, :func:`stale_write`, :func:`not_paused`, :func:`claimable`,
+  :func:`run_exists`, :func:`stale_write`, :func:`claimable`,
   :func:`not_running`), worded once;
 * the rules of event logs (:func:`encode_events`, :func:`decode_event`,
   :func:`events_moved_on`, :func:`events_complete`), from :mod:`._rules_events`.
@@ -56,7 +56,6 @@ __all__ = [
     "log_moved_on",
     "moved_on",
     "claimable",
-    "not_paused",
     "not_running",
     "run_exists",
     "stale_write",
@@ -240,7 +239,8 @@ def _answer_pending(
     an error result of ``text``."""
     if not messages or messages[-1]["role"] != "assistant":
         return
-    results = {result["toolUseId"]: result for result in known}
+    copied: list[ToolResult] = from_json_ready(json_ready(list(known)))  # nothing shared
+    results = {result["toolUseId"]: result for result in copied}
     pending = [b["toolUse"]["toolUseId"] for b in messages[-1]["content"] if "toolUse" in b]
     if pending:
         answers: list[ContentBlock] = [
@@ -351,11 +351,6 @@ def moved_on(found: int, expected: int) -> str:
         f"at version {found}, run by another owner or moved on (this write expected "
         f"version {expected})"
     )
-
-
-def not_paused(run_id: str, status: str) -> RunConflictError:
-    """``claim`` of a run that is not paused (resumed or cancelled meanwhile)."""
-    return RunConflictError(f"run {run_id!r} is {status}, not paused")
 
 
 def claimable(
