@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
 from .stores._event_log import RunEventLog
+from .stores._rules import check_limit
 from .stores._watcher import watch
 
 if TYPE_CHECKING:
@@ -71,8 +72,7 @@ def recover(store: RunStore, make_agent: MakeAgent, *, limit: int | None = None)
         UsageError: ``limit`` is not ``None`` or an int >= 1, or ``make_agent`` is not
             callable.
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise UsageError(f"limit must be None or an int >= 1, got {limit!r}")
+    limit = check_limit(limit)
     if not callable(make_agent):
         raise UsageError("make_agent must be a callable conversation_id -> Agent")
     recoverer = _Recoverer(make_agent)
