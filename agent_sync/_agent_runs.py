@@ -26,10 +26,11 @@ from .run._approvals import check_decisions
 from .run._driver import RunDriver, release_surely
 from .run._durable import StoreLink, load_log
 from .run._handle import AgentStream
+from .run._lost import resumed_state
 from .run._settings import UNSET, RunSettings, Unset, call_settings
 from .run._slot import RunSlot
 from .run._subruns import cancel_subruns
-from .stores._protocol import RunStore
+from .stores._protocol import RunStore, StoredRun
 from .tools._registry import ToolSource, with_sources
 from .tools.decorator import Tool
 
@@ -95,6 +96,29 @@ class AgentRuns:
         if paused is None:
             raise UsageError("nothing to resume: no run of this agent waits for approval")
         return paused, check_decisions(paused, self._settings.tools, decisions)
+
+    def _recover(self, lost: StoredRun, timeout: float | None = None) -> AgentStream:
+        """Go on with ``lost``, a run of this agent's conversation whose worker died, from
+        its last committed state (see :mod:`agent_sync.run._lost`): claimed in the store,
+        then streamed here as a resumed paused run is.
+
+        Raises:
+            RunConflictError: Another recoverer took it, or it is no longer lost.
+            ConcurrentInvocationError: This agent is running.
+            UsageError: The agent has no store, or the run is another conversation's.
+        """
+        if self._store is None or lost.conversation_id != self._settings.conversation_id:
+            raise UsageError("a lost run is recovered by an agent of its conversation's store")
+        self._refresh()
+        state = resumed_state(lost.state, self._with_source_tools().tools)
+        self._slot.adopt(state, lost.version)
+        call = self._call(timeout, UNSET, None, UNSET, None, UNSET)
+        try:
+            return self._open(None, call, emit_deltas=True, face=AgentStream, resume=(state, {}))
+        except BaseException:
+            if self._slot.driver is None:
+                self._refresh()  # not taken over: the agent shows the store's state again
+            raise
 
     def _stored(self) -> tuple[RunStore, float] | None:
         """This agent's store and lease, if it has a store."""

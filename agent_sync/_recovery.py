@@ -1,30 +1,238 @@
-"""Recovery: lost runs (their owner died, ``on_owner_lost="resume"``) go on in this process.
+"""Recovery: lost runs go on in this process.
 
-:func:`recover` is one pass (``store.recover``); :func:`keep_recovering` registers a
-``make_agent`` with the store's watcher in this process, which then recovers lost runs as
-their leases expire (the chat routes and ``agent_sync.celery.configure`` register theirs).
+A run of an agent built with ``on_owner_lost="resume"`` whose worker died (its lease ran
+out) is *lost*: the store keeps it running and lists it (``store.lost_runs()``) until a
+recoverer takes it over with a compare-and-set (``store.claim``), so exactly one does,
+whatever the number racing. The recoverer builds an agent of the run's conversation with
+the ``make_agent`` it was given and goes on from the run's last committed step
+(:meth:`~agent_sync._agent_runs.AgentRuns._recover`): same run id; a run with an event log
+(the chat routes', ``agent_sync.celery``'s) goes on publishing after its last record
+(:mod:`agent_sync.web._recovered`). The run then goes on in a thread of its own; the thread
+is not a daemon, so a script that recovered runs ends when they have.
+
+* :func:`recover`: one pass, now (``store.recover``): returns the ids it took over.
+* :func:`keep_recovering`: this process's watcher of the store looks for lost runs every
+  :data:`POLL_S` seconds from now on (the chat routes and ``agent_sync.celery.configure``
+  call it); each lost run it sees is taken over in a thread of its own.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
+import os
+import threading
+import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from .errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
+from .stores._event_log import RunEventLog
+from .stores._rules import check_limit
+from .stores._watcher import watch
 
 if TYPE_CHECKING:
     from .agent import Agent
-    from .stores._event_log import EventLogStore
+    from .stores._protocol import RunStore, StoredRun
+    from .web._publish import RunSlots
 
-__all__ = ["keep_recovering", "recover"]
+__all__ = ["POLL_S", "keep_recovering", "recover", "stop_recovering"]
+
+logger = logging.getLogger(__name__)
 
 MakeAgent = Callable[[str], "Agent"]
 
+POLL_S: Final = 0.5
+"""How often a recovering process asks its store for lost runs (one cheap, indexed query:
+a lost run is taken over within about this long after its lease ran out)."""
 
-def recover(store: EventLogStore, make_agent: MakeAgent, *, limit: int | None = None) -> list[str]:
-    """Claim and resume ``store``'s lost runs (at most ``limit``); return their ids."""
-    raise NotImplementedError  # the lead lands this
+_BATCH: Final = 16
+"""At most this many lost runs are taken per poll (the rest at the next)."""
+
+_DEFAULT_REPLAY_TTL_S: Final = 3600.0  # the chat routes' default
+_thread_ids = itertools.count(1)
 
 
-def keep_recovering(store: EventLogStore, make_agent: MakeAgent) -> None:
-    """Have this process's watcher of ``store`` recover its lost runs from now on
-    (idempotent per ``(store, make_agent)``)."""
-    raise NotImplementedError  # the lead lands this
+@dataclass(frozen=True)
+class _Recoverer:
+    """How this process goes on with a lost run of one store."""
+
+    make_agent: MakeAgent
+    timeout: float | None = None  # each resumed run's timeout (the routes')
+    replay_ttl: float = _DEFAULT_REPLAY_TTL_S  # how long its complete event log is kept
+    slots: RunSlots | None = None  # the worker's live-run slots (the routes')
+
+
+def recover(store: RunStore, make_agent: MakeAgent, *, limit: int | None = None) -> list[str]:
+    """Take over ``store``'s lost runs (at most ``limit``) now, each going on in a thread
+    of its own; return the ids of those this call took (another recoverer's are skipped).
+
+    Raises:
+        UsageError: ``limit`` is not ``None`` or an int >= 1, or ``make_agent`` is not
+            callable.
+    """
+    limit = check_limit(limit)
+    if not callable(make_agent):
+        raise UsageError("make_agent must be a callable conversation_id -> Agent")
+    recoverer = _Recoverer(make_agent)
+    return [
+        lost.state.run_id
+        for lost in store.lost_runs(limit=limit)
+        if _take_over(store, recoverer, lost)
+    ]
+
+
+def keep_recovering(
+    store: RunStore,
+    make_agent: MakeAgent,
+    *,
+    timeout: float | None = None,
+    replay_ttl: float = _DEFAULT_REPLAY_TTL_S,
+    slots: RunSlots | None = None,
+) -> None:
+    """From now on, this process's watcher of ``store`` takes over its lost runs as their
+    leases run out, building agents with ``make_agent`` (the first one registered for a
+    store is used; registering again changes nothing). A forked child (gunicorn
+    ``--preload``) keeps recovering with its own watcher."""
+    if not callable(make_agent):
+        raise UsageError("make_agent must be a callable conversation_id -> Agent")
+    with _lock:
+        if store in _registered:
+            return
+        _registered[store] = poll = _Poll(store, _Recoverer(make_agent, timeout, replay_ttl, slots))
+    watch(store).add_poll(_Poll, poll, POLL_S)
+
+
+def stop_recovering(store: RunStore) -> None:
+    """This process no longer looks for ``store``'s lost runs (runs taken over go on)."""
+    with _lock:
+        poll = _registered.pop(store, None)
+    if poll is not None:
+        watch(store).remove_poll(_Poll)
+
+
+class _Poll:
+    """One store's look for lost runs, in its watcher's thread: each lost run not being
+    taken here already is handed to a thread of its own (``make_agent`` is the user's code:
+    the watcher, which renews this process's leases, never waits on it)."""
+
+    def __init__(self, store: RunStore, recoverer: _Recoverer) -> None:
+        self.store = store
+        self.recoverer = recoverer
+        self._taking: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        for lost in self.store.lost_runs(limit=_BATCH):
+            run_id = lost.state.run_id
+            with self._lock:
+                if run_id in self._taking:
+                    continue
+                self._taking.add(run_id)
+            thread = threading.Thread(
+                target=self._take,
+                args=(lost,),
+                name=f"agent-sync-recover-{next(_thread_ids)}",
+                daemon=True,  # only the claim runs here; a taken run goes on in its own
+            )
+            try:
+                thread.start()
+            except RuntimeError:  # no thread left: the next poll tries again
+                with self._lock:
+                    self._taking.discard(run_id)
+                raise
+
+    def _take(self, lost: StoredRun) -> None:
+        try:
+            _take_over(self.store, self.recoverer, lost)
+        finally:
+            with self._lock:
+                self._taking.discard(lost.state.run_id)
+
+
+def _take_over(store: RunStore, recoverer: _Recoverer, lost: StoredRun) -> bool:
+    """Claim ``lost`` and start it going on; ``False`` if another recoverer has it (or
+    this worker has no live-run slot free: another worker, or the next poll, takes it)."""
+    run_id = lost.state.run_id
+    slots = recoverer.slots
+    slot = slots.take() if slots is not None else None
+    if slots is not None and slot is None:
+        return False
+    try:
+        agent = recoverer.make_agent(lost.conversation_id)
+        if getattr(agent, "_store", None) is not store:
+            raise UsageError(
+                "make_agent must build agents on the recovering store "
+                "(Agent(..., store=store, conversation_id=conversation_id))"
+            )
+        logged = store.read_events(run_id) if isinstance(store, RunEventLog) else []
+        stream = agent._recover(lost, recoverer.timeout)
+    except (RunConflictError, ConcurrentInvocationError, PendingApprovalError):
+        if slot is not None:
+            slot.give()
+        logger.debug("run_id=<%s> | taken over by another recoverer", run_id)
+        return False
+    except Exception:
+        if slot is not None:
+            slot.give()
+        logger.exception("run_id=<%s> | the lost run could not be taken over", run_id)
+        return False
+    logger.info("run_id=<%s> | lost run taken over: it goes on here", run_id)
+    if logged:
+        from .web._recovered import publish_recovered  # the web layer, above this one
+
+        try:
+            publisher = publish_recovered(
+                store,
+                stream,
+                logged,
+                replay_ttl=recoverer.replay_ttl,
+                slot=slot,
+            )
+        except Exception:  # the stream was closed: the run ended cancelled, stored
+            logger.exception("run_id=<%s> | the recovered run's log could not go on", run_id)
+            return True
+        _keep_alive(publisher.thread.join, run_id)
+    else:
+        _keep_alive(lambda: _drain(stream, run_id, slot), run_id)
+    return True
+
+
+def _drain(stream: Any, run_id: str, slot: RunSlots | None) -> None:
+    """Run a recovered run without an event log to its end (its store has the rest)."""
+    try:
+        with stream:
+            for _ in stream:
+                pass
+    except Exception:  # its end (failed) is stored; say it here too
+        logger.warning("run_id=<%s> | the recovered run failed", run_id, exc_info=True)
+    finally:
+        if slot is not None:
+            slot.give()
+
+
+def _keep_alive(target: Callable[[], Any], run_id: str) -> None:
+    """Run ``target`` in a thread that is not a daemon: the process waits for the run."""
+    threading.Thread(
+        target=target, name=f"agent-sync-recovered-{run_id[-8:]}", daemon=False
+    ).start()
+
+
+_lock = threading.Lock()
+_registered: weakref.WeakKeyDictionary[Any, _Poll] = weakref.WeakKeyDictionary()
+
+
+def _recover_in_child() -> None:
+    """In a forked child: the parent's watchers are gone (``stores._watcher`` forgets
+    them); this process's watchers recover as the parent's did."""
+    global _lock
+    _lock = threading.Lock()
+    for store, poll in list(_registered.items()):
+        poll._taking.clear()
+        poll._lock = threading.Lock()
+        watch(store).add_poll(_Poll, poll, POLL_S)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_recover_in_child)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ._agent_runs import AgentRuns, Prompt, run_to_end
 from ._decisions import ApprovalRequest, Decision
+from ._run_state import OwnerLostPolicy
 from .cancel import CancelToken, check_mode
 from .context import ContextPolicy, SlidingWindow, Summarizing
 from .context._keeper import ContextKeeper
@@ -91,6 +92,11 @@ class Agent(AgentRuns):
         context: A context policy (:mod:`agent_sync.context`: ``SlidingWindow`` or
             ``Summarizing``) that builds the model's view of a long conversation for each
             call; the history keeps every message. ``None`` sends the whole history.
+        on_owner_lost: With a store, what happens to a run whose process dies (its lease
+            runs out): ``"fail"`` (the default) ends it failed, its in-flight calls answered
+            "worker stopped; effect unknown"; ``"resume"`` leaves it for a recoverer (the
+            chat routes, ``agent_sync.celery``, ``store.recover``) that goes on from its
+            last committed step, the same run. See ``docs/recovery.md``.
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -120,6 +126,7 @@ class Agent(AgentRuns):
         output_type: object = None,
         output_retries: int = 2,
         context: ContextPolicy | None = None,
+        on_owner_lost: OwnerLostPolicy = "fail",
     ) -> None:
         if context is not None and not isinstance(context, (SlidingWindow, Summarizing)):
             raise UsageError(
@@ -151,6 +158,7 @@ class Agent(AgentRuns):
                 else None
             ),
             tool_sources=sources,
+            on_owner_lost=on_owner_lost,
         )
         if store is not None:
             if conversation_id is None:

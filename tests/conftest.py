@@ -115,3 +115,17 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
 
         prefix = f"rh{uuid.uuid4().hex[:10]}:"
         yield lambda: RedisRunStore(redis.Redis(port=server.port), prefix=prefix)
+
+
+Spec = tuple[str, str]
+"""A store that works across processes, as a picklable spec a child opens:
+``("sqlite", path)`` or ``("redis", "port/prefix")`` (``test_processes.open_store``)."""
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def spec(request: pytest.FixtureRequest, tmp_path: Path) -> Spec:
+    """A store that works across processes (a real SQLite file, a real redis-server)."""
+    if request.param == "sqlite":
+        return ("sqlite", str(tmp_path / "store.db"))
+    server = request.getfixturevalue("redis_server")
+    return ("redis", f"{server.port}/p{uuid.uuid4().hex[:12]}:")

@@ -78,11 +78,15 @@ class RunContext:
         self.decisions: dict[str, Approve | Deny] = {}  # toolUseId -> a human's answer
         self.approvals: tuple[ApprovalRequest, ...] = ()  # while paused
         self.awaiting: tuple[ToolUse, ...] = ()  # gated calls without a decision
-        # a round paused on a sub-agent's approvals: its finished calls' results, and
-        # toolUseId -> the paused child run ({"run_id", "conversation_id", "requests"})
+        # the round's finished calls' results (kept while it pauses on a sub-agent's
+        # approvals, and committed as each ends in a resumable run), and toolUseId ->
+        # the paused child run ({"run_id", "conversation_id", "requests"})
         self.round_results: dict[str, ToolResult] = {}
         self.subruns: dict[str, dict[str, Any]] = {}
         self.commit_pause: Callable[[RunState], None] | None = None  # set by the driver
+        # a run that may be resumed after its worker dies (on_owner_lost="resume"): commits
+        # what a follower is about to see (a model call's message, a tool's result) first
+        self.keep_progress: Callable[[], None] | None = None  # set by the driver
         self.tool_calls = 0
         self.retries = 0
         self.started = time.perf_counter()
@@ -178,6 +182,8 @@ class RunContext:
             parent_run_id=self.parent_run_id,
             round_results=tuple(self.round_results.values()),
             subruns=dict(self.subruns),
+            # a sub-agent's run ends with its caller's: only a top-level run is resumed
+            on_owner_lost=self.settings.on_owner_lost if self.parent_run_id is None else "fail",
         )
 
     def snapshot(self) -> RunSnapshot:

@@ -126,6 +126,8 @@ class RunDriver:
             self._ctx.restore(*resume)
         self._commits = Commits(link, self._ctx, slot)
         self._ctx.commit_pause = self._commits.pause
+        if link is not None and parent is None and settings.on_owner_lost == "resume":
+            self._ctx.keep_progress = self._commits.checkpoint  # see docs/recovery.md
         self._prompt = prompt
         self._timeout = timeout
         self._token = token

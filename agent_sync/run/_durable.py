@@ -160,9 +160,10 @@ class StoreLink:
     # -- the watcher's side (a Watched) --
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
-        """A cancel from another process: the run's."""
+        """A cancel from another process (or the watcher's, for a lost lease): the run's,
+        unless it has ended."""
         run = self._run
-        return run is not None and run.cancel(reason, mode=mode)
+        return run is not None and not self.ended and run.cancel(reason, mode=mode)
 
     def inject(self, content: object) -> None:
         """An inject from another process: into the run's inbox, or kept for

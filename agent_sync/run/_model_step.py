@@ -104,6 +104,18 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     message = assembled.message
     ctx.messages.append(message)
     ctx.phase = "idle"
+    ctx.invalid_tool_inputs = assembled.invalid_tool_inputs
+    ctx.last_stop_reason = assembled.stop_reason
+    follows: StepName
+    if settings.output is not None:
+        follows = "output"  # the answer is read and validated there (run/_output.py)
+    elif any("toolUse" in block for block in message["content"]):
+        follows = "tools"
+    else:
+        follows = "finish"
+    if ctx.keep_progress is not None:  # committed before anyone is told of it
+        ctx.next_step = follows
+        ctx.keep_progress()
     yield MessageComplete(message=message, run_id=ctx.run_id)
     hooks.after_model_call(
         run_id=ctx.run_id,
@@ -113,14 +125,9 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         usage=assembled.usage,
         duration_s=duration,
     )
-    ctx.invalid_tool_inputs = assembled.invalid_tool_inputs
-    ctx.last_stop_reason = assembled.stop_reason
-    if settings.output is not None:
-        return "output"  # the answer is read and validated there (run/_output.py)
-    if any("toolUse" in block for block in message["content"]):
-        return "tools"
-    ctx.steps.append(Step(cycle=cycle, message=message, tool_results=()))
-    return "finish"
+    if follows == "finish":
+        ctx.steps.append(Step(cycle=cycle, message=message, tool_results=()))
+    return follows
 
 
 def _count_call(ctx: RunContext, assembler: MessageAssembler) -> None:

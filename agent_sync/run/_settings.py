@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from .._run_state import OwnerLostPolicy
 from ..errors import UsageError
 from ..messages import ToolSpec
 from ..models.base import CacheMode, Model
@@ -59,6 +60,7 @@ class RunSettings:
     output: OutputSpec | None = None  # the output type (structured output), if any
     output_retries: int = 2
     context: ContextKeeper | None = None  # the context policy, with what it learned
+    on_owner_lost: OwnerLostPolicy = "fail"  # what a store does when the run's owner dies
 
 
 def agent_settings(
@@ -82,6 +84,7 @@ def agent_settings(
     output_retries: int,
     context: ContextKeeper | None,
     tool_sources: list[ToolSource],
+    on_owner_lost: OwnerLostPolicy = "fail",
 ) -> RunSettings:
     """The settings of ``Agent(...)``'s arguments (see :class:`~agent_sync.Agent`); the
     tool sources among ``tools`` (MCP servers, whose tools come at each run) are put in
@@ -110,6 +113,8 @@ def agent_settings(
         not isinstance(conversation_id, str) or not conversation_id.strip()
     ):
         raise UsageError("conversation_id must be a non-empty str")
+    if on_owner_lost not in ("fail", "resume"):
+        raise UsageError(f"on_owner_lost must be 'fail' or 'resume', got {on_owner_lost!r}")
     return RunSettings(
         model=model,
         tools=registry,
@@ -130,6 +135,7 @@ def agent_settings(
         output=checked_output_type(output_type),
         output_retries=checked_output_retries(output_retries),
         context=context,
+        on_owner_lost=on_owner_lost,
     )
 
 

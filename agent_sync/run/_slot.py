@@ -2,7 +2,7 @@
 
 Only the slot's own methods touch its state (as only a ``Future``'s methods touch a
 future's): the agent and the run's driver ask for what they need with a verb (``take``,
-``release``, ``pause``, ``replace_history``, ``apply_record``, ``mark_synced``,
+``release``, ``pause``, ``replace_history``, ``apply_record``, ``adopt``, ``mark_synced``,
 ``drop_paused``), and every refusal (a live run, a paused one) is raised in one place.
 
 Thread rules: ``_lock`` makes "check the slot, then change it" atomic, taken only with
@@ -171,6 +171,22 @@ class RunSlot:
                 self._paused, self._paused_version = None, 0
             self._messages[:] = logged
             return True
+
+    def adopt(self, state: RunState, version: int) -> None:
+        """Hold a lost run of the conversation (its worker died) as the run to go on with,
+        as a paused one is held: the history becomes the log up to the run's start, then
+        the run's messages. Only while idle, on a history just refreshed from the store.
+
+        Raises:
+            ConcurrentInvocationError: A run holds the slot; nothing changed.
+        """
+        with self._lock:
+            if self._driver is not None:
+                raise _refusal("run", running=True, conversation="")
+            del self._messages[state.history_start :]
+            self._messages.extend(state.messages)
+            self._synced = min(self._synced, state.history_start)
+            self._paused, self._paused_version = state, version
 
     def mark_synced(self, length: int) -> None:
         """The holder's run committed its end: the history's first ``length`` messages are

@@ -92,6 +92,9 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
             if type(event) is ToolEnd:
                 done = event.tool_use["toolUseId"]
                 ctx.pending_tool_ids = tuple(i for i in ctx.pending_tool_ids if i != done)
+                if ctx.keep_progress is not None:  # committed before anyone is told of it
+                    ctx.round_results[done] = event.result
+                    ctx.keep_progress()
             elif type(event) is SubAgentEvent:
                 if type(event.event) is Done:  # a child's usage (its children's included)
                     usage = event.event.result.usage
@@ -122,6 +125,9 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     ctx.steps.append(
         Step(cycle=cycle, message=assistant, tool_results=tuple(results), injected=tuple(injected))
     )
+    if ctx.keep_progress is not None:  # the round's end, before anyone is told of it
+        ctx.next_step = "model"
+        ctx.keep_progress()
     yield MessageComplete(message=message, run_id=ctx.run_id)
     if injected:
         yield InputInjected(content=tuple(injected), run_id=ctx.run_id)

@@ -1,9 +1,10 @@
 """:class:`MemoryRunStore`: the run store of one process (tests, single-process apps).
 
 The reference implementation of :mod:`agent_sync.stores._protocol`: one lock guards every
-structure, one condition wakes ``wait_signals``. States and messages are kept as their JSON
-text (the shared codec of :mod:`._rules`), so a caller's later changes to what it committed
-never reach the store, exactly as with the stores that serialise.
+structure, one condition wakes ``wait_signals`` (the event logs: :mod:`._memory_events`).
+States and messages are kept as their JSON text (the shared codec of :mod:`._rules`), so a
+caller's later changes to what it committed never reach the store, exactly as with the
+stores that serialise.
 """
 
 from __future__ import annotations
@@ -12,36 +13,35 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from .._prompt import content_blocks
 from .._run_state import RunSnapshot, RunState, RunStatus
 from ..cancel import CancelMode, check_mode
 from ..messages import ContentBlock, Message
-from ._event_log import RunEvent
+from ._memory_events import MemoryEventLog
 from ._protocol import ConversationRecord, RunSignal, StoredRun
 from ._recoverable import Recoverable
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
     bad_conversation_id,
+    cancelled_while_lost,
     cancelled_while_paused,
+    check_limit,
     check_reason,
+    claimable,
     conversation_busy,
     conversation_paused,
-    decode_event,
+    conversation_recovering,
     decode_messages,
     decode_state,
-    encode_events,
     encode_messages,
     encode_state,
-    events_complete,
-    events_moved_on,
     input_pending,
     log_moved_on,
     moved_on,
-    not_paused,
     not_running,
+    resumable,
     run_exists,
     snapshot_of,
     stale_write,
@@ -65,12 +65,7 @@ class _Run:
     ended_at: float | None = None
     signals: list[RunSignal] = field(default_factory=list)
     injects: int = 0  # how many inputs inject() accepted
-
-
-@dataclass
-class _EventLog:
-    events: list[str] = field(default_factory=list)  # JSON texts; events[i] is number i + 1
-    expires_at: float | None = None  # set once complete
+    resumable: bool = False  # its state's on_owner_lost is "resume" (the lost rule)
 
 
 @dataclass
@@ -80,7 +75,7 @@ class _Conversation:
     generation: int = 0  # bumped by replace_log
 
 
-class MemoryRunStore(Recoverable):
+class MemoryRunStore(MemoryEventLog, Recoverable):
     """A :class:`~agent_sync.stores.RunStore` in this process's memory. Thread-safe.
 
     Args:
@@ -88,14 +83,12 @@ class MemoryRunStore(Recoverable):
     """
 
     def __init__(self, *, clock: Callable[[], float] | None = None) -> None:
-        self._clock = clock or time.time
-        self._lock = threading.Lock()
+        super().__init__(clock or time.time)  # the lock, the clock and the event logs
         self._signalled = threading.Condition(self._lock)
         self._wake_pending = False  # _wake_watcher was called: wait_signals returns
-        self._appended = threading.Condition(self._lock)
-        self._event_logs: dict[str, _EventLog] = {}
         self._conversations: dict[str, _Conversation] = {}
         self._runs: dict[str, _Run] = {}
+        self._resumable: set[str] = set()  # running runs left for a recoverer if lost
 
     # -- conversations and runs --
 
@@ -125,13 +118,8 @@ class MemoryRunStore(Recoverable):
     def replace_log(self, conversation_id: str, messages: Sequence[Message]) -> int:
         texts = encode_messages(messages)  # before the lock: a message that cannot be encoded
         with self._lock:  # changes nothing
+            self._refuse_unless_free(conversation_id)
             conversation = self._conversations.setdefault(conversation_id, _Conversation())
-            self._expire(conversation_id)
-            if conversation.current is not None:
-                current = self._runs[conversation.current]
-                if decode_state(current.state).status == "paused":
-                    raise conversation_paused(conversation_id)
-                raise conversation_busy(conversation_id)
             conversation.log = texts
             conversation.generation += 1
             return conversation.generation
@@ -149,13 +137,8 @@ class MemoryRunStore(Recoverable):
             raise bad_conversation_id(conversation_id)
         now = self._now()
         with self._lock:
+            self._refuse_unless_free(conversation_id)
             conversation = self._conversations.setdefault(conversation_id, _Conversation())
-            self._expire(conversation_id)
-            if conversation.current is not None:
-                current = self._runs[conversation.current]
-                if decode_state(current.state).status == "paused":
-                    raise conversation_paused(conversation_id)
-                raise conversation_busy(conversation_id)
             if len(conversation.log) != expected_length:
                 raise log_moved_on(conversation_id, len(conversation.log), expected_length)
             if state.run_id in self._runs:
@@ -169,7 +152,9 @@ class MemoryRunStore(Recoverable):
                 lease_s=lease_s,
                 started_at=now,
                 updated_at=now,
+                resumable=resumable(state),
             )
+            self._index(state.run_id)
             conversation.current = state.run_id
             return 1
 
@@ -209,20 +194,32 @@ class MemoryRunStore(Recoverable):
             if run is None or run.version != version:
                 raise stale_write(run_id, f"not at version {version}")
             state = decode_state(run.state)
-            if state.status != "paused":
-                raise not_paused(run_id, state.status)
+            claimable(run_id, state.status, resumable=run.resumable, expired=self._past_lease(run))
             run.version += 1
             run.owner = owner
             run.injects = sum(1 for signal in run.signals if signal.kind == "inject")
             run.lease_s = lease_s
             run.lease_expires_at = now + lease_s
             run.updated_at = now
-            run.state = encode_state(_with_status(state, "running"))
+            running = _with_status(state, "running")
+            run.state = encode_state(running)
+            run.resumable = resumable(running)
+            self._index(run_id)
             return run.version
 
     def lost_runs(self, *, limit: int | None = None) -> list[StoredRun]:
-        """The runs whose owner died and that wait for a recoverer (see ``RunStore``)."""
-        return []  # stub: the store side of recovery lands next
+        """The runs whose owner died and that wait for a recoverer (see ``RunStore``):
+        a look at the running resumable runs only."""
+        limit = check_limit(limit)
+        with self._lock:
+            now = self._now()
+            expiries = {run_id: self._runs[run_id].lease_expires_at for run_id in self._resumable}
+            lost = sorted(
+                (expires, run_id)
+                for run_id, expires in expiries.items()
+                if expires is not None and expires <= now
+            )
+            return [self._stored(run_id) for _, run_id in lost[:limit]]
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
         now = self._now()
@@ -261,6 +258,9 @@ class MemoryRunStore(Recoverable):
                 return False
             self._expire(run.conversation_id)
             state = decode_state(run.state)
+            if state.status == "running" and self._past_lease(run):  # no owner to signal
+                self._write(run, cancelled_while_lost(state, reason), now)
+                return True
             if state.status == "running":
                 signal = RunSignal(run_id=run_id, kind="cancel", reason=reason, mode=mode)
                 run.signals.append(signal)
@@ -308,48 +308,6 @@ class MemoryRunStore(Recoverable):
             self._wake_pending = True  # also ends a wait that has not begun yet
             self._signalled.notify_all()
 
-    # -- event logs --
-
-    def append_events(
-        self,
-        run_id: str,
-        events: Sequence[dict[str, Any]],
-        *,
-        after: int,
-        keep_s: float | None = None,
-    ) -> int:
-        texts = encode_events(events, after, keep_s)
-        with self._lock:
-            log = self._live_log(run_id)
-            if log is None:
-                log = self._event_logs[run_id] = _EventLog()
-            if log.expires_at is not None:
-                raise events_complete(run_id)
-            if len(log.events) != after:
-                raise events_moved_on(run_id, len(log.events), after)
-            log.events.extend(texts)
-            if keep_s is not None:
-                log.expires_at = self._now() + keep_s
-            if texts:
-                self._appended.notify_all()
-            return len(log.events)
-
-    def read_events(self, run_id: str, *, after: int = 0, timeout: float = 0.0) -> list[RunEvent]:
-        deadline = time.monotonic() + max(0.0, timeout)
-        with self._lock:
-            while True:
-                log = self._live_log(run_id)
-                if log is not None and len(log.events) > after:
-                    start = max(0, after)
-                    return [
-                        RunEvent(seq=start + offset + 1, data=decode_event(text))
-                        for offset, text in enumerate(log.events[start:])
-                    ]
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
-                self._appended.wait(remaining)
-
     def prune(self, *, older_than: float) -> int:
         now = self._now()
         cutoff = now - older_than
@@ -361,24 +319,12 @@ class MemoryRunStore(Recoverable):
             ]
             for run_id in old:
                 del self._runs[run_id]
+                self._resumable.discard(run_id)
                 self._event_logs.pop(run_id, None)
-            for run_id, log in list(self._event_logs.items()):
-                if log.expires_at is not None and log.expires_at <= now:
-                    del self._event_logs[run_id]
+            self._drop_expired_event_logs(now)
             return len(old)
 
     # -- inside the lock --
-
-    def _now(self) -> float:
-        return float(self._clock())
-
-    def _live_log(self, run_id: str) -> _EventLog | None:
-        """The run's event log, dropped first if it is complete and past its keep time."""
-        log = self._event_logs.get(run_id)
-        if log is not None and log.expires_at is not None and log.expires_at <= self._now():
-            del self._event_logs[run_id]
-            return None
-        return log
 
     def _stored(self, run_id: str) -> StoredRun:
         run = self._runs[run_id]
@@ -395,6 +341,7 @@ class MemoryRunStore(Recoverable):
         run.version += 1
         run.updated_at = now
         run.state = encode_state(state)
+        run.resumable = resumable(state)
         if state.status == "paused":
             run.owner = None
             run.lease_expires_at = None
@@ -407,14 +354,47 @@ class MemoryRunStore(Recoverable):
             run.lease_expires_at = None
             run.ended_at = now
             run.signals.clear()
+        self._index(state.run_id)
+
+    def _index(self, run_id: str) -> None:
+        """Keep ``_resumable`` (what ``lost_runs`` looks at) in step with the run."""
+        run = self._runs[run_id]
+        if run.resumable and run.ended_at is None and run.lease_expires_at is not None:
+            self._resumable.add(run_id)
+        else:
+            self._resumable.discard(run_id)
+
+    def _past_lease(self, run: _Run) -> bool:
+        """Whether the run is running past its lease (lost or, unless resumable, failing)."""
+        return (
+            run.ended_at is None
+            and run.lease_expires_at is not None
+            and run.lease_expires_at <= self._now()
+        )
+
+    def _refuse_unless_free(self, conversation_id: str) -> None:
+        """Fail the conversation's run if its owner died (the fail rule); then refuse a
+        conversation that still has a run (``begin``, ``replace_log``)."""
+        self._expire(conversation_id)
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None or conversation.current is None:
+            return
+        current = self._runs[conversation.current]
+        status = decode_state(current.state).status
+        if status == "paused":
+            raise conversation_paused(conversation_id)
+        if self._past_lease(current):
+            raise conversation_recovering(conversation_id, conversation.current)
+        raise conversation_busy(conversation_id)
 
     def _expire(self, conversation_id: str) -> None:
-        """Fail the conversation's running run if its owner's lease ran out."""
+        """Fail the conversation's running run if its owner's lease ran out, unless it is
+        left for a recoverer (``on_owner_lost="resume"``)."""
         conversation = self._conversations.get(conversation_id)
         if conversation is None or conversation.current is None:
             return
         run = self._runs[conversation.current]
-        if run.lease_expires_at is None or run.lease_expires_at > self._now():
+        if run.resumable or not self._past_lease(run):
             return
         state = decode_state(run.state)
         if state.status == "running":

@@ -13,6 +13,8 @@ Design:
       {prefix}conv:{id}:current       string: the run id of its running or paused run
       {prefix}conv:{id}:generation    integer: how many times the log was replaced
       {prefix}finished                sorted set: finished runs by end time (``prune``)
+      {prefix}resumable               sorted set: running runs with on_owner_lost "resume"
+                                      by lease expiry (``lost_runs``: those past it)
       {prefix}signals                 pub/sub channel: "a signal is queued for run X"
       {prefix}events:{run_id}         stream: the run's event log, entry ids "<number>-0"
       {prefix}events-complete:{run_id}  string: set once the run's event log is complete
@@ -64,10 +66,14 @@ from ._rules import (
     FINAL_STATUSES,
     abandoned,
     bad_conversation_id,
+    cancelled_while_lost,
     cancelled_while_paused,
+    check_limit,
     check_reason,
+    claimable,
     conversation_busy,
     conversation_paused,
+    conversation_recovering,
     decode_messages,
     decode_state,
     encode_messages,
@@ -75,8 +81,8 @@ from ._rules import (
     input_pending,
     log_moved_on,
     moved_on,
-    not_paused,
     not_running,
+    resumable,
     run_exists,
     snapshot_of,
     stale_write,
@@ -152,16 +158,7 @@ class RedisRunStore(RedisEventLog, Recoverable):
         log, run, length, start, generation = self._run(
             "load", self.prefix, conversation_id, max(0, int(since))
         )
-        stored = None
-        if run:
-            state, version, owner, expires, _status = (text(v) for v in run)
-            stored = StoredRun(
-                state=decode_state(state),
-                version=int(version),
-                owner=owner or None,
-                lease_expires_at=float(expires) if expires else None,
-                conversation_id=conversation_id,
-            )
+        stored = _stored_run(run, conversation_id) if run else None
         return ConversationRecord(
             conversation_id=conversation_id,
             messages=tuple(decode_messages([text(item) for item in log])),
@@ -182,6 +179,8 @@ class RedisRunStore(RedisEventLog, Recoverable):
             raise conversation_paused(conversation_id)
         if outcome == "busy":
             raise conversation_busy(conversation_id)
+        if outcome == "recovering":
+            raise conversation_recovering(conversation_id, text(reply[1]))
         return int(reply[1])
 
     def begin(
@@ -205,6 +204,7 @@ class RedisRunStore(RedisEventLog, Recoverable):
             owner,
             repr(float(lease_s)),
             expected_length,
+            "1" if resumable(state) else "0",
         )
         outcome = text(reply[0])
         if outcome == "ok":
@@ -213,6 +213,8 @@ class RedisRunStore(RedisEventLog, Recoverable):
             raise conversation_paused(conversation_id)
         if outcome == "busy":
             raise conversation_busy(conversation_id)
+        if outcome == "recovering":
+            raise conversation_recovering(conversation_id, text(reply[1]))
         if outcome == "length":
             raise log_moved_on(conversation_id, int(reply[1]), expected_length)
         raise run_exists(state.run_id)
@@ -232,15 +234,22 @@ class RedisRunStore(RedisEventLog, Recoverable):
         if fields is None or int(fields["version"]) != version:
             raise stale_write(run_id, f"not at version {version}")
         state = decode_state(fields["state"])
-        if state.status != "paused":
-            raise not_paused(run_id, state.status)
-        return self._write(
-            replace(state, status="running"), version=version, new_owner=owner, lease_s=lease_s
+        if state.status not in ("paused", "running"):
+            claimable(run_id, state.status, resumable=False, expired=False)  # raises: over
+        return self._write(  # a running one must be lost: the script checks it atomically
+            replace(state, status="running"),
+            version=version,
+            new_owner=owner,
+            lease_s=lease_s,
+            lost=state.status == "running",
         )
 
     def lost_runs(self, *, limit: int | None = None) -> list[StoredRun]:
-        """The runs whose owner died and that wait for a recoverer (see ``RunStore``)."""
-        return []  # stub: the store side of recovery lands next
+        """The runs whose owner died and that wait for a recoverer (see ``RunStore``):
+        one script, a range read of the sorted set of resumable runs when there are none."""
+        limit = check_limit(limit)
+        found = self._run("lost", self.prefix, "" if limit is None else limit)
+        return [_stored_run(item[1:5], text(item[5])) for item in found]
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
         return bool(self._run("renew", self.prefix, run_id, owner, repr(float(lease_s))))
@@ -276,6 +285,15 @@ class RedisRunStore(RedisEventLog, Recoverable):
             if outcome == "expired":  # its owner died: fail it, then look again
                 self._expire(text(reply[1]))
                 continue
+            if outcome == "lost":  # its owner died, no recoverer took it yet: no one to signal
+                lost = decode_state(text(reply[2]))
+                try:
+                    self._write(
+                        cancelled_while_lost(lost, reason), version=int(text(reply[1])), lost=True
+                    )
+                except RunConflictError:
+                    continue  # claimed, renewed or cancelled meanwhile: look again
+                return True
             if outcome != "paused":
                 return False  # unknown, or over
             paused = decode_state(text(reply[2]))
@@ -319,7 +337,10 @@ class RedisRunStore(RedisEventLog, Recoverable):
         new_owner: str = "",
         lease_s: float | None = None,
         injects: int | None = None,
+        lost: bool = False,
     ) -> int:
+        """One compare-and-set write of ``state`` at ``version`` (by ``owner`` if given;
+        ``new_owner``: a claim; ``lost``: only if the run is lost, by the server's clock)."""
         messages = encode_messages(state.messages) if state.status in FINAL_STATUSES else []
         reply = self._run(
             "write",
@@ -334,6 +355,8 @@ class RedisRunStore(RedisEventLog, Recoverable):
             new_owner,
             "" if lease_s is None else repr(float(lease_s)),
             "" if injects is None else int(injects),
+            "1" if resumable(state) else "0",
+            "1" if lost else "0",
             *messages,
         )
         outcome = text(reply[0])
@@ -345,6 +368,10 @@ class RedisRunStore(RedisEventLog, Recoverable):
             raise stale_write(state.run_id, f"the run is over ({text(reply[1])})")
         if outcome == "injects":
             raise input_pending(state.run_id, int(text(reply[1])), int(injects or 0))
+        if outcome == "notlost":
+            status, flag, past = (text(value) for value in reply[1:4])
+            claimable(state.run_id, status, resumable=flag == "1", expired=past == "1")
+            raise stale_write(state.run_id, f"{status}, not lost")  # claimable raised first
         raise stale_write(state.run_id, moved_on(int(text(reply[1])), version))
 
     def _read(self, run_id: str) -> dict[str, str] | None:
@@ -370,3 +397,15 @@ class RedisRunStore(RedisEventLog, Recoverable):
 
     def _run(self, name: str, *args: Any) -> Any:
         return self._scripts.run(name, *args)
+
+
+def _stored_run(fields: Sequence[Any], conversation_id: str) -> StoredRun:
+    """A run as a script read it: its state, version, owner and lease expiry fields."""
+    state, version, owner, expires = (text(value) for value in fields[:4])
+    return StoredRun(
+        state=decode_state(state),
+        version=int(version),
+        owner=owner or None,
+        lease_expires_at=float(expires) if expires else None,
+        conversation_id=conversation_id,
+    )

@@ -25,16 +25,36 @@ local function conv_key(prefix, cid, part) return prefix .. 'conv:' .. cid .. ':
 local function events_key(prefix, run_id) return prefix .. 'events:' .. run_id end
 local function complete_key(prefix, run_id) return prefix .. 'events-complete:' .. run_id end
 local function signals_key(prefix, run_id) return prefix .. 'signals:' .. run_id end
+local function resumable_key(prefix) return prefix .. 'resumable' end
 
--- Store a new state of the run at `key` (version + 1). Final: write the log from
--- history_start, free the conversation, drop the signals, schedule expiry.
-local function write_state(prefix, key, run_id, state, status, history_start, ttl, msgs, t)
+-- Is the run (its hash's fields) running past its lease, by the server's clock?
+local function past_lease(status, expires)
+  return status == 'running' and expires and expires ~= '' and tonumber(expires) <= now()
+end
+
+-- Keep the run in the sorted set of resumable running runs (scored by lease expiry, what
+-- lost_runs reads) while it runs with on_owner_lost "resume"; out of it otherwise.
+local function index_run(prefix, run_id, status, resumable, expires)
+  if status == 'running' and resumable == '1' then
+    redis.call('ZADD', resumable_key(prefix), expires, run_id)
+  else
+    redis.call('ZREM', resumable_key(prefix), run_id)
+  end
+end
+
+-- Store a new state of the run at `key` (version + 1); `resumable` is '1' if the state's
+-- on_owner_lost is "resume". Final: write the log from history_start, free the
+-- conversation, drop the signals, schedule expiry.
+local function write_state(prefix, key, run_id, state, status, history_start, ttl, msgs, t,
+                           resumable)
   local version = tonumber(redis.call('HGET', key, 'version')) + 1
   redis.call('HSET', key, 'state', state, 'status', status, 'version', version,
-             'updated_at', fmt(t))
+             'updated_at', fmt(t), 'resumable', resumable)
+  local expires = ''
   if status == 'running' then
     local lease = tonumber(redis.call('HGET', key, 'lease_s'))
-    redis.call('HSET', key, 'lease_expires_at', fmt(t + lease))
+    expires = fmt(t + lease)
+    redis.call('HSET', key, 'lease_expires_at', expires)
   elseif status == 'paused' then
     redis.call('HSET', key, 'owner', '', 'lease_expires_at', '')
   else
@@ -55,6 +75,7 @@ local function write_state(prefix, key, run_id, state, status, history_start, tt
     redis.call('ZADD', prefix .. 'finished', t, run_id)
     if ttl > 0 then redis.call('EXPIRE', key, ttl) end
   end
+  index_run(prefix, run_id, status, resumable, expires)
   return version
 end
 """.replace("CHUNK", str(CHUNK))
@@ -78,14 +99,17 @@ return {log, run, length, start, generation}
 """
 
 # ARGV: prefix, conversation_id, messages... Replace the whole log (the user's new history)
-# unless a run is current: {'paused'} / {'busy'}, nothing changed; else {'ok', generation}.
+# unless a run is current: {'paused'} / {'busy'} / {'recovering', run_id} (lost: it waits
+# for a recoverer), nothing changed; else {'ok', generation}.
 _REPLACE = """
 local prefix, cid = ARGV[1], ARGV[2]
 local busy = redis.call('GET', conv_key(prefix, cid, 'current'))
 if busy then
-  local status = redis.call('HGET', run_key(prefix, busy), 'status')
-  if status == 'paused' then return {'paused'} end
-  if status == 'running' then return {'busy'} end
+  local f = redis.call('HMGET', run_key(prefix, busy), 'status', 'lease_expires_at',
+                       'resumable')
+  if f[1] == 'paused' then return {'paused'} end
+  if f[3] == '1' and past_lease(f[1], f[2]) then return {'recovering', busy} end
+  if f[1] == 'running' then return {'busy'} end
 end
 local log = conv_key(prefix, cid, 'log')
 redis.call('DEL', log)
@@ -103,45 +127,52 @@ return redis.call('HMGET', key, 'state', 'status', 'version', 'conversation_id',
                   'started_at', 'updated_at')
 """
 
-# ARGV: prefix, conversation_id. Is its current run running past its lease? (run id or nil)
+# ARGV: prefix, conversation_id. Is its current run running past its lease, to be failed
+# (on_owner_lost "fail": a resumable one is lost, left for a recoverer)? (run id or nil)
 _EXPIRED = """
 local prefix, cid = ARGV[1], ARGV[2]
 local run_id = redis.call('GET', conv_key(prefix, cid, 'current'))
 if not run_id then return false end
-local fields = redis.call('HMGET', run_key(prefix, run_id), 'status', 'lease_expires_at')
-if fields[1] ~= 'running' or not fields[2] or fields[2] == '' then return false end
-if tonumber(fields[2]) > now() then return false end
+local fields = redis.call('HMGET', run_key(prefix, run_id), 'status', 'lease_expires_at',
+                          'resumable')
+if fields[3] == '1' or not past_lease(fields[1], fields[2]) then return false end
 return run_id
 """
 
-# ARGV: prefix, conversation_id, run_id, state, owner, lease_s, expected_length.
+# ARGV: prefix, conversation_id, run_id, state, owner, lease_s, expected_length, resumable
+# ('1': on_owner_lost "resume"). Refused as replace is, or {'length', length}, {'exists'}.
 _BEGIN = """
 local prefix, cid, run_id = ARGV[1], ARGV[2], ARGV[3]
 local current = conv_key(prefix, cid, 'current')
 local busy = redis.call('GET', current)
 if busy then
-  local status = redis.call('HGET', run_key(prefix, busy), 'status')
-  if status == 'paused' then return {'paused'} end
-  if status == 'running' then return {'busy'} end
+  local f = redis.call('HMGET', run_key(prefix, busy), 'status', 'lease_expires_at',
+                       'resumable')
+  if f[1] == 'paused' then return {'paused'} end
+  if f[3] == '1' and past_lease(f[1], f[2]) then return {'recovering', busy} end
+  if f[1] == 'running' then return {'busy'} end
 end
 local length = redis.call('LLEN', conv_key(prefix, cid, 'log'))
 if length ~= tonumber(ARGV[7]) then return {'length', length} end
 local key = run_key(prefix, run_id)
 if redis.call('EXISTS', key) == 1 then return {'exists'} end
 local t = now()
-local lease = tonumber(ARGV[6])
+local expires = fmt(t + tonumber(ARGV[6]))
 redis.call('HSET', key, 'state', ARGV[4], 'status', 'running', 'version', 1,
-           'owner', ARGV[5], 'lease_s', ARGV[6], 'lease_expires_at', fmt(t + lease),
+           'owner', ARGV[5], 'lease_s', ARGV[6], 'lease_expires_at', expires,
            'started_at', fmt(t), 'updated_at', fmt(t), 'ended_at', '',
-           'conversation_id', cid)
+           'conversation_id', cid, 'resumable', ARGV[8])
+index_run(prefix, run_id, 'running', ARGV[8], expires)
 redis.call('SET', current, run_id)
 return {'ok', 1}
 """
 
 # ARGV: prefix, run_id, expected version, required owner ('' = any), state, status,
 # history_start, ttl, new owner ('' = keep), new lease_s ('' = keep), injects received
-# ('' = not checked), messages... A final write while the run has accepted more injects
-# than its owner received: {'injects', accepted}, nothing changed.
+# ('' = not checked), resumable ('1': on_owner_lost "resume"), lost only ('1': refused
+# unless the run is lost: {'notlost', status, resumable, past its lease ('1'/'0')}),
+# messages... A final write while the run has accepted more injects than its owner
+# received: {'injects', accepted}, nothing changed.
 _WRITE = """
 local prefix, run_id = ARGV[1], ARGV[2]
 local key = run_key(prefix, run_id)
@@ -152,6 +183,13 @@ if fields[1] == 'done' or fields[1] == 'cancelled' or fields[1] == 'failed' then
 end
 if tonumber(fields[2]) ~= tonumber(ARGV[3]) or (ARGV[4] ~= '' and fields[3] ~= ARGV[4]) then
   return {'conflict', fields[2]}
+end
+if ARGV[13] == '1' then  -- a claim or cancel of a lost run: is it (still) lost?
+  local f = redis.call('HMGET', key, 'resumable', 'lease_expires_at')
+  local past = past_lease(fields[1], f[2])
+  if not past or f[1] ~= '1' then
+    return {'notlost', fields[1], f[1] or '0', past and '1' or '0'}
+  end
 end
 local status = ARGV[6]
 if ARGV[11] ~= '' and status ~= 'running' then  -- an end or a pause: its last look
@@ -166,35 +204,40 @@ if ARGV[9] ~= '' then  -- a claim: the new owner receives the injects still queu
   redis.call('HSET', key, 'owner', ARGV[9], 'lease_s', ARGV[10], 'injects', queued)
 end
 local msgs = {}
-for i = 12, #ARGV do msgs[#msgs + 1] = ARGV[i] end
+for i = 14, #ARGV do msgs[#msgs + 1] = ARGV[i] end
 local version = write_state(prefix, key, run_id, ARGV[5], ARGV[6], tonumber(ARGV[7]),
-                            tonumber(ARGV[8]), msgs, now())
+                            tonumber(ARGV[8]), msgs, now(), ARGV[12])
 return {'ok', version}
 """
 
 # ARGV: prefix, run_id, owner, lease_s.
 _RENEW = """
 local key = run_key(ARGV[1], ARGV[2])
-local fields = redis.call('HMGET', key, 'status', 'owner')
+local fields = redis.call('HMGET', key, 'status', 'owner', 'resumable')
 if fields[1] ~= 'running' or fields[2] ~= ARGV[3] then return 0 end
-redis.call('HSET', key, 'lease_s', ARGV[4], 'lease_expires_at', fmt(now() + tonumber(ARGV[4])))
+local expires = fmt(now() + tonumber(ARGV[4]))
+redis.call('HSET', key, 'lease_s', ARGV[4], 'lease_expires_at', expires)
+index_run(ARGV[1], ARGV[2], 'running', fields[3], expires)
 return 1
 """
 
 # ARGV: prefix, run_id, kind, payload (JSON). Queue a signal for a running run's owner and
 # wake the watchers. Otherwise say why not: {'unknown'}, {'over'}, {'expired', conversation}
-# (its owner's lease ran out), {'paused', version, state} (a cancel applies at once).
+# (its owner's lease ran out: it fails), {'paused', version, state} or {'lost', version,
+# state} (a cancel applies at once). An inject into a lost run is queued (its new owner
+# takes it).
 _SIGNAL = """
 local prefix, run_id = ARGV[1], ARGV[2]
 local key = run_key(prefix, run_id)
 local fields = redis.call('HMGET', key, 'status', 'lease_expires_at', 'conversation_id',
-                          'version')
+                          'version', 'resumable')
 local status = fields[1]
 if not status then return {'unknown'} end
 if status == 'paused' then return {'paused', fields[4], redis.call('HGET', key, 'state')} end
 if status ~= 'running' then return {'over'} end
-if fields[2] and fields[2] ~= '' and tonumber(fields[2]) <= now() then
-  return {'expired', fields[3]}
+if past_lease(status, fields[2]) then
+  if fields[5] ~= '1' then return {'expired', fields[3]} end
+  if ARGV[3] == 'cancel' then return {'lost', fields[4], redis.call('HGET', key, 'state')} end
 end
 local seq = redis.call('INCR', prefix .. 'signal-seq')
 if ARGV[3] == 'inject' then redis.call('HINCRBY', key, 'injects', 1) end
@@ -259,8 +302,34 @@ for _, run_id in ipairs(old) do
   redis.call('DEL', signals_key(prefix, run_id), events_key(prefix, run_id),
              complete_key(prefix, run_id))
   redis.call('ZREM', prefix .. 'finished', run_id)
+  redis.call('ZREM', resumable_key(prefix), run_id)
 end
 return removed
+"""
+
+# ARGV: prefix, limit ('': all). The lost runs (running, resumable, past their lease by the
+# server's clock), longest expired first: for each, its run id, state, version, owner,
+# lease expiry and conversation. One range read of the sorted set when there are none.
+_LOST = """
+local prefix = ARGV[1]
+local index = resumable_key(prefix)
+local ids
+if ARGV[2] == '' then
+  ids = redis.call('ZRANGEBYSCORE', index, '-inf', fmt(now()))
+else
+  ids = redis.call('ZRANGEBYSCORE', index, '-inf', fmt(now()), 'LIMIT', 0, tonumber(ARGV[2]))
+end
+local found = {}
+for _, run_id in ipairs(ids) do
+  local f = redis.call('HMGET', run_key(prefix, run_id), 'state', 'version', 'owner',
+                       'lease_expires_at', 'conversation_id', 'status', 'resumable')
+  if f[6] == 'running' and f[7] == '1' then
+    found[#found + 1] = {run_id, f[1], f[2], f[3], f[4], f[5]}
+  else  -- never left behind (the scripts keep the set in step; this heals, not decides)
+    redis.call('ZREM', index, run_id)
+  end
+end
+return found
 """
 
 
@@ -278,6 +347,7 @@ SCRIPTS: dict[str, str] = {
         ("take", _TAKE),
         ("append", _APPEND),
         ("prune", _PRUNE),
+        ("lost", _LOST),
     )
 }
 """The source of each script, by the name the store runs it under."""

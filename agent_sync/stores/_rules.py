@@ -1,15 +1,21 @@
 """The parts of the store rules that do not depend on the storage: written once, used by
 every store (memory, SQLite, Redis) so that they cannot drift.
 
-* :func:`abandoned` and :func:`cancelled_while_paused`: the state a store writes when a
-  run's owner died (lease expired) or a paused run is cancelled;
+* :func:`abandoned`, :func:`cancelled_while_paused` and :func:`cancelled_while_lost`: the
+  state a store writes when a run's owner died (lease expired, ``on_owner_lost="fail"``),
+  or a paused or lost run is cancelled;
+* :func:`resumable`: whether a run whose owner died is left for a recoverer (the lost rule);
+  :func:`check_limit`: ``lost_runs``'s ``limit`` checked at the edge;
 * :func:`encode_state` / :func:`decode_state` and :func:`encode_messages` /
   :func:`decode_messages`: the one JSON form of states and log messages (``bytes`` kept);
 * :func:`snapshot_of`: what ``store.get`` returns;
 * :data:`FINAL_STATUSES`, :data:`WORKER_STOPPED_TEXT`;
 * the errors every store raises for the same refusals (:func:`conversation_paused`,
-  :func:`conversation_busy`, :func:`log_moved_on`, :func:`run_exists`,
-  :func:`stale_write`, :func:`not_paused`, :func:`not_running`), worded once.
+  :func:`conversation_busy`, :func:`conversation_recovering`, :func:`log_moved_on`,
+  :func:`run_exists`, :func:`stale_write`, :func:`claimable`,
+  :func:`not_running`), worded once;
+* the rules of event logs (:func:`encode_events`, :func:`decode_event`,
+  :func:`events_moved_on`, :func:`events_complete`), from :mod:`._rules_events`.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from .._encodable import clean_text, loads_stored
 from .._history import add_user_blocks, answer_round, close_turn
@@ -28,8 +34,9 @@ from ..errors import (
     RunConflictError,
     UsageError,
 )
-from ..messages import CANCELLED_TEXT, ContentBlock, Message
+from ..messages import CANCELLED_TEXT, ContentBlock, Message, ToolResult
 from ..tools._results import error_result
+from ._rules_events import decode_event, encode_events, events_complete, events_moved_on
 
 __all__ = [
     "FINAL_STATUSES",
@@ -42,17 +49,21 @@ __all__ = [
     "encode_events",
     "events_moved_on",
     "events_complete",
+    "check_limit",
     "conversation_busy",
     "conversation_paused",
+    "conversation_recovering",
     "log_moved_on",
     "moved_on",
-    "not_paused",
+    "claimable",
     "not_running",
     "run_exists",
     "stale_write",
     "WORKER_STOPPED_TEXT",
     "abandoned",
+    "cancelled_while_lost",
     "cancelled_while_paused",
+    "resumable",
     "subrun_ids",
     "decode_messages",
     "decode_state",
@@ -119,6 +130,51 @@ def cancelled_while_paused(state: RunState, reason: str | None) -> RunState:
     )
 
 
+def resumable(state: RunState) -> bool:
+    """Whether a run whose owner died (its lease expired while it ran) is *lost*, left
+    running for a recoverer to claim (``on_owner_lost == "resume"``), rather than failed on
+    the next read (:func:`abandoned`)."""
+    return state.on_owner_lost == "resume"
+
+
+def cancelled_while_lost(state: RunState, reason: str | None) -> RunState:
+    """A lost run cancelled (its owner died, no recoverer took it yet): the calls of the
+    round its owner committed results for keep them (they ran), the others are answered
+    with :data:`WORKER_STOPPED_TEXT` (they may have run), queued input written, the turn
+    closed: the history a cancel leaves, with nothing claimed about calls cut short."""
+    messages = [_copy(message) for message in state.messages]
+    _answer_pending(messages, WORKER_STOPPED_TEXT, known=state.round_results)
+    add_user_blocks(messages, _queued(state))
+    close_turn(messages, CANCELLED_TEXT)
+    return replace(
+        state,
+        status="cancelled",
+        next_step=None,
+        messages=tuple(messages),
+        pending_tool_uses=(),
+        queued_inputs=(),
+        approvals=(),
+        round_results=(),
+        subruns={},
+        invalid_tool_inputs={},
+        stop_reason="cancelled",
+        cancel_reason=reason,
+    )
+
+
+def check_limit(limit: object) -> int | None:
+    """``lost_runs``'s ``limit``: ``None`` (all) or an ``int`` >= 1.
+
+    Raises:
+        UsageError: Anything else.
+    """
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise UsageError(f"limit must be None or an int >= 1, got {limit!r}")
+    return limit
+
+
 def snapshot_of(state: RunState, *, started_at: float, updated_at: float) -> RunSnapshot:
     """``store.get``: the run as of its last commit (phase ``idle``: a store does not know
     what the owner is doing between commits)."""
@@ -176,13 +232,21 @@ def decode_messages(texts: Sequence[str | bytes]) -> list[Message]:
     return [from_json_ready(loads_stored(text)) for text in texts]
 
 
-def _answer_pending(messages: list[Message], text: str) -> None:
+def _answer_pending(
+    messages: list[Message], text: str, *, known: Sequence[ToolResult] = ()
+) -> None:
+    """Answer a trailing assistant message's calls: with their result in ``known``, else
+    an error result of ``text``."""
     if not messages or messages[-1]["role"] != "assistant":
         return
+    copied: list[ToolResult] = from_json_ready(json_ready(list(known)))  # nothing shared
+    results = {result["toolUseId"]: result for result in copied}
     pending = [b["toolUse"]["toolUseId"] for b in messages[-1]["content"] if "toolUse" in b]
     if pending:
-        results: list[ContentBlock] = [{"toolResult": error_result(i, text)} for i in pending]
-        messages.append({"role": "user", "content": results})
+        answers: list[ContentBlock] = [
+            {"toolResult": results.get(i) or error_result(i, text)} for i in pending
+        ]
+        messages.append({"role": "user", "content": answers})
 
 
 def _queued(state: RunState) -> list[ContentBlock]:
@@ -254,6 +318,15 @@ def conversation_busy(conversation_id: str) -> ConcurrentInvocationError:
     )
 
 
+def conversation_recovering(conversation_id: str, run_id: str) -> ConcurrentInvocationError:
+    """``begin`` (or ``replace_log``) on a conversation whose run lost its worker and waits
+    for a recoverer (``on_owner_lost="resume"``)."""
+    return ConcurrentInvocationError(
+        f"conversation {conversation_id!r}: its run {run_id!r} lost its worker and waits "
+        "for recovery (another worker resumes it)"
+    )
+
+
 def log_moved_on(conversation_id: str, length: int, expected: int) -> RunConflictError:
     """``begin`` at a log length that is no longer the log's."""
     return RunConflictError(
@@ -280,59 +353,32 @@ def moved_on(found: int, expected: int) -> str:
     )
 
 
-def not_paused(run_id: str, status: str) -> RunConflictError:
-    """``claim`` of a run that is not paused (resumed or cancelled meanwhile)."""
-    return RunConflictError(f"run {run_id!r} is {status}, not paused")
+def claimable(
+    run_id: str, status: str, *, resumable: bool, expired: bool
+) -> Literal["paused", "lost"]:
+    """What ``claim`` takes (its version already checked): a paused run, or a lost one
+    (running, ``on_owner_lost="resume"``, its lease expired by the store's clock).
+
+    Raises:
+        RunConflictError: Neither, saying why: it is over, its owner's death fails it
+            (``on_owner_lost="fail"``), or its lease is live (its owner renewed it).
+    """
+    if status == "paused":
+        return "paused"
+    if status != "running":
+        raise RunConflictError(f"run {run_id!r} is {status}, not paused or lost")
+    if not resumable:
+        raise RunConflictError(
+            f"run {run_id!r} is running with on_owner_lost='fail': it is failed when its "
+            "owner dies, never taken over"
+        )
+    if not expired:
+        raise RunConflictError(
+            f"run {run_id!r} is running and its owner's lease is live: it is not lost"
+        )
+    return "lost"
 
 
 def not_running(run_id: str) -> UsageError:
     """``inject`` into a run that is not running."""
     return UsageError(f"run {run_id!r} is not running: nothing can be injected")
-
-
-# -- event logs --
-
-
-def encode_events(events: Sequence[dict[str, Any]], after: int, keep_s: float | None) -> list[str]:
-    """Check an ``append_events`` call at the edge; return each event's JSON text.
-
-    Raises:
-        UsageError: An event that is not a JSON object, or a negative ``after``/``keep_s``.
-    """
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-        raise UsageError(f"after must be an event number (an int >= 0), got {after!r}")
-    if keep_s is not None and (
-        isinstance(keep_s, bool) or not isinstance(keep_s, (int, float)) or not keep_s >= 0
-    ):
-        raise UsageError(f"keep_s must be a number of seconds >= 0 or None, got {keep_s!r}")
-    texts = []
-    for event in events:
-        if not isinstance(event, dict) or not all(isinstance(key, str) for key in event):
-            raise UsageError(f"an event is a JSON object (a dict with str keys), got {event!r}")
-        try:
-            text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-            if not text.isascii():
-                text.encode("utf-8")  # a lone surrogate: refused here, not by the storage
-        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-            raise UsageError(f"an event is not JSON-serialisable: {exc}") from None
-        texts.append(text)
-    return texts
-
-
-def decode_event(text: str | bytes) -> dict[str, Any]:
-    """One stored event, made encodable (:func:`~agent_sync._encodable.loads_stored`): a
-    record appended before the edge rule (a lone surrogate, a ``NaN``) still replays."""
-    event: dict[str, Any] = loads_stored(text)
-    return event
-
-
-def events_moved_on(run_id: str, last: int, after: int) -> RunConflictError:
-    """``append_events`` after an event that is no longer the log's last."""
-    return RunConflictError(
-        f"run {run_id!r}: its event log ends at {last}, not {after} (another writer appended)"
-    )
-
-
-def events_complete(run_id: str) -> RunConflictError:
-    """``append_events`` to a log its writer marked complete."""
-    return RunConflictError(f"run {run_id!r}: its event log is complete")

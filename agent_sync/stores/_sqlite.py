@@ -55,16 +55,19 @@ from ._recoverable import Recoverable
 from ._rules import (
     FINAL_STATUSES,
     bad_conversation_id,
+    cancelled_while_lost,
     cancelled_while_paused,
+    check_limit,
     check_reason,
+    claimable,
     decode_state,
     encode_messages,
     encode_state,
     input_pending,
     log_moved_on,
     moved_on,
-    not_paused,
     not_running,
+    resumable,
     run_exists,
     snapshot_of,
     stale_write,
@@ -73,10 +76,13 @@ from ._rules import (
 )
 from ._sqlite_events import SQLiteEventLog
 from ._sqlite_runs import (
+    LOST_RUNS,
     conversation_record,
     expire,
     lease_ran_out,
     log_length,
+    lost_runs,
+    past_lease,
     refuse_unless_free,
     take_signals,
     write_state,
@@ -172,8 +178,8 @@ class SQLiteRunStore(SQLiteEventLog, Recoverable):
                 raise run_exists(state.run_id)
             db.execute(
                 "INSERT INTO runs (run_id, conversation_id, state, status, version, owner,"
-                " lease_s, lease_expires_at, started_at, updated_at)"
-                f" VALUES (?, ?, ?, ?, 1, ?, ?, {NOW} + ?, ?, ?)",  # noqa: S608 - constant
+                " lease_s, lease_expires_at, started_at, updated_at, resumable)"
+                f" VALUES (?, ?, ?, ?, 1, ?, ?, {NOW} + ?, ?, ?, ?)",  # noqa: S608 - constant
                 (
                     state.run_id,
                     conversation_id,
@@ -184,6 +190,7 @@ class SQLiteRunStore(SQLiteEventLog, Recoverable):
                     lease_s,
                     now,
                     now,
+                    resumable(state),
                 ),
             )
             db.execute(
@@ -233,26 +240,35 @@ class SQLiteRunStore(SQLiteEventLog, Recoverable):
         now = time.time()
         with self._write() as db:
             row = db.execute(
-                "SELECT state, version FROM runs WHERE run_id = ?", (run_id,)
+                "SELECT state, version, status, resumable FROM runs WHERE run_id = ?", (run_id,)
             ).fetchone()
             if row is None or row[1] != version:
                 raise stale_write(run_id, f"not at version {version}")
-            state = decode_state(row[0])
-            if state.status != "paused":
-                raise not_paused(run_id, state.status)
-            running = replace(state, status="running")
+            claimable(run_id, row[2], resumable=bool(row[3]), expired=past_lease(db, run_id))
+            running = replace(decode_state(row[0]), status="running")  # a lost one: as it was
             db.execute(
                 "UPDATE runs SET state = ?, status = 'running', version = ?, owner = ?,"
                 f" lease_s = ?, lease_expires_at = {NOW} + ?, updated_at = ?,"  # noqa: S608
-                " injects = (SELECT COUNT(*) FROM signals WHERE run_id = runs.run_id"
-                " AND kind = 'inject') WHERE run_id = ?",  # the new owner receives those
-                (encode_state(running), version + 1, owner, lease_s, lease_s, now, run_id),
+                " resumable = ?, injects = (SELECT COUNT(*) FROM signals"
+                " WHERE run_id = runs.run_id AND kind = 'inject') WHERE run_id = ?",
+                (
+                    encode_state(running),
+                    version + 1,
+                    owner,
+                    lease_s,
+                    lease_s,
+                    now,
+                    resumable(running),
+                    run_id,
+                ),  # the new owner receives the injects still queued
             )
             return version + 1
 
     def lost_runs(self, *, limit: int | None = None) -> list[StoredRun]:
-        """The runs whose owner died and that wait for a recoverer (see ``RunStore``)."""
-        return []  # stub: the store side of recovery lands next
+        """The runs whose owner died and that wait for a recoverer (see ``RunStore``):
+        one autocommit read through the partial index of running resumable runs."""
+        limit = check_limit(limit)
+        return lost_runs(self._connections.rows(LOST_RUNS, (-1 if limit is None else limit,)))
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
         with self._write() as db:
@@ -300,6 +316,9 @@ class SQLiteRunStore(SQLiteEventLog, Recoverable):
             state = decode_state(
                 db.execute("SELECT state FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0]
             )
+            if state.status == "running" and past_lease(db, run_id):  # no owner to signal
+                write_state(db, cancelled_while_lost(state, reason), time.time())
+                return True
             if state.status == "running":
                 db.execute(
                     "INSERT INTO signals (run_id, kind, reason, content) "

@@ -6,7 +6,8 @@ read and written inside a transaction the store holds (each function takes its c
   run's messages, so its cost does not grow with the conversation.
 * Leases use the database's clock (:data:`._sqlite_schema.NOW`): :func:`lease_ran_out`
   compares in SQL; :func:`expire` fails the run of an owner that died (the shared rule
-  :func:`._rules.abandoned`).
+  :func:`._rules.abandoned`) unless the run is left for a recoverer (``resumable``, the
+  lost rule); :func:`lost_runs` lists those; :func:`past_lease`: a run past its lease.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from ._rules import (
     abandoned,
     conversation_busy,
     conversation_paused,
+    conversation_recovering,
     decode_messages,
     decode_state,
     encode_messages,
     encode_state,
+    resumable,
 )
 from ._sqlite_schema import NOW
 
@@ -36,6 +39,9 @@ __all__ = [
     "take_signals",
     "lease_ran_out",
     "log_length",
+    "past_lease",
+    "LOST_RUNS",
+    "lost_runs",
     "stored_run",
     "write_state",
 ]
@@ -101,9 +107,9 @@ def stored_run(db: sqlite3.Connection, run_id: str) -> StoredRun:
 def write_state(db: sqlite3.Connection, state: RunState, now: float) -> None:
     """Store ``state`` (bump the version); a final state goes into the log."""
     db.execute(
-        "UPDATE runs SET state = ?, status = ?, version = version + 1, updated_at = ?"
-        " WHERE run_id = ?",
-        (encode_state(state), state.status, now, state.run_id),
+        "UPDATE runs SET state = ?, status = ?, version = version + 1, updated_at = ?,"
+        " resumable = ? WHERE run_id = ?",
+        (encode_state(state), state.status, now, resumable(state), state.run_id),
     )
     if state.status == "paused":
         db.execute(
@@ -137,14 +143,49 @@ def write_state(db: sqlite3.Connection, state: RunState, now: float) -> None:
 
 
 def lease_ran_out(db: sqlite3.Connection, conversation_id: str) -> bool:
-    """Whether the conversation's running run is past its lease (database time)."""
+    """Whether the conversation's running run is past its lease (database time) and
+    fails for it (``on_owner_lost="fail"``: a resumable one is lost, left running)."""
     row = db.execute(
         "SELECT r.lease_expires_at <= " + NOW + " FROM conversations AS c"  # noqa: S608
         " JOIN runs AS r ON r.run_id = c.current_run"
-        " WHERE c.conversation_id = ? AND r.status = 'running'",
+        " WHERE c.conversation_id = ? AND r.status = 'running' AND r.resumable = 0",
         (conversation_id,),
     ).fetchone()
     return row is not None and bool(row[0])
+
+
+def past_lease(db: sqlite3.Connection, run_id: str) -> bool:
+    """Whether the run is running past its lease (database time), whatever its policy."""
+    row = db.execute(
+        "SELECT lease_expires_at <= " + NOW + " FROM runs"  # noqa: S608 - a constant
+        " WHERE run_id = ? AND status = 'running'",
+        (run_id,),
+    ).fetchone()
+    return row is not None and bool(row[0])
+
+
+LOST_RUNS = (
+    "SELECT state, version, owner, lease_expires_at, conversation_id FROM runs"
+    " WHERE resumable = 1 AND status = 'running' AND lease_expires_at <= "
+    + NOW
+    + " ORDER BY lease_expires_at, run_id LIMIT ?"
+)
+"""The lost runs, longest expired first (``LIMIT -1``: all), through the partial index
+``runs_lost``: its cost is the running resumable runs', not the store's."""
+
+
+def lost_runs(rows: list[tuple[str, int, str | None, float, str]]) -> list[StoredRun]:
+    """The rows :data:`LOST_RUNS` read, as ``lost_runs`` returns them."""
+    return [
+        StoredRun(
+            state=decode_state(state),
+            version=version,
+            owner=owner,
+            lease_expires_at=expires,
+            conversation_id=conversation_id,
+        )
+        for state, version, owner, expires, conversation_id in rows
+    ]
 
 
 def expire(db: sqlite3.Connection, conversation_id: str) -> None:
@@ -161,7 +202,7 @@ def refuse_unless_free(db: sqlite3.Connection, conversation_id: str) -> None:
 
     Raises:
         PendingApprovalError: Its run is paused.
-        ConcurrentInvocationError: Its run is running.
+        ConcurrentInvocationError: Its run is running, or lost (waits for a recoverer).
     """
     expire(db, conversation_id)
     current = current_run(db, conversation_id)
@@ -169,6 +210,8 @@ def refuse_unless_free(db: sqlite3.Connection, conversation_id: str) -> None:
         (status,) = db.execute("SELECT status FROM runs WHERE run_id = ?", (current,)).fetchone()
         if status == "paused":
             raise conversation_paused(conversation_id)
+        if past_lease(db, current):  # left for a recoverer (a failing one was failed above)
+            raise conversation_recovering(conversation_id, current)
         raise conversation_busy(conversation_id)
 
 

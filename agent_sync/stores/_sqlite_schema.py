@@ -3,7 +3,8 @@
 * :data:`SCHEMA`: the tables of runs, conversations and their logs, signals, and event
   logs. A file written by an earlier version gains what was added since when a store opens
   it (:func:`open_database`, in one write transaction, so two processes opening it at once
-  add each once).
+  add each once), then the :data:`INDEXES` on those columns (``runs_lost``: the running
+  runs left for a recoverer, by lease expiry, which ``lost_runs`` reads without a scan).
 * :data:`NOW`: the database's time in epoch seconds, the one clock of leases (set and
   checked inside the transaction that uses them), never a process's ``time.time``.
 * The connections, their lock discipline and fork safety are :mod:`._sqlite_pool`'s.
@@ -16,7 +17,7 @@ import sqlite3
 from ..errors import StoreUnavailableError
 from ._sqlite_pool import Connections, create_private
 
-__all__ = ["NOW", "SCHEMA", "open_database"]
+__all__ = ["INDEXES", "NOW", "SCHEMA", "open_database"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -31,7 +32,8 @@ CREATE TABLE IF NOT EXISTS runs (
     started_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     ended_at REAL,
-    injects INTEGER NOT NULL DEFAULT 0 -- how many inputs store.inject accepted
+    injects INTEGER NOT NULL DEFAULT 0, -- how many inputs store.inject accepted
+    resumable INTEGER NOT NULL DEFAULT 0 -- 1: its state's on_owner_lost is "resume"
 );
 CREATE TABLE IF NOT EXISTS conversations (
     conversation_id TEXT PRIMARY KEY,
@@ -70,6 +72,12 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS event_logs_expiring ON event_logs (expires_at);
 """
 
+INDEXES = """
+CREATE INDEX IF NOT EXISTS runs_lost ON runs (lease_expires_at, run_id)
+    WHERE resumable = 1 AND status = 'running';
+"""
+"""The indexes on columns added since the first version (created once they exist)."""
+
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 """The database's time in epoch seconds: the one clock of leases (set and checked)."""
 
@@ -100,3 +108,8 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     if "injects" not in columns:
         db.execute("ALTER TABLE runs ADD COLUMN injects INTEGER NOT NULL DEFAULT 0")
+    if "resumable" not in columns:  # runs begun before: on_owner_lost "fail" (the default)
+        db.execute("ALTER TABLE runs ADD COLUMN resumable INTEGER NOT NULL DEFAULT 0")
+    for statement in INDEXES.split(";"):
+        if statement.strip():
+            db.execute(statement)

@@ -14,6 +14,12 @@ renewal is not missed; its waits last until the next lease renewal is due, at mo
 :data:`IDLE_S` (a safety poll: an idle Redis owner costs about one command a second, not
 twenty takes). Any other store (SQLite, whose wait polls the database anyway) waits at most
 :data:`TICK_S`, which bounds how late a newly registered run is first watched.
+Polls: a part above the stores may have the watcher call a function every so often while
+it is registered (:meth:`_Watcher.add_poll`): the recovery of lost runs
+(:mod:`agent_sync._recovery`) looks for them there. The thread lives while the process owns a
+run or has a poll; with polls only, it waits on an event between them and asks the store
+nothing else.
+
 A signal for a run that has just ended is dropped (its driver is gone, nothing to stop):
 an inject never is, because a run's final commit is refused while the store accepted
 injects its owner has not received (``InputPending``; the run's ``StoreLink`` is what is
@@ -28,7 +34,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +48,9 @@ logger = logging.getLogger(__name__)
 TICK_S = 0.05
 """Longest wait between two looks at the registrations and leases, for a store that cannot
 be woken when a run registers (and the pause after a store failure)."""
+
+LEASE_LOST = "the run's lease was lost: another worker took it over or ended it"
+"""The cancel reason of a run whose renewal the store refused."""
 
 IDLE_S = 1.0
 """Longest wait of a store that is woken when a run registers (a safety poll)."""
@@ -72,17 +81,14 @@ class _Watcher:
         self._failures = 0
         self._pause = threading.Event()  # never set: a wait that cannot be cut short
         self._wake = getattr(store, "_wake_watcher", None)  # see the module docstring
+        self._polls: dict[object, _Poll] = {}
+        self._woken = threading.Event()  # a registration, while the thread waits for polls
 
     def add(self, run_id: str, run: Watched, *, owner: str, lease_s: float) -> None:
-        started = False
         with self._lock:
             self._entries[run_id] = _Entry(run, owner, lease_s, time.monotonic() + lease_s / 3)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._loop, name="agent_sync-store-watcher", daemon=True
-                )
-                self._thread.start()
-                started = True
+            started = self._start()
+        self._woken.set()
         if not started and self._wake is not None:  # a new thread's first look sees it
             try:  # its first renewal may be due before the running wait ends, too
                 self._wake()
@@ -93,13 +99,42 @@ class _Watcher:
         with self._lock:
             self._entries.pop(run_id, None)
 
+    def add_poll(self, key: object, poll: Callable[[], None], every_s: float) -> None:
+        """Call ``poll()`` in the watcher's thread every ``every_s`` seconds (the first at
+        once) until :meth:`remove_poll` (``key`` names it; adding it again replaces it).
+        A poll that raises is logged and called again at its next time."""
+        with self._lock:
+            self._polls[key] = _Poll(poll, every_s, time.monotonic())
+            self._start()
+        self._woken.set()
+
+    def remove_poll(self, key: object) -> None:
+        with self._lock:
+            self._polls.pop(key, None)
+
+    def _start(self) -> bool:
+        """Start the thread if it is not running (under the lock); whether it was started."""
+        if self._thread is not None and self._thread.is_alive():
+            return False
+        self._thread = threading.Thread(
+            target=self._loop, name="agent_sync-store-watcher", daemon=True
+        )
+        self._thread.start()
+        return True
+
     def _loop(self) -> None:
         owned = _Owned(self)
         while True:
             with self._lock:
-                if not self._entries:
+                if not self._entries and not self._polls:
                     self._thread = None
                     return
+                polls_only = not self._entries
+            self._run_polls()
+            if polls_only:  # nothing to renew or hear: the store is not asked
+                self._woken.wait(self._timeout())
+                self._woken.clear()
+                continue
             try:
                 # A live view: a run added during the wait is heard at once (a snapshot
                 # left it unheard for up to a tick: a Stop right after a start took 45 ms).
@@ -115,11 +150,23 @@ class _Watcher:
 
     def _timeout(self) -> float:
         """How long the next wait may last (see the module docstring)."""
-        if self._wake is None:
-            return TICK_S
         with self._lock:
+            poll_at = min((p.due for p in self._polls.values()), default=math.inf)
+            if self._wake is None and self._entries:
+                return max(0.0, min(TICK_S, poll_at - time.monotonic()))
             due = min((e.renew_at for e in self._entries.values()), default=math.inf)
-        return max(0.0, min(IDLE_S, due - time.monotonic()))
+        return max(0.0, min(IDLE_S, due - time.monotonic(), poll_at - time.monotonic()))
+
+    def _run_polls(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [p for p in self._polls.values() if p.due <= now]
+        for poll in due:
+            poll.due = now + poll.every_s
+            try:
+                poll.call()
+            except Exception:  # e.g. the store is down: the next time tries again
+                logger.warning("store watcher: a poll failed", exc_info=True)
 
     def _failed(self) -> None:
         """The store failed: say so once per outage, then wait a tick (a store that is
@@ -151,9 +198,32 @@ class _Watcher:
         for run_id, entry in due:
             entry.renew_at = now + entry.lease_s / 3
             try:
-                self._store.renew(run_id, owner=entry.owner, lease_s=entry.lease_s)
+                renewed = self._store.renew(run_id, owner=entry.owner, lease_s=entry.lease_s)
             except Exception:
                 logger.warning("run_id=<%s> | lease renewal failed", run_id, exc_info=True)
+                continue
+            if not renewed:
+                self._lost(run_id, entry)
+
+    def _lost(self, run_id: str, entry: _Entry) -> None:
+        """The store says this process no longer runs the run (its lease ran out while the
+        process stood still, and a reader failed it or a recoverer took it over): stop it
+        here, so its tools stop too (its commits are refused anyway)."""
+        with self._lock:
+            if self._entries.get(run_id) is not entry:
+                return  # it ended meanwhile
+        logger.warning("run_id=<%s> | the run's lease was lost: stopping it here", run_id)
+        try:
+            entry.run.cancel(LEASE_LOST)
+        except Exception:
+            logger.debug("run_id=<%s> | not stopped", run_id, exc_info=True)
+
+
+@dataclass
+class _Poll:
+    call: Callable[[], None]
+    every_s: float
+    due: float
 
 
 class _Owned(Collection[str]):

@@ -43,6 +43,9 @@ class Tool(Generic[R]):
         requires_approval: Whether (or for which inputs) a call waits for a human decision.
         decision_schema: JSON schema of the extra fields a decision carries
             (``Approve(data=...)``), checked like tool input; ``None`` for none.
+        idempotent: Whether running a call twice has the effect of running it once: a run
+            resumed after its worker died (``on_owner_lost="resume"``) runs such a call
+            again; any other call in flight then is answered "worker stopped; effect unknown".
 
     ``namespace``: names to resolve string annotations with (``from __future__ import
     annotations``) besides the function's module; by default the local names of the code
@@ -55,6 +58,9 @@ class Tool(Generic[R]):
     :class:`~agent_sync.errors.UsageError` here, when the tool is built.
     """
 
+    idempotent: bool = False
+    """Whether a call may be run again after its worker died (``@tool(idempotent=True)``)."""
+
     def __init__(
         self,
         fn: Callable[..., R],
@@ -65,6 +71,7 @@ class Tool(Generic[R]):
         decision_schema: dict[str, Any] | None = None,
         input_schema: dict[str, Any] | None = None,
         namespace: Mapping[str, Any] | None = None,
+        idempotent: bool = False,
     ) -> None:
         if namespace is None:  # made by the caller's code: its local names count
             namespace = sys._getframe(1).f_locals
@@ -107,8 +114,11 @@ class Tool(Generic[R]):
             where = f"tool {self.name}: decision_schema"
             self._decision_validator = compile_schema(decision_schema, where)
             decision_schema = json.loads(json.dumps(decision_schema))  # ours, plain JSON
+        if not isinstance(idempotent, bool):
+            raise UsageError(f"tool {self.name}: idempotent must be a bool, got {idempotent!r}")
         self.requires_approval: ApprovalGate = requires_approval
         self.decision_schema = decision_schema
+        self.idempotent = idempotent
         functools.update_wrapper(self, fn)
 
     @property
@@ -197,6 +207,7 @@ def tool(
     requires_approval: ApprovalGate = False,
     decision_schema: dict[str, Any] | None = None,
     input_schema: dict[str, Any] | None = None,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., R]], Tool[R]]: ...
 
 
@@ -209,6 +220,7 @@ def tool(
     requires_approval: ApprovalGate = False,
     decision_schema: dict[str, Any] | None = None,
     input_schema: dict[str, Any] | None = None,
+    idempotent: bool = False,
 ) -> Tool[R] | Callable[[Callable[..., R]], Tool[R]]:
     """Make a function a tool: ``@tool`` or ``@tool(name=..., description=...)``.
 
@@ -241,6 +253,8 @@ def tool(
     ``input_schema=`` gives the arguments' JSON schema yourself (the signature's types are
     then not used): the model's input is checked against it, every keyword, before the
     function is called with it as keyword arguments.
+    ``@tool(idempotent=True)``: the call is safe to run again, which a run resumed after
+    its worker died does (see ``docs/recovery.md``).
 
     Raises:
         UsageError: A type pydantic cannot validate, ``*args``, a positional-only
@@ -255,6 +269,7 @@ def tool(
         "requires_approval": requires_approval,
         "decision_schema": decision_schema,
         "input_schema": input_schema,
+        "idempotent": idempotent,
     }
     if fn is not None:
         if not callable(fn) or inspect.isclass(fn):

@@ -26,11 +26,11 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from ..errors import ModelError, RunConflictError, StoreUnavailableError
-from ..events import Done, MessageComplete
+from ..events import Done, MessageComplete, ToolStart
 from ..stores import RunEventLog
 from ._local_log import open_local_log
 from ._partials import PartialThrottle
@@ -66,6 +66,9 @@ class Publisher:
         cycle: Model calls the run made before (a resumed run's).
         denied: ``toolUseId`` of the calls a reviewer denied.
         replay_ttl: Seconds the complete log is kept.
+        open_calls: ``toolUseId`` -> name of the calls the log shows started and not ended
+            (a recovered run's): a second ``tool_start`` for one is not appended, and one
+            that gets no ``ToolEnd`` is ended as a call cut short is.
         slot: A slot of the worker's :class:`RunSlots`, taken for this run: given back
             when the run is over or paused (the caller's to give back if this raises).
 
@@ -87,6 +90,7 @@ class Publisher:
         denied: Collection[str] = (),
         replay_ttl: float,
         slot: RunSlots | None = None,
+        open_calls: Mapping[str, str] | None = None,
     ) -> None:
         self._slot = slot
         self._store = store
@@ -106,7 +110,8 @@ class Publisher:
         if first:
             self._local.add(after + 1, list(first))
         self._first_seq = self._after  # before the writer moves _after on
-        self._open_calls: dict[str, str] = {}  # toolUseId -> name: started, not ended
+        self._open_calls: dict[str, str] = dict(open_calls or {})  # started, not ended
+        self._announced = frozenset(self._open_calls)  # started by a worker that died
         self._released = threading.Event()
         self._store_failed = threading.Event()
         self._outbox: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -183,6 +188,8 @@ class Publisher:
                 if not self._partials.keep(event):
                     continue  # the log keeps partials of a growing answer geometrically
                 records = records_of(event, cycle=self._cycle, denied=self._denied)
+                if self._announced and type(event) is ToolStart:
+                    records = [r for r in records if r["id"] not in self._announced]
                 if records:
                     self._track_calls(records)
                     self._outbox.put(records)

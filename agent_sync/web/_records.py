@@ -29,6 +29,11 @@ Records, in the order a run makes them:
 ``input_injected``  ``{"content": [blocks]}``: injected input went out (no binary data)
 ``partial_output``  ``{"partial"}``: the structured answer so far (``output_type``; a
                     growing answer's partials are kept geometrically, see ``_partials``)
+``resumed``         ``{"run_id", "cycle"}``: the run's worker died and another goes on
+                    from its last committed step (``on_owner_lost="resume"``): the text,
+                    reasoning and partial output since the last ``step`` record are void
+                    (that model call is made again); a call started before it is run
+                    again (no second ``tool_start``) or ends with an error ``tool_end``
 ``subagent``        ``{"run_id", "parent_run_id", "tool_use_id", "event": {record}}``: a
                     sub-agent's record (``agent.as_tool()``): ``run_id`` is the child run,
                     ``event`` the record its event makes (a ``step`` there has no
@@ -72,6 +77,7 @@ from ..messages import CANCELLED_TEXT
 __all__ = [
     "TERMINAL_TYPES",
     "cancelled_tool_ends",
+    "resumed_record",
     "closing_record",
     "done_record",
     "error_record",
@@ -192,6 +198,11 @@ def _child_records(event: AgentEvent) -> list[dict[str, Any]]:
         if record["type"] == "step":
             del record["cycle"]  # the child's model calls are not counted here
     return records
+
+
+def resumed_record(run_id: str, cycle: int) -> dict[str, Any]:
+    """The record a recovered run's log goes on with (see the table above)."""
+    return {"type": "resumed", "run_id": run_id, "cycle": cycle}
 
 
 def cancelled_tool_ends(calls: Mapping[str, str]) -> list[dict[str, Any]]:

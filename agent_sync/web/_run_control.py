@@ -79,6 +79,7 @@ class RunControl:
         self._timeout = timeout
         self._replay_ttl = replay_ttl
         self._slots = RunSlots(max_live_runs)
+        self._recovering = False  # see _recover_lost_runs
 
     def current_run(self, conversation_id: str) -> StoredRun | None:
         """The conversation's current run, read without its messages."""
@@ -224,7 +225,23 @@ class RunControl:
                 "make_agent must build agents on the routes' store "
                 "(Agent(..., store=store, conversation_id=conversation_id))"
             )
+        if not self._recovering and agent._settings.on_owner_lost == "resume":
+            self._recover_lost_runs()
         return agent
+
+    def _recover_lost_runs(self) -> None:
+        """The app's agents resume runs whose worker died: from now on this worker
+        takes them over too (in one of its live-run slots)."""
+        from .._recovery import keep_recovering  # above the web layer
+
+        keep_recovering(
+            self._store,
+            self._make_agent,
+            timeout=self._timeout,
+            replay_ttl=self._replay_ttl,
+            slots=self._slots,
+        )
+        self._recovering = True
 
     def stop(self, snapshot: RunSnapshot, reason: str | None) -> bool:
         """Cancel a run; one that was paused has no writer left, so its log is closed here."""

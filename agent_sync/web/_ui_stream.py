@@ -21,9 +21,10 @@ Mapping (one encoder per response; it may start at any record of a log):
 ``tool_start``          ``tool-input-available`` (unless already sent)
 ``tool_end``            ``tool-output-available`` / ``-error`` / ``-denied``
 ``retry``,              a transient ``data-agent-sync`` part ``{event, ...}`` (``onData``
-``input_injected``,     sees it; it is not kept in the message)
-``partial_output``,
-``tool_progress``
+``input_injected``,     sees it; it is not kept in the message); ``resumed`` closes the open
+``partial_output``,     text part first (the text of the model call the dead worker was
+``tool_progress``,      streaming stays; the call made again writes a new part)
+``resumed``
 ``subagent``            the same, ``{event: "subagent", run_id, parent_run_id,
                         tool_use_id, record}``: the child's record (a grandchild's is a
                         ``subagent`` record in it)
@@ -175,7 +176,9 @@ class UIStreamEncoder:
             data = {k: v for k, v in record.items() if k not in ("type", "event")}
             data.update(event=kind, record=record.get("event"))
             parts.append({"type": DATA_PART, "data": data, "transient": True})
-        elif kind in ("retry", "input_injected", "partial_output", "tool_progress"):
+        elif kind in ("retry", "input_injected", "partial_output", "tool_progress", "resumed"):
+            if kind == "resumed":  # the cut model call's text stays; the new one is a new part
+                self._close_part(parts)
             data = {"event": kind, **{k: v for k, v in record.items() if k != "type"}}
             parts.append({"type": DATA_PART, "data": data, "transient": True})
         elif kind == "done":

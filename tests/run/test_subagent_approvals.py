@@ -19,7 +19,7 @@ from agent_sync.events import ApprovalRequired, SubAgentEvent
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.stores import MemoryRunStore, RunStore
 from agent_sync.testing import ScriptedModel
-from tests.stores.test_processes import Spec, open_store, spec  # noqa: F401 - a fixture
+from tests.stores.test_processes import Spec, open_store
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -29,7 +29,7 @@ from agent_sync.models.base import ModelRequest
 from agent_sync.stores import MemoryRunStore, RunStore
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.doubles import texts
-from tests.stores.test_processes import Spec, open_store, spec  # noqa: F401 - a fixture
+from tests.stores.test_processes import Spec, open_store
 
 pytestmark = pytest.mark.timeout(120)
 

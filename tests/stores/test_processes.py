@@ -14,7 +14,6 @@ import signal
 import sqlite3
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +34,10 @@ from agent_sync.stores._rules import WORKER_STOPPED_TEXT
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.redis_server import RedisServer
 from agent_sync.testing.run_store_contract import _wait_past
+from tests.conftest import Spec  # the fixture "spec" is there
 from tests.fixtures.doubles import texts
 
 pytestmark = pytest.mark.timeout(120)
-
-Spec = tuple[str, str]  # ("sqlite", path) or ("redis", "port/prefix")
 
 
 def open_store(spec: Spec, lease_s: float = 30.0) -> RunStore:
@@ -55,14 +53,6 @@ def open_store(spec: Spec, lease_s: float = 30.0) -> RunStore:
     port, prefix = where.split("/", 1)
     client = redis.Redis(port=int(port), retry=Retry(NoBackoff(), 0), socket_timeout=10)
     return RedisRunStore(client, prefix=prefix, lease_s=lease_s)
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def spec(request: pytest.FixtureRequest, tmp_path: Path) -> Spec:
-    if request.param == "sqlite":
-        return ("sqlite", str(tmp_path / "store.db"))
-    server: RedisServer = request.getfixturevalue("redis_server")
-    return ("redis", f"{server.port}/p{uuid.uuid4().hex[:12]}:")
 
 
 # -- tools and workers (top level: spawned children import them) --

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -219,3 +220,35 @@ def test_a_run_id_naming_the_signal_queue_of_a_run_is_unknown(redis_server: Redi
     assert store.get(f"{state.run_id}:signals") is None
     assert store.cancel(f"{state.run_id}:signals") is False
     assert [s.kind for s in store.wait_signals([state.run_id], timeout=5)] == ["inject"]
+
+
+def test_the_index_of_lost_runs_holds_only_running_resumable_runs(
+    redis_server: RedisServer,
+) -> None:
+    store = _store(redis_server)
+    client = redis.Redis(port=redis_server.port)
+    index = f"{store.prefix}resumable"
+
+    def indexed() -> list[str]:
+        return [member.decode() for member in client.zrange(index, 0, -1)]
+
+    paused = make_state(on_owner_lost="resume")
+    store.begin("c1", paused, owner="o", lease_s=30, expected_length=0)
+    assert indexed() == [paused.run_id]
+    version = store.commit(replace(paused, status="paused"), owner="o", version=1)
+    assert indexed() == []
+    version = store.claim(paused.run_id, owner="p", lease_s=0, version=version)
+    assert indexed() == [paused.run_id]
+    assert [run.state.run_id for run in store.lost_runs()] == [paused.run_id]
+    store.commit(replace(paused, status="done", next_step=None), owner="p", version=version)
+    assert indexed() == []
+    store.begin("c2", make_state(), owner="o", lease_s=0, expected_length=0)  # "fail"
+    assert indexed() == []
+    assert store.load("c2").run is None  # failed on read
+    cancelled = make_state(on_owner_lost="resume")
+    store.begin("c3", cancelled, owner="o", lease_s=0, expected_length=0)
+    assert store.cancel(cancelled.run_id) is True  # lost: cancelled at once
+    assert indexed() == []
+    assert store.prune(older_than=0) == 3
+    assert indexed() == []
+    assert client.keys(f"{store.prefix}run:*") == []

@@ -272,3 +272,29 @@ def test_connections_are_bounded_per_store_not_per_thread(tmp_path: Path) -> Non
         for worker in workers:
             worker.join(30)
     assert opened <= 3 * READERS, f"{opened} descriptors for {threads} threads"
+
+
+def test_a_file_from_before_lost_runs_opens_and_gains_them(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    running = make_state()
+    SQLiteRunStore(path).begin("c1", running, owner="o", lease_s=0, expected_length=0)
+    with closing(sqlite3.connect(path)) as db:  # the file as the previous version left it
+        db.executescript("DROP INDEX runs_lost; ALTER TABLE runs DROP COLUMN resumable;")
+    store = SQLiteRunStore(path)
+    assert store.lost_runs() == []  # a run begun before: on_owner_lost "fail"
+    snap = store.get(running.run_id)
+    assert snap is not None and snap.status == "failed"
+    lost = make_state(on_owner_lost="resume")
+    store.begin("c2", lost, owner="o", lease_s=0, expected_length=0)
+    assert [run.state.run_id for run in store.lost_runs()] == [lost.run_id]
+
+
+def test_lost_runs_reads_an_index_not_the_runs(tmp_path: Path) -> None:
+    from agent_sync.stores._sqlite_runs import LOST_RUNS
+
+    path = str(tmp_path / "s.db")
+    SQLiteRunStore(path)
+    with closing(sqlite3.connect(path)) as db:
+        plan = " ".join(row[3] for row in db.execute(f"EXPLAIN QUERY PLAN {LOST_RUNS}", (10,)))
+    assert "USING INDEX runs_lost" in plan  # a range of the running resumable runs
+    assert "SCAN" not in plan and "TEMP B-TREE" not in plan  # no scan, and sorted already
