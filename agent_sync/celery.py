@@ -37,9 +37,10 @@ solo pools cannot terminate a running task (Celery refuses there): stop runs wit
 ``store.cancel``. Anything else raised in the task while it waits (a soft time limit)
 cancels the run the same way.
 
-**Lost runs.** The processes that run tasks (prefork pool processes, or the worker itself
-with the threads or solo pool) watch the store for runs whose owner died
-(``Agent(..., on_owner_lost="resume")``) and resume them, once they are started.
+**Lost runs.** With ``Agent(..., on_owner_lost="resume")``, the processes that run tasks
+(prefork pool processes, or the worker itself with the threads or solo pool) take over the
+store's runs whose worker died, once they have started: a pool process killed mid-run has
+its run go on in another (same run id, same event log), as ``docs/recovery.md`` says.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ _PROBE_CONVERSATION: Final = "agent_sync-celery-configure"
 class _Config:
     make_agent: MakeAgent
     store: EventLogStore
+    resume: bool  # the agents resume lost runs (on_owner_lost="resume")
 
 
 _config: _Config | None = None
@@ -114,39 +116,42 @@ _worker_pid: int | None = None  # the worker's main process (worker_init)
 def configure(make_agent: MakeAgent, *, store: EventLogStore | None = None) -> None:
     """Say how this Celery worker builds agents; call it in the app module, at import.
 
-    Records ``make_agent`` for :data:`run_task` and connects to Celery's worker signals:
-    the processes that run tasks recover lost runs of the store from their start, and a
-    revoked task that never started closes its run's log (see the module docstring).
-    Nothing is started at import: Celery's prefork pool forks after it, and a thread
-    started before a fork does not exist in the child.
+    Builds one agent (of the conversation ``"agent_sync-celery-configure"``, which it
+    only reads) to learn the agents' store and whether they resume lost runs
+    (``on_owner_lost="resume"``); records ``make_agent`` for :data:`run_task`; and
+    connects to Celery's worker signals: then the processes that run tasks take over the
+    store's lost runs from their start (when the agents resume them), and a revoked task
+    that never started closes its run's log (see the module docstring). Nothing is
+    started at import: Celery's prefork pool forks after it, and a thread started before
+    a fork does not exist in the child.
 
     Args:
-        make_agent: ``conversation_id -> Agent`` on ``store`` (``Agent(model, ...,
+        make_agent: ``conversation_id -> Agent`` on one store (``Agent(model, ...,
             store=store, conversation_id=conversation_id)``), called for every task.
-        store: The agents' store; by default the store of ``make_agent``'s agents, found
-            by building one here (pass it when ``make_agent`` cannot build an agent for
-            any conversation id).
+        store: The agents' store, if you want it checked; by default theirs.
 
     Raises:
-        UsageError: ``make_agent`` is not callable, builds agents without a store, or the
-            store is not one of the package's (it must keep the runs' event logs).
+        UsageError: ``make_agent`` is not callable or builds agents without a store (or
+            on another store than ``store``), or the store is not one of the package's
+            (it must keep the runs' event logs).
     """
     global _config
     if not callable(make_agent):
         raise UsageError("make_agent must be a callable conversation_id -> Agent")
-    if store is None:
-        store = getattr(make_agent(_PROBE_CONVERSATION), "_store", None)
-        if store is None:
-            raise UsageError(
-                "make_agent must build agents on a store "
-                "(Agent(..., store=store, conversation_id=conversation_id))"
-            )
+    agent = make_agent(_PROBE_CONVERSATION)
+    agents_store = getattr(agent, "_store", None)
+    if agents_store is None or (store is not None and agents_store is not store):
+        raise UsageError(
+            "make_agent must build agents on the store "
+            "(Agent(..., store=store, conversation_id=conversation_id))"
+        )
+    store = agents_store
     if not isinstance(store, RunStore) or not isinstance(store, RunEventLog):
         raise UsageError(
             "store must be a store of agent_sync.stores that keeps event logs "
             f"(SQLiteRunStore, RedisRunStore), got {type(store).__name__}"
         )
-    _config = _Config(make_agent, store)
+    _config = _Config(make_agent, store, agent._settings.on_owner_lost == "resume")
     for signal_, receiver in (
         (celery_signals.worker_init, _on_worker_init),
         (celery_signals.worker_process_init, _on_pool_process_init),
@@ -368,10 +373,10 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
 
 
 def _start_recovering() -> None:
-    """Recover this worker's store's lost runs from now on, in this process; a failure is
-    logged and leaves the worker running tasks."""
+    """Take over the store's lost runs from now on, in this process, if the agents resume
+    them; a failure is logged and leaves the worker running tasks."""
     config = _config
-    if config is None:
+    if config is None or not config.resume:
         return
     from ._recovery import keep_recovering
 

@@ -21,9 +21,10 @@ store = RedisRunStore(
 
 
 def make_agent(conversation_id: str) -> Agent:
-    """The conversation's agent, on the shared store. Offline: choose your model here."""
+    """The conversation's agent, on the shared store. Offline: choose your model here. A
+    run whose worker dies goes on in another one (docs/recovery.md)."""
     model = ScriptedModel([f"Answered by a Celery worker (pid {os.getpid()})."], repeat=True)
-    return Agent(model, store=store, conversation_id=conversation_id)
+    return Agent(model, store=store, conversation_id=conversation_id, on_owner_lost="resume")
 
 
-configure(make_agent, store=store)  # how the workers build agents
+configure(make_agent, store=store)  # how the workers build agents; they also take over lost runs

@@ -66,8 +66,13 @@ class ProbeModel:
         return ScriptedModel([turn]).stream(request, cancel=cancel)
 
 
-def make_agent(store: RunStore, conversation_id: str) -> Agent:
-    """The conversation's agent on ``store``."""
+def make_agent(store: RunStore, conversation_id: str, *, resume: bool = False) -> Agent:
+    """The conversation's agent on ``store``; with ``resume``, its runs go on in another
+    process when theirs dies (the worker's agents: the test's own never take a run over)."""
     return Agent(
-        ProbeModel(), tools=[wait_for_stop, wipe], store=store, conversation_id=conversation_id
+        ProbeModel(),
+        tools=[wait_for_stop, wipe],
+        store=store,
+        conversation_id=conversation_id,
+        on_owner_lost="resume" if resume else "fail",
     )

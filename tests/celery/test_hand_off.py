@@ -38,10 +38,11 @@ def test_configure_refuses_what_cannot_run_a_task(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(celery_module, "_config", None)
     with pytest.raises(UsageError, match="callable"):
         celery_module.configure("make_agent")
-    with pytest.raises(UsageError, match="on a store"):
+    with pytest.raises(UsageError, match="on the store"):
         celery_module.configure(lambda cid: Agent(ScriptedModel([])))
-    with pytest.raises(UsageError, match="keeps event logs"):
-        celery_module.configure(lambda cid: Agent(ScriptedModel([])), store=object())
+    elsewhere = functools.partial(agents.make_agent, MemoryRunStore())
+    with pytest.raises(UsageError, match="on the store"):
+        celery_module.configure(elsewhere, store=MemoryRunStore())
     assert celery_module._config is None
     with pytest.raises(UsageError, match="configure"):
         celery_module.run_task.apply(args=("c1", "hello")).get()
@@ -127,7 +128,9 @@ def test_a_make_agent_that_fails_ends_the_log_too(monkeypatch: pytest.MonkeyPatc
     store = MemoryRunStore()
 
     def make_agent(conversation_id: str) -> Agent:
-        raise LookupError("no such tenant: secret-tenant-name")
+        if conversation_id == "c1":
+            raise LookupError("no such tenant: secret-tenant-name")
+        return agents.make_agent(store, conversation_id)
 
     celery_module.configure(make_agent, store=store)
     store.append_events(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -205,3 +206,23 @@ def test_a_run_revoked_before_it_started_ends_its_stream(worker: Worker, web: in
         conn.close()
     assert end.data["error"] == "Revoked"
     assert worker.store.get(run_id) is None and not worker.store.load(cid).messages
+
+
+def test_a_killed_pool_process_s_run_goes_on_in_its_successor(worker: Worker) -> None:
+    if worker.pool != "prefork":
+        pytest.skip("the threads pool runs in the worker itself: no process is left to go on")
+    cid = _cid()
+    result = run_task.delay(cid, f"wait {cid}")
+    killed = worker.probe.started(cid)
+    os.kill(killed, signal.SIGKILL)  # mid-tool: Celery starts another pool process
+    records = _follow(worker.store, result.id, timeout=45)  # after the lease (3 s)
+    assert [r["type"] for r in records].count("run") == 1  # one run, one log
+    assert (records[-1]["type"], records[-1]["stop_reason"]) == ("done", "end_turn")
+    snapshot = worker.store.get(result.id)
+    assert snapshot is not None and snapshot.status == "done"
+    messages = list(worker.store.load(cid).messages)
+    assert validate_history(messages) == []
+    (cut,) = _tool_results(messages)  # the tool is not idempotent: not run again
+    assert "worker stopped" in cut and "effect unknown" in cut
+    answer = _texts(messages)[-1]
+    assert answer.startswith("finished in ") and answer != f"finished in {killed}"

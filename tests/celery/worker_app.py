@@ -25,4 +25,4 @@ app.conf.task_default_queue = os.environ["AGENT_SYNC_TEST_QUEUE"]
 app.conf.broker_connection_retry_on_startup = True
 
 store = store_from_env()
-configure(functools.partial(make_agent, store))
+configure(functools.partial(make_agent, store, resume=True))
