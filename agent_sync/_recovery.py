@@ -90,17 +90,21 @@ def keep_recovering(
     timeout: float | None = None,
     replay_ttl: float = _DEFAULT_REPLAY_TTL_S,
     slots: RunSlots | None = None,
+    while_alive: object = None,
 ) -> None:
     """From now on, this process's watcher of ``store`` takes over its lost runs as their
     leases run out, building agents with ``make_agent`` (the first one registered for a
-    store is used; registering again changes nothing). A forked child (gunicorn
+    store is used; registering again changes nothing), until ``while_alive`` (if given:
+    the chat routes' run control) is garbage-collected. A forked child (gunicorn
     ``--preload``) keeps recovering with its own watcher."""
     if not callable(make_agent):
         raise UsageError("make_agent must be a callable conversation_id -> Agent")
+    alive = weakref.ref(while_alive) if while_alive is not None else None
     with _lock:
         if store in _registered:
             return
-        _registered[store] = poll = _Poll(store, _Recoverer(make_agent, timeout, replay_ttl, slots))
+        recoverer = _Recoverer(make_agent, timeout, replay_ttl, slots)
+        _registered[store] = poll = _Poll(store, recoverer, alive)
     watch(store).add_poll(_Poll, poll, POLL_S)
 
 
@@ -117,13 +121,22 @@ class _Poll:
     taken here already is handed to a thread of its own (``make_agent`` is the user's code:
     the watcher, which renews this process's leases, never waits on it)."""
 
-    def __init__(self, store: RunStore, recoverer: _Recoverer) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        recoverer: _Recoverer,
+        alive: Callable[[], object] | None = None,
+    ) -> None:
         self.store = store
         self.recoverer = recoverer
+        self._alive = alive  # the registration lasts while it answers an object
         self._taking: set[str] = set()
         self._lock = threading.Lock()
 
     def __call__(self) -> None:
+        if self._alive is not None and self._alive() is None:
+            stop_recovering(self.store)  # whoever registered is gone (an app, in tests)
+            return
         for lost in self.store.lost_runs(limit=_BATCH):
             run_id = lost.state.run_id
             with self._lock:

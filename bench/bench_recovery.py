@@ -11,6 +11,10 @@ Per store:
   Figure: the time from the lease's expiry to the resumed run's first new record in the
   event log (read by a follower), p50/p90/p99/max. The poll runs every ``POLL_S`` whatever
   the lease, so the figure is the same with the default 30 s lease (goal: p99 < 1 s).
+* ``cost``: what resuming costs a run that never needs it: an invoke with one tool round
+  (two model calls, one tool) with ``on_owner_lost="fail"`` and ``"resume"`` (a resumable
+  run also commits each model call's message and each tool result before telling them),
+  rounds interleaved, median per invoke.
 * ``idle``: a fresh child process that only recovers (``keep_recovering``, no run), over
   ``--window`` seconds: its CPU as a share of one core (goal < 0.2 %) and, on Redis, the
   commands the server ran per second (goal: O(1), not per-tick polling).
@@ -103,6 +107,38 @@ def takeover(spec: str, runs: int) -> dict[str, Any]:
     }
 
 
+def cost(spec: str, calls: int) -> dict[str, float]:
+    from agent_sync import Agent, tool
+    from agent_sync.testing import ScriptedModel
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo.
+
+        Args:
+            text: The text.
+        """
+        return text
+
+    store = make_store(spec)
+    turns = [{"tool_calls": [{"name": "echo", "input": {"text": "x"}}]}, "done"]
+    times: dict[str, list[float]] = {"fail": [], "resume": []}
+    for index in range(calls):
+        for policy in ("fail", "resume"):
+            agent = Agent(
+                ScriptedModel(turns),
+                tools=[echo],
+                store=store,
+                conversation_id=f"cost-{policy}-{os.getpid()}-{index}",
+                on_owner_lost=policy,  # type: ignore[arg-type]
+            )
+            started = time.perf_counter()
+            agent.invoke("go")
+            times[policy].append(time.perf_counter() - started)
+    fail, resume = statistics.median(times["fail"]), statistics.median(times["resume"])
+    return {"fail_ms": fail * 1000, "resume_ms": resume * 1000, "ratio": resume / fail}
+
+
 def child_idle(spec: str, window: float) -> dict[str, Any]:
     from agent_sync._recovery import keep_recovering
 
@@ -153,6 +189,11 @@ def main() -> None:
             print(
                 f"{kind(spec):6} takeover after the lease ran out ({args.runs} runs): "
                 + ", ".join(f"{k} {v:.0f}" for k, v in figures.items())
+            )
+            figures = cost(spec, args.runs * 5)
+            print(
+                f"{kind(spec):6} invoke with one tool round, fail vs resume: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in figures.items())
             )
             out = subprocess.run(
                 [sys.executable, __file__, "--child", spec, "--window", str(args.window)],

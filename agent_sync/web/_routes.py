@@ -218,6 +218,8 @@ class ChatRoutes:
         snapshot = self._run(request, run_id)
         if self._nothing_left(run_id, after, snapshot):
             return WebResponse(204)
+        if snapshot.status == "running":
+            self._runs.notice_lost_runs(following=snapshot.conversation_id)
         return self._follow(request, run_id, after, NativeEncoder(run_id), None)
 
     def _run_stop(self, request: WebRequest, run_id: str) -> WebResponse:
@@ -304,6 +306,8 @@ class ChatRoutes:
         if current is None:
             return WebResponse(204)
         run_id = current.state.run_id
+        if current.state.status == "running":
+            self._runs.notice_lost_runs(following=conversation_id)
         return self._follow(request, run_id, 0, UIStreamEncoder(run_id), None, _UI_HEADERS)
 
     def _ui_stop(self, request: WebRequest, conversation_id: str) -> WebResponse:
@@ -323,6 +327,7 @@ class ChatRoutes:
         try:
             if request.method == "POST":
                 require_json(request)  # before anything: a cross-site form changes nothing
+            self._runs.notice_lost_runs()
             return route(request, *args)
         except BadRequest as exc:
             return error_response(exc.status, exc.error, exc.message)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -44,6 +45,8 @@ __all__ = ["RETRY_AFTER_S", "RunControl"]
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_S: Final = 5
+_LOOK_S: Final = 0.5
+"""How often a worker that does not recover yet looks for lost runs, while it serves."""
 """``Retry-After`` of a 503 answered because the worker runs ``max_live_runs``."""
 _SINCE_THE_END: Final = 1 << 62  # ``load(since=...)`` past any log: read no message
 _NOT_STARTED: Final = {
@@ -79,7 +82,8 @@ class RunControl:
         self._timeout = timeout
         self._replay_ttl = replay_ttl
         self._slots = RunSlots(max_live_runs)
-        self._recovering = False  # see _recover_lost_runs
+        self._recovering = False  # see notice_lost_runs
+        self._next_look = 0.0
 
     def current_run(self, conversation_id: str) -> StoredRun | None:
         """The conversation's current run, read without its messages."""
@@ -229,9 +233,30 @@ class RunControl:
             self._recover_lost_runs()
         return agent
 
+    def notice_lost_runs(self, following: str | None = None) -> None:
+        """At each request: this worker takes lost runs over too (a worker died running a
+        run of an agent with ``on_owner_lost="resume"``), even if it has served none of
+        its own yet (a worker started after the crash). It starts once the store has a
+        lost run (looked at most every :data:`_LOOK_S`), or once a stream here follows the
+        running run of an agent that resumes (``following``: its conversation): the
+        browser reconnecting after its worker died, before the lease has run out."""
+        if self._recovering:
+            return
+        if following is not None:  # a conversation whose run a stream here follows
+            current = self.current_run(following)
+            if current is not None and current.state.on_owner_lost == "resume":
+                self._recover_lost_runs()
+                return
+        now = time.monotonic()
+        if now < self._next_look:
+            return
+        self._next_look = now + _LOOK_S
+        if self._store.lost_runs(limit=1):
+            self._recover_lost_runs()
+
     def _recover_lost_runs(self) -> None:
-        """The app's agents resume runs whose worker died: from now on this worker
-        takes them over too (in one of its live-run slots)."""
+        """The app's agents resume runs whose worker died: from now on (while these routes
+        exist) this worker takes them over too, in one of its live-run slots."""
         from .._recovery import keep_recovering  # above the web layer
 
         keep_recovering(
@@ -240,6 +265,7 @@ class RunControl:
             timeout=self._timeout,
             replay_ttl=self._replay_ttl,
             slots=self._slots,
+            while_alive=self,
         )
         self._recovering = True
 

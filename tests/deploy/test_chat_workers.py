@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import random
+import signal
 import sys
 import uuid
 from collections.abc import Iterator
@@ -51,7 +52,23 @@ def delete_file(path: str) -> str:
 
 def make_agent(store: RunStore, cid: str) -> Agent:
     """``slow-*``: a tool that waits until cancelled; ``approve-*``: a gated call, then an
-    answer (a resumed run's agent gets only the answer); ``long-*``: a long streamed text."""
+    answer (a resumed run's agent gets only the answer); ``long-*``: a long streamed text;
+    ``crash-*``: a run that resumes after its worker dies, whose tool waits (the agent
+    taking it over gets only the answer)."""
+    if cid.startswith("crash-"):
+        current = store.load(cid, since=_SINCE_THE_END).run
+        taking_over = current is not None and current.state.status == "running"
+        call = {"name": "wait_for_stop", "input": {"marker": cid}}
+        return Agent(
+            ScriptedModel(
+                ["answered after the crash"] if taking_over else [{"tool_calls": [call]}]
+            ),
+            tools=[wait_for_stop],
+            store=store,
+            conversation_id=cid,
+            lease_s=1.0,
+            on_owner_lost="resume",
+        )
     if cid.startswith("slow-"):
         turns: list[Any] = [{"tool_calls": [{"name": "wait_for_stop", "input": {"marker": cid}}]}]
     elif cid.startswith("approve-"):
@@ -299,3 +316,30 @@ def test_every_worker_refuses_bad_requests_and_sees_the_same_history(workers: Wo
     seen[pid] = history["messages"]
     assert all(messages == history["messages"] for messages in seen.values())
     assert [m["role"] for m in history["messages"]] == ["user", "assistant"]
+
+
+def test_a_killed_workers_run_goes_on_in_another_and_its_stream_with_it(
+    workers: Workers,
+) -> None:
+    """SIGKILL the worker running a resumable run: the browser reconnects to any other
+    worker (which starts recovering as it follows the run), the run is taken over after
+    its lease, and the one stream reads the rest: no hole, the cut call ended, one done."""
+    cid = f"crash-{uuid.uuid4().hex[:8]}"
+    conn = workers.chat(cid)
+    seen = frames_until(conn, "tool_start")
+    run_id, call_id = seen[0].data["run_id"], seen[-1].data["id"]
+    os.kill(workers.probe.started(cid), signal.SIGKILL)
+    conn.drop()
+    rest = workers.events(run_id, last=seen[-1].id)
+    assert rest.status == 200
+    seen += frames_until(rest, "done")
+    rest.drop()
+    assert [_seq(f) for f in seen] == list(range(1, len(seen) + 1))
+    events = [f.event for f in seen]
+    assert events.count("run") == events.count("resumed") == events.count("done") == 1
+    ends = [f.data for f in seen if f.event == "tool_end"]
+    assert [(e["id"], e["status"]) for e in ends] == [(call_id, "error")]
+    assert seen[-1].data["text"] == "answered after the crash"
+    status, history, _ = workers.request("GET", f"/history?conversation_id={cid}")
+    assert status == 200 and validate_history(history["messages"]) == []
+    assert "effect unknown" in json.dumps(history["messages"])

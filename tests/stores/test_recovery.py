@@ -6,6 +6,7 @@ registered watcher. The real-process crashes are in ``test_recovery_processes.py
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -265,3 +266,31 @@ def test_settings_are_checked() -> None:
     with pytest.raises(UsageError, match="idempotent"):
         tool(idempotent="yes", name="x")(lambda: "x")  # type: ignore[arg-type, call-overload]
     assert look_up.idempotent is True and send_email.idempotent is False
+
+
+def test_a_web_worker_that_served_no_resumable_run_takes_lost_runs_over(
+    make_store: Callable[[], RunStore],
+) -> None:
+    """A worker started after the crash: its first request of any kind (here the history)
+    makes it a recoverer once the store has a lost run."""
+    flask = pytest.importorskip("flask")
+    from agent_sync.web.flask import chat_blueprint
+
+    store = make_store()
+    run_id = _lost(store, [_user("hi")], next_step="model", cycle=0)
+    app = flask.Flask(__name__)
+    app.register_blueprint(
+        chat_blueprint(_maker(store, "taken over"), store=store), url_prefix="/api"
+    )
+    try:
+        assert app.test_client().get("/api/history?conversation_id=other").status_code == 200
+        snapshot = store.get(run_id)
+        pause = threading.Event()
+        while snapshot is not None and snapshot.status == "running":  # taken over, going on
+            pause.wait(0.01)
+            snapshot = store.get(run_id)
+    finally:
+        stop_recovering(store)
+    join_recovered(run_id)
+    assert snapshot is not None and snapshot.status == "done"
+    assert "taken over" in str(store.load("c1").messages[-1])
