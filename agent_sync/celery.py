@@ -99,7 +99,8 @@ _REVOKED: Final = {
     "retryable": False,
 }
 _PROBE_CONVERSATION: Final = "agent_sync-celery-configure"
-"""The conversation id ``configure`` builds one agent for, to find the store."""
+"""The conversation ``configure`` builds one agent of (read only), to learn the agents'
+store and ``on_owner_lost``."""
 
 
 @dataclass(frozen=True)
