@@ -4,9 +4,12 @@ The run's machinery behind ``Agent(tool_executor=...)`` (:data:`~agent_sync.tool
 
 Every call runs in a named daemon worker thread, even in ``"sequential"`` mode, so that the
 invoking thread is always free to notice a cancel: it waits on a queue that the workers
-feed and that an abort callback wakes. ``"concurrent"`` uses up to ``max_workers`` workers;
-``"sequential"`` uses one, which checks for cancel between tools. Results are reported in
-call order whatever order the tools finish in.
+feed and that an abort callback wakes. (One exception: a tool with a direct path,
+:class:`DirectTool`, an MCP server's, starts its call from the invoking thread without
+blocking and answers into the same queue, when every call would have a worker of its own.)
+``"concurrent"`` uses up to ``max_workers`` workers; ``"sequential"`` uses one, which checks
+for cancel between tools. Results are reported in call order whatever order the tools
+finish in.
 
 On cancel, calls not started yet are answered "Cancelled by user" at once; running calls
 get ``grace_period`` seconds to return (a cooperative tool returns sooner), then are
