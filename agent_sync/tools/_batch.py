@@ -4,12 +4,13 @@ The run's machinery behind ``Agent(tool_executor=...)`` (:data:`~agent_sync.tool
 
 Every call runs in a named daemon worker thread, even in ``"sequential"`` mode, so that the
 invoking thread is always free to notice a cancel: it waits on a queue that the workers
-feed and that an abort callback wakes. (One exception: a tool with a direct path,
-:class:`DirectTool`, an MCP server's, starts its call from the invoking thread without
-blocking and answers into the same queue, when every call would have a worker of its own.)
-``"concurrent"`` uses up to ``max_workers`` workers; ``"sequential"`` uses one, which checks
-for cancel between tools. Results are reported in call order whatever order the tools
-finish in.
+feed and that an abort callback wakes. ``"concurrent"`` uses up to ``max_workers`` workers;
+``"sequential"`` uses one, which checks for cancel between tools. Results are reported in
+call order whatever order the tools finish in.
+
+One exception: a tool with a direct path (an MCP server's) starts its call from the
+invoking thread without blocking and answers into the same queue, when every call would
+have a worker of its own (:mod:`agent_sync.tools._direct`).
 
 On cancel, calls not started yet are answered "Cancelled by user" at once; running calls
 get ``grace_period`` seconds to return (a cooperative tool returns sooner), then are
@@ -40,7 +41,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any
 
 from .._decisions import Approve
 from .._encodable import clean_text
@@ -49,11 +50,12 @@ from ..cancel import CancelledError, CancelScope
 from ..events import AgentEvent, ToolEnd, ToolProgress, ToolStart
 from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
 from . import _abandoned
+from ._direct import DirectCalls
 from ._results import describe_exception, error_result, result_from_value
 from .context import ToolContext
 from .decorator import Tool
 
-__all__ = ["DirectTool", "SubRunPaused", "ToolBatch", "ToolCall"]
+__all__ = ["SubRunPaused", "ToolBatch", "ToolCall"]
 
 # The logger name users filter on (docs/tools.md), from before this module was private.
 logger = logging.getLogger("agent_sync.tools.executor")
@@ -115,36 +117,7 @@ class ToolCall:
     """For a sub-agent's call whose child paused: what resumes it (``context._resume``)."""
 
 
-class DirectTool(Protocol):
-    """A tool that can run a call without a worker thread (an MCP server's tool: its call
-    is a task on the connection's own event loop).
-
-    When every call of a batch gets a thread of its own anyway (no more calls than
-    workers), the batch starts such a call in the run's thread instead: it checks and
-    parses the input as for any tool, then calls :meth:`start_direct`, which must return
-    at once; the answer arrives through ``done``. That saves the two thread hand-offs of a
-    worker (run -> worker -> tool's thread -> worker -> run becomes run -> tool's thread
-    -> run).
-    """
-
-    def direct_ready(self) -> bool:
-        """Whether :meth:`start_direct` can start a call now without blocking (else the
-        call goes to a worker and ``call_with`` as usual)."""
-
-    def start_direct(
-        self,
-        arguments: dict[str, Any],
-        context: ToolContext[Any],
-        done: Callable[[Any, BaseException | None], None],
-    ) -> None:
-        """Start the call and return without blocking. ``done(value, None)`` or
-        ``done(None, error)``, from any thread, gives what ``call_with`` would return or
-        raise; a cancel of ``context``'s scope must answer promptly (with
-        :class:`~agent_sync.cancel.CancelledError`). The batch takes the first answer
-        only."""
-
-
-class ToolBatch:
+class ToolBatch(DirectCalls):
     """Runs a batch of tool calls. Use :meth:`run` (yields events), then always :meth:`finish`.
 
     Each call's input is parsed by its tool (``Tool.parse_input``: pydantic for a signature,
@@ -429,85 +402,3 @@ class ToolBatch:
             return error_result(tool_use_id, CANCELLED_TEXT)
         logger.debug("tool=<%s> | tool raised %s", name, type(exc).__name__, exc_info=exc)
         return error_result(tool_use_id, f"Tool {name!r} failed: {describe_exception(exc)}")
-
-    # -- calls without a worker (DirectTool) --
-
-    def _take_direct(self) -> list[int]:
-        """The calls to start in this thread: those of tools that offer it, when every call
-        would get a worker of its own anyway (so concurrency and order are unchanged)."""
-        if len(self._calls) > len(self._workers):
-            return []
-        taken: list[int] = []
-        for index, call in enumerate(self._calls):
-            ready = getattr(call.tool, "direct_ready", None)
-            if (
-                ready is not None
-                and call.result is None
-                and call.resume is None
-                and call.denied is None
-                and call.invalid_input is None
-                and ready()
-            ):
-                taken.append(index)
-        if taken:
-            with self._lock:
-                for index in taken:
-                    self._not_started.remove(index)
-        return taken
-
-    def _start_direct(self, index: int) -> None:
-        """Start call ``index`` in this (the run's) thread; its answer comes to
-        :meth:`_direct_done` from whichever thread gives it, and is reported once."""
-        call = self._calls[index]
-        if self._scope.cancelled:  # as a worker's checkpoint: no start, answered cancelled
-            self._queue.put(
-                ("end", index, (error_result(call.tool_use["toolUseId"], CANCELLED_TEXT), 0.0))
-            )
-            return
-        self._queue.put(("start", index, None))
-        started = time.perf_counter()
-        prepared = self._prepare(call, index)
-        if not isinstance(prepared, tuple):
-            self._queue.put(("end", index, (prepared, time.perf_counter() - started)))
-            return
-        tool, arguments, context = prepared
-        with self._lock:
-            self._direct.add(index)
-        done = functools.partial(self._direct_done, index, started)
-        try:
-            cast(DirectTool, tool).start_direct(arguments, context, done)
-        except Exception as exc:  # noqa: BLE001 - the tool's failure, as from a worker
-            done(None, exc)
-        except BaseException:  # Ctrl-C: answered as cancelled (finish() cancels the run)
-            done(None, CancelledError("interrupted"))
-            raise
-
-    def _direct_done(
-        self, index: int, started: float, value: Any, error: BaseException | None
-    ) -> None:
-        """The answer of a direct call (any thread): to the batch once, or (the batch gave
-        up on it: abandoned) to the log."""
-        duration = time.perf_counter() - started
-        with self._lock:
-            if index not in self._direct:
-                return  # answered already
-            self._direct.discard(index)
-            late = self._abandoned
-        call = self._calls[index]
-        if late:
-            logger.warning(
-                "tool=<%s>, duration_s=<%.2f> | discarding late result of an abandoned tool",
-                call.tool_use["name"],
-                duration,
-            )
-            return
-        result: ToolResult | None = None
-        try:
-            if error is None:
-                result = result_from_value(call.tool_use["toolUseId"], value)
-            else:
-                result = self._failed(call, error)
-        finally:
-            if result is None:  # only if even building the result failed
-                result = error_result(call.tool_use["toolUseId"], "The tool's call failed.")
-            self._queue.put(("end", index, (result, duration)))
