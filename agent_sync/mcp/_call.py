@@ -155,16 +155,17 @@ def wait(start: Callable[..., Call]) -> types.CallToolResult:
     """
     answers: queue.SimpleQueue[tuple[Any, BaseException | None]] = queue.SimpleQueue()
     call = start(done=functools.partial(_put, answers))
+    answer: tuple[Any, BaseException | None] | None = None
     try:
-        while True:
+        while answer is None:
             try:
-                result, error = answers.get(timeout=sliced(None))
-                break
-            except queue.Empty:
-                continue  # a main-thread slice ended: a pending Ctrl-C ran
+                answer = answers.get(timeout=sliced(None))
+            except queue.Empty:  # a main-thread slice ended: a pending Ctrl-C ran
+                pass  # not ``continue``: on CPython 3.11 a Ctrl-C raised there skips the except
     except BaseException:
         call.abort()
         raise
+    result, error = answer
     if error is not None:
         raise error
     return result  # type: ignore[no-any-return]

@@ -4,13 +4,22 @@ workers, the calls run in workers as any tool's do, in order."""
 
 from __future__ import annotations
 
+import _thread
 import threading
 from typing import Any
+
+import pytest
 
 from agent_sync import Agent
 from agent_sync.mcp import MCPServer
 from agent_sync.testing import ScriptedModel
-from tests.mcp.test_cancel import LONG, Invoke, assert_cancelled_and_usable, call_of
+from tests.mcp.test_cancel import (
+    LONG,
+    Invoke,
+    assert_cancelled_and_usable,
+    call_of,
+    cancelled_notice,
+)
 
 
 def tool_threads() -> set[threading.Thread]:
@@ -43,3 +52,26 @@ def test_more_calls_than_workers_run_in_workers_in_order(everything_cmd: list[st
         assert texts == [[{"text": f"Echo: {m}"}] for m in ("one", "two", "three")]
     finally:
         server.close()
+
+
+def test_ctrl_c_in_a_direct_tool_call_cancels_it_at_the_server(
+    everything: tuple[MCPServer, Any],
+) -> None:
+    """A tool called directly in the main thread (``tool(...)``) and interrupted by Ctrl-C:
+    KeyboardInterrupt reaches the caller and the server is told the call is cancelled."""
+    server, seen = everything
+    (long_tool,) = server.tools(include=["trigger-long-running-operation"])
+    request: dict[str, Any] = {}
+
+    def interrupt_when_called() -> None:
+        request.update(call_of(seen, "trigger-long-running-operation"))
+        _thread.interrupt_main()  # as a terminal's Ctrl-C: KeyboardInterrupt in the main thread
+
+    helper = threading.Thread(target=interrupt_when_called, daemon=True)
+    helper.start()
+    with pytest.raises(KeyboardInterrupt):
+        long_tool(duration=600, steps=600)
+    helper.join(30)
+    assert cancelled_notice(seen, request["id"])["params"]["requestId"] == request["id"]
+    (echo,) = server.tools(include=["echo"])
+    assert echo(message="still here")["content"] == [{"text": "Echo: still here"}]
