@@ -4,11 +4,12 @@ The ``mcp`` SDK is async only. A connection runs its own event loop in a daemon 
 (``agent_sync-mcp-<name>``) and the SDK's ``Client`` lives in one task on it
 (:meth:`Connection._serve`): entered at connect, left at close, in the same task, as the
 SDK's structured concurrency requires. A tool call from any thread is one more task on that
-loop (:meth:`Connection.call`); the calling thread blocks on its future. A cancel of the
-run cancels that future, and through it the task: the SDK then writes
-``notifications/cancelled`` for the request (shielded, so it goes out even though its task
-is being cancelled) while the calling thread has already returned. The loop is never
-blocked, so other calls on the connection go on.
+loop (:mod:`agent_sync.mcp._call`): :meth:`Connection.start` hands it over and returns, its
+answer comes to a callback (the run's tool batch takes it so, with no thread of its own);
+:meth:`Connection.call` blocks until then. A cancel of the run answers the call at once and
+cancels the task: the SDK then writes ``notifications/cancelled`` for the request
+(shielded, so it goes out even though its task is being cancelled) while the caller has
+already moved on. The loop is never blocked, so other calls on the connection go on.
 
 A connection is *lost* when the transport closes under it (the stdio child exited: its
 stderr reached EOF; a call failed with the SDK's ``CONNECTION_CLOSED``); a lost connection
@@ -42,6 +43,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
 from ..cancel import CancelledError, CancelScope
+from ._call import Call, CallTimedOut, ConnectionLost, Done, ProgressSink, wait
 from ._endpoint import Endpoint, StderrTail
 
 __all__ = ["CallTimedOut", "Connection", "ConnectionLost"]
@@ -50,16 +52,6 @@ logger = logging.getLogger(__name__)
 
 _LIST_PAGES = 100  # a tools/list that pages forever stops here
 _CLIENT_INFO = types.Implementation(name="agent_sync", version=__version__)
-
-ProgressSink = Callable[[float, "float | None", "str | None"], None]
-
-
-class ConnectionLost(Exception):
-    """The transport closed under a call or a listing (the message says why)."""
-
-
-class CallTimedOut(Exception):
-    """A call got no answer within its timeout; its task was cancelled (the server told)."""
 
 
 class Connection:
@@ -89,6 +81,7 @@ class Connection:
         self._relisting: asyncio.Task[None] | None = None
         self._relist_again = False
         self._relisted: concurrent.futures.Future[None] | None = None
+        self._calls: set[Call] = set()  # started, not answered yet (see _run_loop)
 
     # -- life cycle --
 
@@ -213,6 +206,10 @@ class Connection:
                 if self._stderr is not None:
                     self._stderr.stop()
                 loop.close()
+                # Calls whose begin() never ran (queued as the loop stopped): answered now.
+                # A call started after this finds the loop closed and answers itself.
+                for call in list(self._calls):
+                    call.answer(None, ConnectionLost(self.lost_reason))
 
     async def _serve(self) -> None:
         """The client's one task: connect, list, then wait for close.
@@ -285,6 +282,37 @@ class Connection:
 
     # -- calls --
 
+    def start(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        scope: CancelScope | None,
+        timeout: float | None,
+        on_progress: ProgressSink | None,
+        done: Done,
+    ) -> Call:
+        """Start a call without blocking; ``done(result, error)`` gets its answer once.
+
+        From any thread; one ``call_soon_threadsafe``, nothing waited for. The answer comes
+        from the loop thread, or at once from the cancelling thread when ``scope`` is
+        cancelled (the call's task is then cancelled and the server sent
+        ``notifications/cancelled``). ``error`` is one of :meth:`call`'s exceptions.
+        """
+        call = Call(self, done)
+        client = self._client
+        if client is None or not self.alive:
+            call.answer(None, ConnectionLost(self.lost_reason))
+            return call
+        self._calls.add(call)
+        call.attach(scope)  # first: a cancel from here on reaches the task
+        progress = None if on_progress is None else _progress_callback(on_progress)
+        try:
+            self._loop.call_soon_threadsafe(call.begin, client, name, arguments, progress, timeout)
+        except RuntimeError:  # the loop is closed: closed under us
+            call.answer(None, ConnectionLost(self.lost_reason))
+        return call
+
     def call(
         self,
         name: str,
@@ -303,36 +331,21 @@ class Connection:
             ConnectionLost: The transport closed.
             mcp.shared.exceptions.MCPError: The server answered with a JSON-RPC error.
         """
-        client = self._client
-        if client is None or not self.alive:
-            raise ConnectionLost(self.lost_reason)
-        progress = None if on_progress is None else _progress_callback(on_progress)
-        try:
-            future = asyncio.run_coroutine_threadsafe(
-                client.call_tool(name, arguments, progress_callback=progress), self._loop
+        return wait(
+            functools.partial(
+                self.start,
+                name,
+                arguments,
+                scope=scope,
+                timeout=timeout,
+                on_progress=on_progress,
             )
-        except RuntimeError:  # the loop is closed: closed under us
-            raise ConnectionLost(self.lost_reason) from None
-        unregister = (
-            scope.register_abort(functools.partial(_cancel, future)) if scope is not None else _noop
         )
-        try:
-            return future.result(timeout)
-        except concurrent.futures.CancelledError:
-            if scope is not None and scope.cancelled:
-                raise CancelledError(scope.reason or "cancelled") from None
-            raise ConnectionLost(self.lost_reason) from None
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise CallTimedOut(f"no answer within {timeout:g} s (call_timeout)") from None
-        except SDKError as exc:
-            if exc.code == types.CONNECTION_CLOSED:
-                detail = f": {self._last_error}" if self._last_error else ""
-                self._mark_lost(f"the connection closed during the call{detail}")
-                raise ConnectionLost(self.lost_reason) from None
-            raise
-        finally:
-            unregister()
+
+    def _closed_during_call(self) -> None:
+        """A call failed with the SDK's ``CONNECTION_CLOSED``: the connection is lost."""
+        detail = f": {self._last_error}" if self._last_error else ""
+        self._mark_lost(f"the connection closed during the call{detail}")
 
     # -- the tool list --
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -88,6 +89,23 @@ class MCPTool(Tool[Any]):
         """Call the server in this worker thread with the checked input; the run's cancel
         cancels the call."""
         return self.server._call(self.mcp_name, arguments, context)
+
+    def direct_ready(self) -> bool:
+        """Whether :meth:`start_direct` can run the call now: the server is connected (a
+        connect blocks, so it is left to :meth:`call_with` in a worker thread)."""
+        return self.server.connected
+
+    def start_direct(
+        self,
+        arguments: dict[str, Any],
+        context: ToolContext[Any],
+        done: Callable[[Any, BaseException | None], None],
+    ) -> None:
+        """Start the call and return at once: the run's tool batch needs no worker thread
+        for it. ``done(value, error)`` gets what :meth:`call_with` would return or raise,
+        exactly once: from the connection's loop thread, or at once from the cancelling
+        thread when the run is cancelled (the server is sent ``notifications/cancelled``)."""
+        self.server._start(self.mcp_name, arguments, context, done)
 
     def __repr__(self) -> str:
         return f"<MCPTool {self.name} of {self.server.name}>"

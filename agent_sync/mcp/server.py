@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -364,21 +365,66 @@ class MCPServer:
         scope = context._scope if context is not None else None
         connection = self._live(scope)
         sink = getattr(context, "report_progress", None) if context is not None else None
-        what = f"{self._endpoint.describe()}, tool {mcp_name!r}"
         try:
             result = connection.call(
                 mcp_name, arguments, scope=scope, timeout=self.call_timeout, on_progress=sink
             )
-        except CallTimedOut as exc:
-            raise MCPError(f"{what}: {exc}; the call was cancelled") from None
-        except ConnectionLost as exc:
-            raise MCPError(
-                f"{what}: the connection was lost: {exc} (the next use reconnects)"
-            ) from None
-        except SDKError as exc:
-            message = self._endpoint.redact(exc.message)
-            raise MCPError(f"{what}: the server refused the call: {message}") from None
+        except (CallTimedOut, ConnectionLost, SDKError) as exc:
+            raise self._failure(mcp_name, exc) from None
         return tool_result(result, self._endpoint.mask if self._endpoint.secrets else None)
+
+    def _start(
+        self,
+        mcp_name: str,
+        arguments: dict[str, Any],
+        context: ToolContext[Any],
+        done: Callable[[Any, BaseException | None], None],
+    ) -> None:
+        """:meth:`_call` without blocking, on the live connection: ``done(value, error)``
+        gets what ``_call`` would return or raise, once (see :meth:`MCPTool.start_direct`)."""
+        connection = self._connection
+        if connection is None or connection.pid != os.getpid():  # closed since it was found live
+            done(None, self._failure(mcp_name, ConnectionLost("the connection was closed")))
+            return
+        connection.start(
+            mcp_name,
+            arguments,
+            scope=context._scope,
+            timeout=self.call_timeout,
+            on_progress=context.report_progress,
+            done=functools.partial(self._answered, mcp_name, done),
+        )
+
+    def _answered(
+        self,
+        mcp_name: str,
+        done: Callable[[Any, BaseException | None], None],
+        result: Any,
+        error: BaseException | None,
+    ) -> None:
+        """A started call's answer, as :meth:`_call` gives it, to ``done``."""
+        if error is not None:
+            if isinstance(error, (CallTimedOut, ConnectionLost, SDKError)):
+                error = self._failure(mcp_name, error)
+            done(None, error)
+            return
+        try:
+            value = tool_result(result, self._endpoint.mask if self._endpoint.secrets else None)
+        except Exception as exc:  # noqa: BLE001 - the call's failure, as _call raises it
+            done(None, exc)
+            return
+        done(value, None)
+
+    def _failure(self, mcp_name: str, exc: BaseException) -> MCPError:
+        """The error a user sees for a call that failed with ``exc``."""
+        what = f"{self._endpoint.describe()}, tool {mcp_name!r}"
+        if isinstance(exc, CallTimedOut):
+            return MCPError(f"{what}: {exc}; the call was cancelled")
+        if isinstance(exc, ConnectionLost):
+            return MCPError(f"{what}: the connection was lost: {exc} (the next use reconnects)")
+        assert isinstance(exc, SDKError)
+        message = self._endpoint.redact(exc.message)
+        return MCPError(f"{what}: the server refused the call: {message}")
 
 
 def _told(server: MCPServer) -> Callable[[], None]:

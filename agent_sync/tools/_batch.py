@@ -8,6 +8,10 @@ feed and that an abort callback wakes. ``"concurrent"`` uses up to ``max_workers
 ``"sequential"`` uses one, which checks for cancel between tools. Results are reported in
 call order whatever order the tools finish in.
 
+One exception: a tool with a direct path (an MCP server's) starts its call from the
+invoking thread without blocking and answers into the same queue, when every call would
+have a worker of its own (:mod:`agent_sync.tools._direct`).
+
 On cancel, calls not started yet are answered "Cancelled by user" at once; running calls
 get ``grace_period`` seconds to return (a cooperative tool returns sooner), then are
 abandoned: they are answered "Cancelled by user", and when one finally returns its late
@@ -46,6 +50,7 @@ from ..cancel import CancelledError, CancelScope
 from ..events import AgentEvent, ToolEnd, ToolProgress, ToolStart
 from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
 from . import _abandoned
+from ._direct import DirectCalls
 from ._results import describe_exception, error_result, result_from_value
 from .context import ToolContext
 from .decorator import Tool
@@ -112,7 +117,7 @@ class ToolCall:
     """For a sub-agent's call whose child paused: what resumes it (``context._resume``)."""
 
 
-class ToolBatch:
+class ToolBatch(DirectCalls):
     """Runs a batch of tool calls. Use :meth:`run` (yields events), then always :meth:`finish`.
 
     Each call's input is parsed by its tool (``Tool.parse_input``: pydantic for a signature,
@@ -149,6 +154,7 @@ class ToolBatch:
         self._not_started = deque(range(len(self._calls)))
         self._abandoned = False
         self._running: set[int] = set()  # calls a worker is executing (under _lock)
+        self._direct: set[int] = set()  # calls started directly, not answered (under _lock)
         self._grace_deadline: float | None = None
         self._workers = [
             threading.Thread(target=self._work, name=f"agent_sync-tool-{n}", daemon=True)
@@ -166,8 +172,11 @@ class ToolBatch:
         start still has every started tool told and its result kept.
         """
         self._started = True
-        for worker in self._workers:
+        direct = self._take_direct()
+        for worker in self._workers[: len(self._not_started)]:
             worker.start()
+        for index in direct:
+            self._start_direct(index)
         yield from self._drain()
 
     def finish(self) -> list[ToolResult]:
@@ -333,6 +342,23 @@ class ToolBatch:
         return emit
 
     def _execute(self, call: ToolCall, index: int) -> ToolResult:
+        prepared = self._prepare(call, index)
+        if not isinstance(prepared, tuple):
+            return prepared  # answered without running the tool
+        tool, arguments, context = prepared
+        try:
+            value = tool.call_with(arguments, context)
+        except SubRunPaused:
+            raise
+        except BaseException as exc:  # the worker must always report, whatever the tool raised
+            return self._failed(call, exc)
+        return result_from_value(call.tool_use["toolUseId"], value)
+
+    def _prepare(
+        self, call: ToolCall, index: int
+    ) -> ToolResult | tuple[Tool[Any], dict[str, Any], ToolContext[Any]]:
+        """The tool, its parsed arguments and context; or the answer of a call that does
+        not run (denied, unparsable, unknown tool, invalid input)."""
         tool_use = call.tool_use
         tool_use_id, name = tool_use["toolUseId"], tool_use["name"]
         if call.denied is not None:
@@ -367,15 +393,12 @@ class ToolBatch:
             _resume=call.resume,
             _progress=functools.partial(self._report_progress, index),
         )
-        try:
-            value = call.tool.call_with(arguments, context)
-        except CancelledError:
+        return call.tool, arguments, context
+
+    def _failed(self, call: ToolCall, exc: BaseException) -> ToolResult:
+        """The answer of a call whose tool raised ``exc``."""
+        tool_use_id, name = call.tool_use["toolUseId"], call.tool_use["name"]
+        if isinstance(exc, CancelledError) or self._scope.cancelled:
             return error_result(tool_use_id, CANCELLED_TEXT)
-        except SubRunPaused:
-            raise
-        except BaseException as exc:  # the worker must always report, whatever the tool raised
-            if self._scope.cancelled:
-                return error_result(tool_use_id, CANCELLED_TEXT)
-            logger.debug("tool=<%s> | tool raised %s", name, type(exc).__name__, exc_info=True)
-            return error_result(tool_use_id, f"Tool {name!r} failed: {describe_exception(exc)}")
-        return result_from_value(tool_use_id, value)
+        logger.debug("tool=<%s> | tool raised %s", name, type(exc).__name__, exc_info=exc)
+        return error_result(tool_use_id, f"Tool {name!r} failed: {describe_exception(exc)}")
