@@ -84,6 +84,10 @@ class MCPTool(Tool[Any]):
                 input_schema=_OPEN_OBJECT,
             )
             self.input_schema = schema
+        # The server says a second call has no more effect than the first: a run resumed
+        # after its worker died may call it again (docs/recovery.md).
+        annotations = spec.annotations
+        self.idempotent = bool(annotations is not None and annotations.idempotent_hint)
 
     def call_with(self, arguments: dict[str, Any], context: ToolContext[Any]) -> Any:
         """Call the server in this worker thread with the checked input; the run's cancel

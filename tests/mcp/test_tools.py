@@ -51,6 +51,9 @@ def test_lazy_connect_then_every_tool_with_its_schema(
     assert echo.spec["inputSchema"]["json"]["properties"]["message"]["type"] == "string"
     assert echo.spec["description"] == "Echoes back the input string"
     assert seen.methods()[0] == "initialize" or "server/discover" in seen.methods()[0]
+    # the server's idempotentHint: what a run resumed after its worker died may call again
+    assert echo.idempotent is True and by_name["get-tiny-image"].idempotent is True
+    assert by_name["toggle-subscriber-updates"].idempotent is False
 
 
 def test_an_agent_with_the_server_gets_each_kind_of_result(
