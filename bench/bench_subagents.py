@@ -4,7 +4,8 @@
 
 Each run starts ``invoke()`` in a thread, waits (on an event, not a sleep) until the run is
 in its state, then calls ``cancel()`` on the lead and measures the time until ``invoke()``
-returned (``time.perf_counter``). States:
+returned (``time.perf_counter``). The states take turns (one run of each, then again), so
+a load that comes and goes on the machine weighs on every state alike. States:
 
 * ``single``: one agent whose model stalls mid-answer (a silent socket: ``ScriptedModel``
   ``stall_after``): the baseline of ``child`` and ``grandchild``;
@@ -133,9 +134,13 @@ def main() -> None:
         once(state)  # warm up (imports, first threads)
     print(f"cancel -> invoke() returned, {args.runs} runs per state (ms)")
     print(f"{'state':<13}{'p50':>7}{'p99':>7}{'max':>7}  p50 vs its baseline")
+    runs: dict[str, list[float]] = {state: [] for state in states}
+    for _ in range(args.runs):  # round-robin: a load that comes and goes hits every state
+        for state in states:
+            runs[state].append(once(state) * 1000)
     p50s: dict[str, float] = {}
     for state in states:
-        times = sorted(once(state) * 1000 for _ in range(args.runs))
+        times = sorted(runs[state])
         p50 = p50s[state] = statistics.median(times)
         p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
         base = BASELINE.get(state)
