@@ -66,6 +66,10 @@ logger = logging.getLogger("agent_sync.tools.executor")
 _WAKE = object()
 
 
+def _nothing() -> None:
+    return None
+
+
 class SubRunPaused(Exception):  # noqa: N818 - a signal, not an error
     """Raised by a sub-agent's tool (``agent.as_tool()``) whose child run paused for
     approval: the call has no result yet, and the caller's round pauses with it.
@@ -164,7 +168,11 @@ class ToolBatch:
             for n in range(0 if self._inline else min(max_workers, len(self._calls)))
         ]
         self._started = False
-        self._unregister = scope.register_abort(lambda: self._queue.put(_WAKE))
+        self._unregister: Callable[[], None] = (
+            scope.register_abort(lambda: self._queue.put(_WAKE))
+            if self._inline is None  # an inline call waits on no queue: nothing to wake
+            else _nothing
+        )
 
     def run(self) -> Iterator[AgentEvent]:
         """Start the workers, then yield start/end events as tools run, until every call has
