@@ -182,13 +182,14 @@ class ToolBatch:
         ``finally`` calls :meth:`finish`) first, so a Ctrl-C landing while the workers
         start still has every started tool told and its result kept.
         """
-        self._started = True
         if self._inline is not None:
+            self._started = True
             # Not ``yield from``: closing this generator (a closed stream, Ctrl-C) must not
             # close the child's run before :meth:`finish` has cancelled it with the run.
             for event in self._inline:  # noqa: UP028 - see above
                 yield event
             return
+        self._started = True
         for worker in self._workers:
             worker.start()
         yield from self._drain()
@@ -380,7 +381,19 @@ class ToolBatch:
             return error_result(
                 tool_use_id, f"Invalid input for tool {name!r}: " + "; ".join(problems)
             )
-        context = self._context(call, index, tool_input, self._emitter())
+        if call.input is not None:  # the tool sees the input it runs with
+            tool_use = {"toolUseId": tool_use_id, "name": name, "input": tool_input}
+        context: ToolContext[Any] = ToolContext(
+            tool_use=tool_use,
+            agent=self._agent,
+            _scope=self._scope,
+            decision=call.decision,
+            deps=self._deps,
+            _emit=self._emitter(),
+            _store=self._store,
+            _resume=call.resume,
+            _progress=functools.partial(self._report_progress, index),
+        )
         try:
             value = call.tool.call_with(arguments, context)
         except CancelledError:
@@ -394,14 +407,9 @@ class ToolBatch:
             return error_result(tool_use_id, f"Tool {name!r} failed: {describe_exception(exc)}")
         return result_from_value(tool_use_id, value)
 
-    def _context(
-        self,
-        call: ToolCall,
-        index: int,
-        tool_input: dict[str, Any],
-        emit: Callable[[AgentEvent], None] | None,
-    ) -> ToolContext[Any]:
-        """The context a call's tool gets (the input it runs with in its ``tool_use``)."""
+    def _inline_context(self, call: ToolCall, tool_input: dict[str, Any]) -> ToolContext[Any]:
+        """The context of the inline call (as :meth:`_execute` builds a worker's, without
+        an emitter: the call's events are yielded)."""
         tool_use = call.tool_use
         if call.input is not None:  # the tool sees the input it runs with
             tool_use = {
@@ -415,10 +423,9 @@ class ToolBatch:
             _scope=self._scope,
             decision=call.decision,
             deps=self._deps,
-            _emit=emit,
             _store=self._store,
             _resume=call.resume,
-            _progress=functools.partial(self._report_progress, index),
+            _progress=functools.partial(self._report_progress, 0),
         )
 
     def _inline_call(self) -> Generator[AgentEvent, None, None] | None:
@@ -458,7 +465,7 @@ class ToolBatch:
         else:
             yield ToolStart(tool_use=tool_use, run_id=self._run_id)
             started = time.perf_counter()
-            context = self._context(call, 0, tool_input, None)
+            context = self._inline_context(call, tool_input)
             try:
                 value = yield from stream_call(arguments, context)
                 result = result_from_value(tool_use_id, value)
