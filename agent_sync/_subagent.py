@@ -5,14 +5,16 @@ The agent ``as_tool`` was called on is a *template*: each call runs on a fresh c
 calls and the template's own ``messages`` are never touched. The child run:
 
 * is a run of its own (its own ``run_id``, on its events and on the ``CancelScope`` its
-  model is given), started in the tool's worker thread;
+  model is given), driven by the thread that runs the call: the calling run's own thread
+  for a lone call (:meth:`_SubAgentTool.stream_call`: the child's end is the call's end,
+  with no hand-off between threads), else a tool worker;
 * is part of the caller's cancel tree: its scope is linked to the calling run's
   (:meth:`~agent_sync.cancel.CancelScope.link`), so any cancel of the caller (a thread, a
   timeout, a token, a store cancel from another process) reaches it at once, and
   ``mode="after_turn"`` lets it finish its own turn;
 * streams its events into the caller's stream, each wrapped in a
-  :class:`~agent_sync.events.SubAgentEvent` (through the tool's context, from the worker
-  thread to the loop's); its ``Done`` carries its usage, which the caller adds to its own;
+  :class:`~agent_sync.events.SubAgentEvent` (from a worker, through the tool's context);
+  its ``Done`` carries its usage, which the caller adds to its own;
 * with a store (the caller's, else the template's), is stored there with its
   ``parent_run_id``, under a conversation of its own.
 
@@ -29,12 +31,12 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .cancel import CancelledError
 from .errors import ToolError, UsageError
-from .events import Done, SubAgentEvent
+from .events import AgentEvent, Done, SubAgentEvent
 from .run import _subruns as subruns
 from .tools._batch import SubRunPaused
 from .tools.context import ToolContext
@@ -74,12 +76,37 @@ def subagent_tool(
         raise UsageError("as_tool needs a description: the model reads it to decide when to call")
     if conversation_id is not None and not callable(conversation_id):
         raise UsageError("conversation_id must be a callable (context) -> str, or None")
-    runner = _SubAgent(template, conversation_id)
+    return _SubAgentTool(_SubAgent(template, conversation_id), name, description)
 
-    def call(prompt: str, context: ToolContext[Any]) -> Any:
-        return runner.call(prompt, context)
 
-    return Tool(call, name=name, description=description, input_schema=_INPUT_SCHEMA)
+class _SubAgentTool(Tool[Any]):
+    """A sub-agent's tool: callable as any tool (in a worker thread, its events sent
+    through the context), or streamed by the calling run's own thread
+    (:meth:`stream_call`): a lone call is, so the child's end is the call's end, with no
+    thread hop between the child's loop and its caller's."""
+
+    def __init__(self, runner: _SubAgent, name: str, description: str) -> None:
+        def call(prompt: str, context: ToolContext[Any]) -> Any:
+            return runner.call(prompt, context)
+
+        super().__init__(
+            call, name=name, description=description, input_schema=_INPUT_SCHEMA, namespace={}
+        )
+        self._runner = runner
+
+    @property
+    def inline_grace(self) -> float:
+        """How long the child may take to end once cancelled: its tools' grace period. A
+        caller whose own grace period is shorter runs the call in a worker instead (its
+        grace period then bounds its wait, as for any tool)."""
+        return float(self._runner._template._settings.tool_grace_period)
+
+    def stream_call(
+        self, arguments: dict[str, Any], context: ToolContext[Any]
+    ) -> Generator[AgentEvent, None, Any]:
+        """The call driven by the caller's thread: yields the child's events (wrapped in
+        :class:`~agent_sync.events.SubAgentEvent`), returns the call's result."""
+        return self._runner.stream(arguments["prompt"], context)
 
 
 class _SubAgent:
@@ -93,6 +120,23 @@ class _SubAgent:
         self._named: dict[str, Agent] = {}
 
     def call(self, prompt: str, context: ToolContext[Any]) -> Any:
+        """The call in a tool worker: the child's events go through the context."""
+        emit = context._emit
+        events = self.stream(prompt, context)
+        try:
+            while True:
+                try:
+                    event = next(events)
+                except StopIteration as end:
+                    return end.value
+                if emit is not None:
+                    emit(event)
+        finally:
+            events.close()  # a no-op once it ended; else the child's run is closed
+
+    def stream(self, prompt: str, context: ToolContext[Any]) -> Generator[AgentEvent, None, Any]:
+        """Run the call: yield the child's events, each wrapped in a ``SubAgentEvent``;
+        return the call's result (closing this generator closes the child's run)."""
         parent = context._scope
         if context._resume is not None:  # the child paused for approval: go on with it
             info, decisions = context._resume
@@ -103,18 +147,15 @@ class _SubAgent:
             stream = child._open_child(prompt, parent)
         result: AgentResult | None = None
         tool_use_id = context.tool_use["toolUseId"]
-        emit = context._emit
+        parent_run_id = parent.run_id or ""
         with stream:
             for event in stream:
-                if emit is not None:
-                    emit(
-                        SubAgentEvent(
-                            run_id=stream.run_id,
-                            parent_run_id=parent.run_id or "",
-                            tool_use_id=tool_use_id,
-                            event=event,
-                        )
-                    )
+                yield SubAgentEvent(
+                    run_id=stream.run_id,
+                    parent_run_id=parent_run_id,
+                    tool_use_id=tool_use_id,
+                    event=event,
+                )
                 if type(event) is Done:
                     result = event.result
         assert result is not None

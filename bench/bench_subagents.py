@@ -1,19 +1,22 @@
 """Cancel latency of a 3-level sub-agent tree vs a single run, in one process.
 
-    python bench/bench_subagents.py [--runs 200] [--states single,child,tool,grandchild]
+    python bench/bench_subagents.py [--runs 200] [--states single,child,single_tool,tool,grandchild]
 
 Each run starts ``invoke()`` in a thread, waits (on an event, not a sleep) until the run is
 in its state, then calls ``cancel()`` on the lead and measures the time until ``invoke()``
-returned (``time.perf_counter``). States:
+returned (``time.perf_counter``). The states take turns (one run of each, then again), so
+a load that comes and goes on the machine weighs on every state alike. States:
 
 * ``single``: one agent whose model stalls mid-answer (a silent socket: ``ScriptedModel``
-  ``stall_after``): the baseline;
+  ``stall_after``): the baseline of ``child`` and ``grandchild``;
 * ``child``: lead -> research (child streaming, stalled);
+* ``single_tool``: one agent in a cooperative tool waiting on its context: the baseline of
+  ``tool`` (the same cancel point: a tool's thread wakes, then its run ends);
 * ``tool``: lead -> research -> a cooperative tool of the child waiting on its context;
 * ``grandchild``: lead -> research -> deep (the grandchild streaming, stalled).
 
 Every level has a 60 s grace period, so a cancel that did not reach a child shows as a
-minute. Goal: every tree state within 2x the single run, p99 < 10 ms.
+minute. Goal: every tree state within 2x its single-run baseline, p99 < 10 ms.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from agent_sync.testing import ScriptedModel  # noqa: E402
 
 GRACE = 60.0
 SILENT = {"text": "thinking", "chunk_size": 1, "stall_after": 1}
-STATES = ("single", "child", "tool", "grandchild")
+STATES = ("single", "child", "single_tool", "tool", "grandchild")
+BASELINE = {"child": "single", "tool": "single_tool", "grandchild": "single"}
 
 
 class _Flagged:
@@ -51,6 +55,9 @@ class _Flagged:
             yield event
             if "contentBlockDelta" in event:
                 self._reached.set()
+
+
+_HOLD = {"tool_calls": [{"name": "hold", "input": {}}]}
 
 
 def _call(name: str) -> dict[str, Any]:
@@ -69,16 +76,21 @@ def build(state: str, reached: threading.Event) -> Agent:
         context.wait(GRACE * 2)
         return "stopped"
 
+    if state == "single_tool":
+        return Agent(_Flagged(_HOLD, threading.Event()), tools=[hold], tool_grace_period=GRACE)
+
     digger = Agent(
         _Flagged(SILENT if state == "grandchild" else "dug", reached), tool_grace_period=GRACE
     )
     child_turn = {
         "child": SILENT,
-        "tool": {"tool_calls": [{"name": "hold", "input": {}}]},
+        "tool": _HOLD,
         "grandchild": _call("deep"),
     }[state]
+    # Only the model or tool of the state's own level flags it (a model streaming a tool
+    # call has deltas too: flagging there would cancel before the state is reached).
     researcher = Agent(
-        _Flagged(child_turn, reached),
+        _Flagged(child_turn, reached if state == "child" else threading.Event()),
         tools=[hold, digger.as_tool(name="deep", description="Dig")],
         tool_grace_period=GRACE,
     )
@@ -121,16 +133,19 @@ def main() -> None:
     for state in states:
         once(state)  # warm up (imports, first threads)
     print(f"cancel -> invoke() returned, {args.runs} runs per state (ms)")
-    print(f"{'state':<12}{'p50':>8}{'p99':>8}{'max':>8}{'p50 vs single':>16}")
-    baseline: float | None = None
+    print(f"{'state':<13}{'p50':>7}{'p99':>7}{'max':>7}  p50 vs its baseline")
+    runs: dict[str, list[float]] = {state: [] for state in states}
+    for _ in range(args.runs):  # round-robin: a load that comes and goes hits every state
+        for state in states:
+            runs[state].append(once(state) * 1000)
+    p50s: dict[str, float] = {}
     for state in states:
-        times = sorted(once(state) * 1000 for _ in range(args.runs))
-        p50 = statistics.median(times)
+        times = sorted(runs[state])
+        p50 = p50s[state] = statistics.median(times)
         p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
-        if state == "single":
-            baseline = p50
-        ratio = f"{p50 / baseline:.2f}x" if baseline else "-"
-        print(f"{state:<12}{p50:>8.2f}{p99:>8.2f}{times[-1]:>8.2f}{ratio:>16}")
+        base = BASELINE.get(state)
+        ratio = f"{p50 / p50s[base]:.2f}x {base}" if base in p50s else "-"
+        print(f"{state:<13}{p50:>7.2f}{p99:>7.2f}{times[-1]:>7.2f}  {ratio}")
 
 
 if __name__ == "__main__":

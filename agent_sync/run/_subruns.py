@@ -97,5 +97,7 @@ def round_paused(
 def child_usage(ctx: RunContext, tool_use_id: str, usage: Mapping[str, int]) -> dict[str, int]:
     """What a child's final usage adds to its caller's: all of it, or for a child resumed
     after a pause, what it used since (the rest was counted when it paused)."""
-    before = ctx.subruns.get(tool_use_id, {}).get("usage") or {}
+    before = ctx.subruns.get(tool_use_id, {}).get("usage") if ctx.subruns else None
+    if not before:  # the usual case (no pause): all of it, at no cost on a tree's way out
+        return dict(usage)
     return {key: int(value) - int(before.get(key, 0)) for key, value in usage.items()}

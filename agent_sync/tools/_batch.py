@@ -26,6 +26,13 @@ included): :meth:`ToolBatch._work` runs each call inside ``try``/``finally`` who
 ``finally`` is the one report path, and result normalisation never raises. So the invoking
 thread, which waits on the report queue, never waits on a worker that died.
 
+A lone call of a sub-agent's tool (``agent.as_tool()``, a tool with ``stream_call``) is the
+exception: the invoking thread drives the child run itself, yielding its events, so the
+child's end is the call's end with no hand-off between threads (a cancel of the tree wakes
+one thread, as for a single run). It needs no worker to notice a cancel: the child's scope
+is linked to the run's, and the child ends within its own tools' grace period, which must
+not exceed this batch's (else the call goes to a worker, whose wait this grace bounds).
+
 Running calls are tracked in ``_running`` under ``_lock``; the batch decides "abandon"
 under the same lock, so each call is either reported to the batch or, exactly once,
 released from the abandoned count by its worker.
@@ -35,11 +42,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +69,10 @@ __all__ = ["SubRunPaused", "ToolBatch", "ToolCall"]
 logger = logging.getLogger("agent_sync.tools.executor")
 
 _WAKE = object()
+
+
+def _nothing() -> None:
+    return None
 
 
 class SubRunPaused(Exception):  # noqa: N818 - a signal, not an error
@@ -156,12 +168,17 @@ class ToolBatch(DirectCalls):
         self._running: set[int] = set()  # calls a worker is executing (under _lock)
         self._direct: set[int] = set()  # calls started directly, not answered (under _lock)
         self._grace_deadline: float | None = None
+        self._inline = self._inline_call()  # a lone sub-agent call: this thread runs it
         self._workers = [
             threading.Thread(target=self._work, name=f"agent_sync-tool-{n}", daemon=True)
-            for n in range(min(max_workers, len(self._calls)))
+            for n in range(0 if self._inline else min(max_workers, len(self._calls)))
         ]
         self._started = False
-        self._unregister = scope.register_abort(lambda: self._queue.put(_WAKE))
+        self._unregister: Callable[[], None] = (
+            scope.register_abort(lambda: self._queue.put(_WAKE))
+            if self._inline is None  # an inline call waits on no queue: nothing to wake
+            else _nothing
+        )
 
     def run(self) -> Iterator[AgentEvent]:
         """Start the workers, then yield start/end events as tools run, until every call has
@@ -171,6 +188,13 @@ class ToolBatch(DirectCalls):
         ``finally`` calls :meth:`finish`) first, so a Ctrl-C landing while the workers
         start still has every started tool told and its result kept.
         """
+        if self._inline is not None:
+            self._started = True
+            # Not ``yield from``: closing this generator (a closed stream, Ctrl-C) must not
+            # close the child's run before :meth:`finish` has cancelled it with the run.
+            for event in self._inline:  # noqa: UP028 - see above
+                yield event
+            return
         self._started = True
         direct = self._take_direct()
         for worker in self._workers[: len(self._not_started)]:
@@ -193,9 +217,12 @@ class ToolBatch(DirectCalls):
             else:
                 if self._outstanding and not self._scope.cancelled:
                     self._scope.cancel("interrupted")
-                for _ in self._drain():
-                    pass
-                self._abandon_or_wait()
+                if self._inline is not None:
+                    self._close_inline()
+                else:
+                    for _ in self._drain():
+                        pass
+                    self._abandon_or_wait()
         finally:
             self._unregister()
         results: list[ToolResult] = []
@@ -205,6 +232,95 @@ class ToolBatch(DirectCalls):
                 result = error_result(call.tool_use["toolUseId"], CANCELLED_TEXT)
             results.append(result)
         return results
+
+    def _inline_context(self, call: ToolCall, tool_input: dict[str, Any]) -> ToolContext[Any]:
+        """The context of the inline call (as :meth:`_execute` builds a worker's, without
+        an emitter: the call's events are yielded)."""
+        tool_use = call.tool_use
+        if call.input is not None:  # the tool sees the input it runs with
+            tool_use = {
+                "toolUseId": tool_use["toolUseId"],
+                "name": tool_use["name"],
+                "input": tool_input,
+            }
+        return ToolContext(
+            tool_use=tool_use,
+            agent=self._agent,
+            _scope=self._scope,
+            decision=call.decision,
+            deps=self._deps,
+            _store=self._store,
+            _resume=call.resume,
+            _progress=functools.partial(self._report_progress, 0),
+        )
+
+    def _inline_call(self) -> Generator[AgentEvent, None, None] | None:
+        """The run of a lone sub-agent call by the invoking thread (module docstring), or
+        ``None``: several calls, another tool, a call that will not run (denied, bad
+        input, finished before a pause), or a child allowed a longer grace than this."""
+        if len(self._calls) != 1:
+            return None
+        call = self._calls[0]
+        stream_call = getattr(call.tool, "stream_call", None)
+        if stream_call is None or call.tool is None:
+            return None
+        if call.result is not None or call.denied is not None or call.invalid_input is not None:
+            return None
+        if not getattr(call.tool, "inline_grace", math.inf) <= self._grace:
+            return None
+        tool_input = call.tool_use["input"] if call.input is None else call.input
+        arguments, _ = call.tool.parse_input(tool_input)
+        if arguments is None:  # a worker answers it with the problems
+            return None
+        return self._run_inline(call, stream_call, arguments, tool_input)
+
+    def _run_inline(
+        self,
+        call: ToolCall,
+        stream_call: Callable[[dict[str, Any], ToolContext[Any]], Generator[AgentEvent, None, Any]],
+        arguments: dict[str, Any],
+        tool_input: dict[str, Any],
+    ) -> Generator[AgentEvent, None, None]:
+        """Run the lone sub-agent call here: its start, the child's events, its end. A
+        ``BaseException`` that is not an ``Exception`` (Ctrl-C, a closed stream) ends the
+        child's run and goes on up: :meth:`finish` answers the call "Cancelled by user"."""
+        tool_use = call.tool_use
+        tool_use_id = tool_use["toolUseId"]
+        if self._scope.cancelled:  # as a worker's checkpoint before its tool
+            result, duration = error_result(tool_use_id, CANCELLED_TEXT), 0.0
+        else:
+            yield ToolStart(tool_use=tool_use, run_id=self._run_id)
+            started = time.perf_counter()
+            context = self._inline_context(call, tool_input)
+            try:
+                value = yield from stream_call(arguments, context)
+                result = result_from_value(tool_use_id, value)
+            except CancelledError:
+                result = error_result(tool_use_id, CANCELLED_TEXT)
+            except SubRunPaused as paused:  # no result yet: the round pauses with the child
+                self.paused[0] = paused
+                result = error_result(tool_use_id, "Waiting for approval.")
+            except Exception as exc:  # a child error answers the call with an error result
+                if self._scope.cancelled:
+                    result = error_result(tool_use_id, CANCELLED_TEXT)
+                else:
+                    name = tool_use["name"]
+                    logger.debug(
+                        "tool=<%s> | tool raised %s", name, type(exc).__name__, exc_info=True
+                    )
+                    text = f"Tool {name!r} failed: {describe_exception(exc)}"
+                    result = error_result(tool_use_id, text)
+            duration = time.perf_counter() - started
+        self._record(0, (result, duration))
+        yield ToolEnd(tool_use=tool_use, result=result, duration_s=duration, run_id=self._run_id)
+
+    def _close_inline(self) -> None:
+        """End the inline call if it was cut short (its child run is closed: cancelled)."""
+        assert self._inline is not None
+        try:
+            self._inline.close()
+        except Exception:  # a cancel path: the call is answered "Cancelled by user" anyway
+            logger.warning("closing a sub-agent's call failed", exc_info=True)
 
     def _abandon_or_wait(self) -> None:
         """Abandon the running tools if the process-wide cap allows, else wait for them."""
