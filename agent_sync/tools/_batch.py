@@ -42,12 +42,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +58,7 @@ from ..events import AgentEvent, ToolEnd, ToolProgress, ToolStart
 from ..messages import CANCELLED_TEXT, ToolResult, ToolUse
 from . import _abandoned
 from ._direct import DirectCalls
+from ._inline import InlineCalls
 from ._results import describe_exception, error_result, result_from_value
 from .context import ToolContext
 from .decorator import Tool
@@ -129,7 +129,7 @@ class ToolCall:
     """For a sub-agent's call whose child paused: what resumes it (``context._resume``)."""
 
 
-class ToolBatch(DirectCalls):
+class ToolBatch(DirectCalls, InlineCalls):
     """Runs a batch of tool calls. Use :meth:`run` (yields events), then always :meth:`finish`.
 
     Each call's input is parsed by its tool (``Tool.parse_input``: pydantic for a signature,
@@ -232,95 +232,6 @@ class ToolBatch(DirectCalls):
                 result = error_result(call.tool_use["toolUseId"], CANCELLED_TEXT)
             results.append(result)
         return results
-
-    def _inline_context(self, call: ToolCall, tool_input: dict[str, Any]) -> ToolContext[Any]:
-        """The context of the inline call (as :meth:`_execute` builds a worker's, without
-        an emitter: the call's events are yielded)."""
-        tool_use = call.tool_use
-        if call.input is not None:  # the tool sees the input it runs with
-            tool_use = {
-                "toolUseId": tool_use["toolUseId"],
-                "name": tool_use["name"],
-                "input": tool_input,
-            }
-        return ToolContext(
-            tool_use=tool_use,
-            agent=self._agent,
-            _scope=self._scope,
-            decision=call.decision,
-            deps=self._deps,
-            _store=self._store,
-            _resume=call.resume,
-            _progress=functools.partial(self._report_progress, 0),
-        )
-
-    def _inline_call(self) -> Generator[AgentEvent, None, None] | None:
-        """The run of a lone sub-agent call by the invoking thread (module docstring), or
-        ``None``: several calls, another tool, a call that will not run (denied, bad
-        input, finished before a pause), or a child allowed a longer grace than this."""
-        if len(self._calls) != 1:
-            return None
-        call = self._calls[0]
-        stream_call = getattr(call.tool, "stream_call", None)
-        if stream_call is None or call.tool is None:
-            return None
-        if call.result is not None or call.denied is not None or call.invalid_input is not None:
-            return None
-        if not getattr(call.tool, "inline_grace", math.inf) <= self._grace:
-            return None
-        tool_input = call.tool_use["input"] if call.input is None else call.input
-        arguments, _ = call.tool.parse_input(tool_input)
-        if arguments is None:  # a worker answers it with the problems
-            return None
-        return self._run_inline(call, stream_call, arguments, tool_input)
-
-    def _run_inline(
-        self,
-        call: ToolCall,
-        stream_call: Callable[[dict[str, Any], ToolContext[Any]], Generator[AgentEvent, None, Any]],
-        arguments: dict[str, Any],
-        tool_input: dict[str, Any],
-    ) -> Generator[AgentEvent, None, None]:
-        """Run the lone sub-agent call here: its start, the child's events, its end. A
-        ``BaseException`` that is not an ``Exception`` (Ctrl-C, a closed stream) ends the
-        child's run and goes on up: :meth:`finish` answers the call "Cancelled by user"."""
-        tool_use = call.tool_use
-        tool_use_id = tool_use["toolUseId"]
-        if self._scope.cancelled:  # as a worker's checkpoint before its tool
-            result, duration = error_result(tool_use_id, CANCELLED_TEXT), 0.0
-        else:
-            yield ToolStart(tool_use=tool_use, run_id=self._run_id)
-            started = time.perf_counter()
-            context = self._inline_context(call, tool_input)
-            try:
-                value = yield from stream_call(arguments, context)
-                result = result_from_value(tool_use_id, value)
-            except CancelledError:
-                result = error_result(tool_use_id, CANCELLED_TEXT)
-            except SubRunPaused as paused:  # no result yet: the round pauses with the child
-                self.paused[0] = paused
-                result = error_result(tool_use_id, "Waiting for approval.")
-            except Exception as exc:  # a child error answers the call with an error result
-                if self._scope.cancelled:
-                    result = error_result(tool_use_id, CANCELLED_TEXT)
-                else:
-                    name = tool_use["name"]
-                    logger.debug(
-                        "tool=<%s> | tool raised %s", name, type(exc).__name__, exc_info=True
-                    )
-                    text = f"Tool {name!r} failed: {describe_exception(exc)}"
-                    result = error_result(tool_use_id, text)
-            duration = time.perf_counter() - started
-        self._record(0, (result, duration))
-        yield ToolEnd(tool_use=tool_use, result=result, duration_s=duration, run_id=self._run_id)
-
-    def _close_inline(self) -> None:
-        """End the inline call if it was cut short (its child run is closed: cancelled)."""
-        assert self._inline is not None
-        try:
-            self._inline.close()
-        except Exception:  # a cancel path: the call is answered "Cancelled by user" anyway
-            logger.warning("closing a sub-agent's call failed", exc_info=True)
 
     def _abandon_or_wait(self) -> None:
         """Abandon the running tools if the process-wide cap allows, else wait for them."""
