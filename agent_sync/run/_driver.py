@@ -20,9 +20,10 @@ Either way the run is ended exactly once (:meth:`RunDriver.release`), with one c
 message.
 
 Ctrl-C: ``KeyboardInterrupt`` can land between any two bytecodes of the iterating thread.
-So everything the driver arms has its undo pushed onto one undo stack (:class:`~._undo.Undo`,
-the contract of :class:`contextlib.ExitStack`)
-*before* it is armed (each undo is a no-op for what was never armed): give the slot back,
+So everything the driver arms has its undo pushed onto one undo stack (:class:`~._undo.Undo`:
+the contract of :class:`contextlib.ExitStack`, and an undo a Ctrl-C interrupted is run once
+more, so each is idempotent) *before* it is armed (each undo is a no-op for what was never
+armed): give the slot back,
 close the store link, close the scope, end the steps (the steps' own cleanup cancels the
 scope, wakes running tools and closes the turn, while the scope is still open), close the
 turn, disarm the deadline, unlink the token. :meth:`RunDriver.release` closes the stack
