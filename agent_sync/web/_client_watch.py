@@ -66,16 +66,14 @@ class _ClientWatcher:
 
     def add(self, watch: Watch) -> None:
         self._changes.put((True, watch))
-        started: threading.Thread | None = None
         with self._lock:
-            if self._thread is None:
-                self._thread = started = threading.Thread(
+            if self._thread is None or not self._thread.is_alive():  # (or a start cut short)
+                self._thread = threading.Thread(
                     target=self._run, name="agent-sync-client-watch", daemon=True
                 )
-        if started is not None:  # started outside the lock: start() waits on the thread
-            started.start()
-        else:
-            self._poke()
+                self._thread.start()
+                return
+        self._poke()
 
     def remove(self, watch: Watch) -> None:
         self._changes.put((False, watch))
