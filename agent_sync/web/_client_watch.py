@@ -148,6 +148,13 @@ class _ClientWatcher:
         except Exception:
             logger.exception("a client-gone callback failed")
 
+    def close_inherited(self) -> None:
+        """In a forked child: close this process's copies of the parent's selector and
+        wake-up pair (the parent's stay open)."""
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
     def _drain(self) -> None:
         try:
             while self._wake_r.recv(4096):
@@ -181,8 +188,10 @@ def _forget_watcher() -> None:
     """In a forked child: the parent's thread does not run here, and its selector and
     wake-up pair are shared with the parent; a new one is made on first use."""
     global _state_lock
-    _state[0] = None
+    inherited, _state[0] = _state[0], None
     _state_lock = threading.Lock()
+    if inherited is not None:
+        inherited.close_inherited()
 
 
 if hasattr(os, "register_at_fork"):
