@@ -155,7 +155,7 @@ class Follower:
                 logger.exception("run_id=<%s> | on_gone failed", self._run_id)
 
     def _client_gone(self) -> None:
-        """The client watcher's thread: the client left. Never blocks."""
+        """The client watcher's thread: the client left. Quick: nothing here waits on I/O."""
         if self._ended:
             return
         logger.debug("run_id=<%s> | client went away", self._run_id)
