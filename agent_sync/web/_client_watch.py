@@ -55,19 +55,20 @@ class _ClientWatcher:
     """The process's registered sockets and the thread that waits on them."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # _thread; only ever `with self._lock:`
+        self._lock = threading.Lock()  # only ever `with self._lock:`
         self._thread: threading.Thread | None = None
         self._changes: SimpleQueue[tuple[bool, Watch]] = SimpleQueue()  # (add?, watch)
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._selector = selectors.DefaultSelector()  # the thread's alone
-        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        # The running thread's selector and wake-up pair: opened when it starts, closed when
+        # it ends (nothing is left open while nothing is watched); set under the lock.
+        self._selector: selectors.BaseSelector | None = None
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
 
     def add(self, watch: Watch) -> None:
         self._changes.put((True, watch))
         with self._lock:
             if self._thread is None or not self._thread.is_alive():  # (or a start cut short)
+                self._open()
                 self._thread = threading.Thread(
                     target=self._run, name="agent-sync-client-watch", daemon=True
                 )
@@ -75,35 +76,57 @@ class _ClientWatcher:
                 return
         self._poke()
 
+    def _open(self) -> None:
+        self.close()  # a start cut short left them open
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+
+    def close(self) -> None:
+        """Close the selector and the wake-up pair (under the lock, or in a forked child:
+        there the parent's stay open)."""
+        for resource in (self._selector, self._wake_r, self._wake_w):
+            if resource is not None:
+                resource.close()
+        self._selector = self._wake_r = self._wake_w = None
+
     def remove(self, watch: Watch) -> None:
         self._changes.put((False, watch))
         self._poke()
 
     def _poke(self) -> None:
+        wake_w = self._wake_w  # None or closed: no thread runs; the next one takes the change
         try:
-            self._wake_w.send(b"\0")
-        except OSError:  # buffer full: a wake-up is pending anyway
+            if wake_w is not None:
+                wake_w.send(b"\0")
+        except OSError:  # buffer full (a wake-up is pending anyway), or closed
             pass
 
     def _run(self) -> None:
+        with self._lock:
+            selector, wake_r = self._selector, self._wake_r
+        assert selector is not None and wake_r is not None  # opened before the start
         watched: dict[int, Watch] = {}  # fd -> its watch
         while True:
-            self._apply_changes(watched)
+            self._apply_changes(selector, watched)
             if not watched:
                 with self._lock:
                     if self._changes.empty():  # an add() after this starts a new thread
                         self._thread = None
+                        self.close()
                         return
                 continue
-            for key, _ in self._selector.select():
-                if key.fileobj is self._wake_r:
-                    self._drain()
+            for key, _ in selector.select():
+                if key.fileobj is wake_r:
+                    _drain(wake_r)
                     continue
                 watch = watched.get(key.fd)
                 if watch is not None and watch is key.data:
-                    self._look(watch, watched)
+                    self._look(selector, watch, watched)
 
-    def _apply_changes(self, watched: dict[int, Watch]) -> None:
+    def _apply_changes(self, selector: selectors.BaseSelector, watched: dict[int, Watch]) -> None:
         while True:
             try:
                 add, watch = self._changes.get_nowait()
@@ -111,7 +134,7 @@ class _ClientWatcher:
                 return
             if not add:
                 if watched.get(watch.fd) is watch:
-                    self._forget(watch.fd, watched)
+                    _forget(selector, watch.fd, watched)
                 continue
             client = watch.probe.client
             try:
@@ -120,26 +143,20 @@ class _ClientWatcher:
                 fd = -1
             if fd < 0:  # ended, or the socket closed, before its turn
                 continue
-            self._forget(fd, watched)  # a closed socket's number, now this one's
+            _forget(selector, fd, watched)  # a closed socket's number, now this one's
             try:
-                self._selector.register(fd, selectors.EVENT_READ, watch)
+                selector.register(fd, selectors.EVENT_READ, watch)
             except (OSError, ValueError):  # closed meanwhile
                 continue
             watch.fd = fd
             watched[fd] = watch
 
-    def _forget(self, fd: int, watched: dict[int, Watch]) -> None:
-        if watched.pop(fd, None) is not None:
-            try:
-                self._selector.unregister(fd)
-            except (KeyError, ValueError, OSError):
-                pass
-
-    def _look(self, watch: Watch, watched: dict[int, Watch]) -> None:
+    @staticmethod
+    def _look(selector: selectors.BaseSelector, watch: Watch, watched: dict[int, Watch]) -> None:
         """A watched socket is readable: gone (call back once), or bytes (stop watching)."""
         gone = watch.probe.gone()
         if gone or not watch.probe.watching:
-            self._forget(watch.fd, watched)
+            _forget(selector, watch.fd, watched)
         if not gone or watch.stopped:
             return
         watch.stopped = True
@@ -148,19 +165,21 @@ class _ClientWatcher:
         except Exception:
             logger.exception("a client-gone callback failed")
 
-    def close_inherited(self) -> None:
-        """In a forked child: close this process's copies of the parent's selector and
-        wake-up pair (the parent's stay open)."""
-        self._selector.close()
-        self._wake_r.close()
-        self._wake_w.close()
 
-    def _drain(self) -> None:
+def _forget(selector: selectors.BaseSelector, fd: int, watched: dict[int, Watch]) -> None:
+    if watched.pop(fd, None) is not None:
         try:
-            while self._wake_r.recv(4096):
-                pass
-        except OSError:  # BlockingIOError: drained
+            selector.unregister(fd)
+        except (KeyError, ValueError, OSError):
             pass
+
+
+def _drain(wake_r: socket.socket) -> None:
+    try:
+        while wake_r.recv(4096):
+            pass
+    except OSError:  # BlockingIOError: drained
+        pass
 
 
 _state: list[_ClientWatcher | None] = [None]
@@ -191,7 +210,7 @@ def _forget_watcher() -> None:
     inherited, _state[0] = _state[0], None
     _state_lock = threading.Lock()
     if inherited is not None:
-        inherited.close_inherited()
+        inherited.close()
 
 
 if hasattr(os, "register_at_fork"):
