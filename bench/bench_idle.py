@@ -11,8 +11,11 @@ Two cases, each measured in a fresh child process:
   commandstats``, the scripts' own commands included, the bench's ``INFO`` left out). Then a
   ``store.cancel`` of the run, and the time until its ``invoke`` returned (heard through the
   store: pub/sub on Redis, a poll on SQLite).
-* ``probed``: the same followers, each also peeking at a connected client socket while
-  silent (as a web route does when the server shows it the socket: every 0.2 s).
+* ``probed``: the same followers, each also watching a connected client socket while
+  silent (as a web route does when the server shows it the socket). Then the client end of
+  20 other followers' sockets is closed, one at a time, and the time until the follower
+  noticed (its ``on_gone`` was called: ``gone_*_ms``) and until its iteration ended (the
+  server's thread is free: ``ended_*_ms``).
 * ``followers``: the child follows ``--followers`` runs' event logs (``web._follow.Follower``,
   one thread each, as a web worker streams them; ``keepalive=15``), logs another process (this
   one) wrote. Figures: the child's CPU while they all wait, the Redis commands per second and
@@ -134,13 +137,18 @@ def child_followers(spec: str, window: float, run_ids: list[str], probe: bool) -
 
     store: Any = make_store(spec)
     lock = threading.Lock()
-    sockets: list[socket.socket] = []
+    peers: dict[str, socket.socket] = {}  # run id -> the client's end
+    gone: dict[str, float] = {}
+    ended: dict[str, float] = {}
 
     def follow(run_id: str) -> None:
         client = None
-        if probe:  # a connected client socket the follower peeks at while silent
-            client, other_end = socket.socketpair()
-            sockets.extend((client, other_end))
+        if probe:  # a connected client socket the follower watches while silent
+            client, peers[run_id] = socket.socketpair()
+
+        def on_gone() -> None:
+            gone[run_id] = time.monotonic()
+
         follower = Follower(
             store,
             run_id,
@@ -149,6 +157,7 @@ def child_followers(spec: str, window: float, run_ids: list[str], probe: bool) -
             keepalive=15.0,
             replay_ttl=60,
             client_socket=client,
+            on_gone=on_gone,
         )
         frames = iter(follower)
         next(frames)  # the opening
@@ -158,6 +167,7 @@ def child_followers(spec: str, window: float, run_ids: list[str], probe: bool) -
             with lock:
                 print(f"got {run_id} {got!r}", flush=True)
             return
+        ended[run_id] = time.monotonic()
 
     threads = [threading.Thread(target=follow, args=(r,), daemon=True) for r in run_ids]
     for thread in threads:
@@ -170,7 +180,37 @@ def child_followers(spec: str, window: float, run_ids: list[str], probe: bool) -
     print("measured " + json.dumps(figures), flush=True)
     for thread in threads[:LATENCY_SAMPLES]:
         thread.join(120)
+    if probe:
+        print("disconnect " + json.dumps(_disconnects(run_ids, threads, peers, gone, ended)))
     return figures
+
+
+def _disconnects(
+    run_ids: list[str],
+    threads: list[threading.Thread],
+    peers: dict[str, socket.socket],
+    gone: dict[str, float],
+    ended: dict[str, float],
+) -> dict[str, float]:
+    """Close the client end of idle followers' sockets, one at a time: how long until
+    each follower noticed, and until it ended."""
+    gone_ms, ended_ms = [], []
+    sampled = slice(LATENCY_SAMPLES, 2 * LATENCY_SAMPLES)
+    for run_id, thread in zip(run_ids[sampled], threads[sampled], strict=True):
+        closed = time.monotonic()
+        peers[run_id].close()
+        thread.join(30)
+        if run_id in gone and run_id in ended:
+            gone_ms.append((gone[run_id] - closed) * 1000)
+            ended_ms.append((ended[run_id] - closed) * 1000)
+    if not gone_ms:
+        return {}
+    return {
+        "gone_p50_ms": statistics.median(gone_ms),
+        "gone_max_ms": max(gone_ms),
+        "ended_p50_ms": statistics.median(ended_ms),
+        "ended_max_ms": max(ended_ms),
+    }
 
 
 # -- this process --
@@ -223,6 +263,9 @@ def run_followers(
                 assert got_id == run_id, (got_id, run_id)
                 latencies.append((float(at) - sent) * 1000)
                 break
+    for line in lines:
+        if line.startswith("disconnect "):
+            figures.update(json.loads(line.partition(" ")[2]))
     child.wait(60)
     latencies.sort()
     figures["latency_p50_ms"] = statistics.median(latencies)

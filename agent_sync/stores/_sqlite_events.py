@@ -119,6 +119,27 @@ class SQLiteEventLog:
             finally:
                 self._waiting.pop(token, None)
 
+    def _read_events_woken(
+        self, run_id: str, *, after: int, timeout: float, wake: Event
+    ) -> list[RunEvent]:
+        """``read_events`` whose wait also ends when someone else sets ``wake`` (a web
+        follower whose client left): one wait, then what the log has, maybe nothing.
+        ``wake`` is the caller's, new for each call (the log sets it on an append too)."""
+        if not storable_id(run_id):
+            return []
+        token = id(wake)
+        try:
+            self._waiting[token] = (run_id, after, wake)  # before the read: none missed
+            events = self._events_after(run_id, after)
+            if events or timeout <= 0:
+                return events
+            self._start_poller()
+            if not wake.wait(timeout):
+                return []
+            return self._events_after(run_id, after)
+        finally:
+            self._waiting.pop(token, None)
+
     def _start_poller(self) -> None:
         with self._poller_lock:
             if self._poller is None or not self._poller.is_alive():  # (a start cut short)

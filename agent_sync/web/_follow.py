@@ -13,9 +13,13 @@ whole check interval, the follower appends :func:`._records.closing_record` itse
 compare-and-set, so it never lands after a record it has not seen), and sends it.
 
 Disconnects: a WSGI server learns the client left when a write fails, and then calls
-``close()``. When the server shows the client socket, the follower also peeks at it
-between waits of at most :data:`PROBE_INTERVAL_S`. ``on_gone`` (the route's
-``on_disconnect="cancel"``) is called when the client leaves before the end.
+``close()``. When the server shows the client socket, the follower has the process's one
+client watcher (:mod:`._client_watch`) wait on it, so a client that leaves while the run is
+silent is noticed at once without the follower waking for it: the watcher's thread wakes the
+follower's wait on its log (this process's publisher, or a store that can cut it short:
+SQLite), else (a store whose wait cannot be cut short: Redis, memory) calls ``on_gone`` in
+a thread of its own and the follower ends within :data:`UNWOKEN_WAIT_S`. ``on_gone`` (the
+route's ``on_disconnect="cancel"``) is called once, when the client leaves before the end.
 
 Slow readers: the run's stored log is the buffer, not this process. A follower holds at
 most one chunk of about :data:`WRITE_BYTES` that the server is writing, and with
@@ -27,15 +31,17 @@ client may reconnect with ``Last-Event-ID``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Final
 
+from .._signal_safe import Event
 from ..errors import RunConflictError, StoreUnavailableError
 from ..stores import RunEvent
 from ..stores._event_log import EventLogStore
 from ..stores._rules import FINAL_STATUSES
-from ._disconnect import SocketProbe
+from ._client_watch import Watch, watch_client
 from ._encoders import StreamEncoder
 from ._local_log import local_log
 from ._records import closing_record, is_terminal
@@ -44,12 +50,14 @@ from ._stall import StallGuard
 if TYPE_CHECKING:
     import socket
 
-__all__ = ["PROBE_INTERVAL_S", "WRITE_BYTES", "Follower", "close_log"]
+__all__ = ["UNWOKEN_WAIT_S", "WRITE_BYTES", "Follower", "close_log"]
 
 logger = logging.getLogger(__name__)
 
-PROBE_INTERVAL_S: Final = 0.2
-"""Longest wait between two peeks at a watched client socket."""
+UNWOKEN_WAIT_S: Final = 1.0
+"""Longest wait of a follower whose client is watched, on a store whose wait cannot be cut
+short when the client leaves (Redis: its reads block for at most this long anyway, so this
+costs no command more)."""
 
 WRITE_BYTES: Final = 64 * 1024
 """About the most one chunk of a stream holds (a record is never split): a client that
@@ -97,7 +105,11 @@ class Follower:
         self._encoder = encoder
         self._keepalive = keepalive
         self._replay_ttl = replay_ttl
-        self._probe = None if client_socket is None else SocketProbe(client_socket)
+        self._client = client_socket
+        self._watch: Watch | None = None
+        self._gone = False  # the client watcher saw the client leave
+        self._wake: Callable[[], object] | None = None  # ends the running wait, if it can
+        self._left = threading.Lock()  # taken once: on_gone runs once
         self._guard = (
             None
             if client_socket is None or write_timeout is None
@@ -133,14 +145,32 @@ class Follower:
             self._client_left()
 
     def _client_left(self) -> None:
-        self._ended = True  # once
+        if not self._left.acquire(blocking=False):  # once, from whichever thread is first
+            return
+        self._ended = True
         if self._on_gone is not None:
             try:
                 self._on_gone()
             except Exception:
                 logger.exception("run_id=<%s> | on_gone failed", self._run_id)
 
+    def _client_gone(self) -> None:
+        """The client watcher's thread: the client left. Quick: nothing here waits on I/O."""
+        if self._ended:
+            return
+        logger.debug("run_id=<%s> | client went away", self._run_id)
+        self._gone = True
+        wake = self._wake  # read after setting _gone: see _read_watched
+        if wake is not None:
+            wake()  # the follower's thread ends the stream and calls on_gone
+        elif self._on_gone is not None:  # a wait that cannot be cut short: on_gone now
+            threading.Thread(
+                target=self._client_left, name="agent-sync-client-gone", daemon=True
+            ).start()
+
     def _generate(self) -> Generator[bytes, None, None]:
+        if self._client is not None:
+            self._watch = watch_client(self._client, self._client_gone)
         try:
             yield from self._frames_until_the_end()
         except StoreUnavailableError:
@@ -151,6 +181,9 @@ class Follower:
             logger.warning(
                 "run_id=<%s> | the store is unavailable; ending the stream", self._run_id
             )
+        finally:
+            if self._watch is not None:
+                self._watch.stop()
 
     def _frames_until_the_end(self) -> Generator[bytes, None, None]:
         encoder = self._encoder
@@ -164,9 +197,7 @@ class Follower:
         over_seen = False
         while True:
             waited = time.monotonic() - quiet_since
-            remaining = max(0.0, interval - waited)
-            wait = remaining if self._probe is None else min(remaining, PROBE_INTERVAL_S)
-            events = self._read(wait)
+            events = self._read(max(0.0, interval - waited))
             if events:
                 # One write per batch: fewer syscalls, and no small write held back behind
                 # another's delayed ACK.
@@ -195,8 +226,7 @@ class Follower:
                 quiet_since = time.monotonic()
                 over_seen = False
                 continue
-            if self._probe is not None and self._probe.gone():
-                logger.debug("run_id=<%s> | client went away while silent", self._run_id)
+            if self._gone:
                 self._client_left()
                 return
             if time.monotonic() - quiet_since < interval:
@@ -216,12 +246,41 @@ class Follower:
     def _read(self, timeout: float) -> list[RunEvent]:
         """The records after ``after``: from this process's publisher while it has them
         (no read back), else from the store (waiting for appends from any process)."""
+        if self._watch is not None:
+            return self._read_watched(timeout)
         local = local_log(self._run_id)
         if local is not None:
             events = local.read(self._after, timeout)
             if events is not None:
                 return events
         return self._store.read_events(self._run_id, after=self._after, timeout=timeout)
+
+    def _read_watched(self, timeout: float) -> list[RunEvent]:
+        """:meth:`_read` for a follower whose client is watched: its wait ends early
+        (nothing read) when the client leaves, if it can. ``_wake`` is set before
+        ``_gone`` is looked at, and the watcher sets ``_gone`` before it reads ``_wake``:
+        either this sees the client gone, or the watcher ends this wait."""
+        local = local_log(self._run_id)
+        if local is not None:
+            self._wake = local.poke
+            held = local.read(self._after, timeout, woken=lambda: self._gone)
+            if held is not None:
+                return held
+        read_woken = getattr(self._store, "_read_events_woken", None)
+        if read_woken is None:
+            self._wake = None
+            if self._gone:
+                return []
+            wait = min(timeout, UNWOKEN_WAIT_S)
+            return self._store.read_events(self._run_id, after=self._after, timeout=wait)
+        wake = Event()
+        self._wake = wake.set
+        if self._gone:
+            return []
+        woken: list[RunEvent] = read_woken(
+            self._run_id, after=self._after, timeout=timeout, wake=wake
+        )
+        return woken
 
     def _log_ended(self) -> bool:
         """Whether the log ends at ``after`` with its terminal record, or is gone."""

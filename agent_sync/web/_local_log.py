@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from ..stores import RunEvent
@@ -58,9 +59,12 @@ class LocalLog:
             if _logs.get(self.run_id) is self:
                 del _logs[self.run_id]
 
-    def read(self, after: int, timeout: float) -> list[RunEvent] | None:
-        """The records after ``after``, waiting up to ``timeout`` s for one; ``None`` when
-        the store must answer (``after`` is before this log, or the log ended)."""
+    def read(
+        self, after: int, timeout: float, woken: Callable[[], bool] | None = None
+    ) -> list[RunEvent] | None:
+        """The records after ``after``, waiting up to ``timeout`` s for one (or until
+        ``woken()`` holds, after a :meth:`poke`); ``None`` when the store must answer
+        (``after`` is before this log, or the log ended)."""
         deadline = time.monotonic() + timeout
         with self._changed:
             if after + 1 < self._start:
@@ -72,9 +76,14 @@ class LocalLog:
                 if self._ended:
                     return None
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or woken is not None and woken():
                     return []
                 self._changed.wait(remaining)
+
+    def poke(self) -> None:
+        """Wake the readers, for those whose ``woken()`` now holds."""
+        with self._changed:
+            self._changed.notify_all()
 
 
 _logs: dict[str, LocalLog] = {}
