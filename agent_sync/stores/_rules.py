@@ -112,22 +112,7 @@ def cancelled_while_paused(state: RunState, reason: str | None) -> RunState:
     written, a closing assistant message: the history a cancel leaves in a running turn."""
     messages = [_copy(message) for message in state.messages]
     answer_round(messages, state.round_results)
-    add_user_blocks(messages, _queued(state))
-    close_turn(messages, CANCELLED_TEXT)
-    return replace(
-        state,
-        status="cancelled",
-        next_step=None,
-        messages=tuple(messages),
-        pending_tool_uses=(),
-        queued_inputs=(),
-        approvals=(),
-        round_results=(),
-        subruns={},
-        invalid_tool_inputs={},
-        stop_reason="cancelled",
-        cancel_reason=reason,
-    )
+    return _cancelled(state, messages, reason)
 
 
 def resumable(state: RunState) -> bool:
@@ -144,6 +129,12 @@ def cancelled_while_lost(state: RunState, reason: str | None) -> RunState:
     closed: the history a cancel leaves, with nothing claimed about calls cut short."""
     messages = [_copy(message) for message in state.messages]
     _answer_pending(messages, WORKER_STOPPED_TEXT, known=state.round_results)
+    return _cancelled(state, messages, reason)
+
+
+def _cancelled(state: RunState, messages: list[Message], reason: str | None) -> RunState:
+    """A run cancelled while nobody ran it (paused or lost), its calls answered in
+    ``messages``: queued input written, the turn closed, nothing left pending."""
     add_user_blocks(messages, _queued(state))
     close_turn(messages, CANCELLED_TEXT)
     return replace(

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,42 +19,13 @@ import pytest
 
 from agent_sync.stores._event_log import EventLogStore
 from tests.celery import agents, stores
+from tests.deploy.test_deployments import Probe  # the test's end of wait_for_stop
 
 celery = pytest.importorskip("celery", reason="pip install -e '.[celery]'")
 celery_state: Any = pytest.importorskip("celery._state")
 
 ROOT = Path(__file__).resolve().parents[2]
 _READY = " ready."  # celery@<host> ready.
-
-
-class Probe:
-    """The test's end of :func:`tests.celery.agents.wait_for_stop`: a Unix socket each
-    call reports ``<marker> <pid>`` to."""
-
-    def __init__(self, path: Path) -> None:
-        assert len(str(path)) < 100, "a Unix socket path must be short"
-        self.path = str(path)
-        self._listener = socket.socket(socket.AF_UNIX)
-        self._listener.bind(self.path)
-        self._listener.listen(16)
-        self._started: dict[str, int] = {}
-
-    def started(self, marker: str, timeout: float = 20.0) -> int:
-        """Block until the call named ``marker`` has started; return its process id."""
-        deadline = time.monotonic() + timeout
-        while marker not in self._started:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"the tool of {marker} never started"
-            self._listener.settimeout(remaining)
-            conn, _ = self._listener.accept()
-            with conn:
-                conn.settimeout(remaining)
-                report = conn.makefile().readline().split()
-            self._started[report[0]] = int(report[1])
-        return self._started[marker]
-
-    def close(self) -> None:
-        self._listener.close()
 
 
 @dataclass

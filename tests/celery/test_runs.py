@@ -25,6 +25,7 @@ from agent_sync.stores._event_log import EventLogStore
 from agent_sync.web._records import is_terminal
 from tests.celery import agents
 from tests.celery.conftest import Worker
+from tests.fixtures.doubles import history_texts, tool_result_texts
 from tests.web._client import SSEConnection, frames_until, request_json, serve
 
 flask_module = pytest.importorskip("flask", reason="pip install -e '.[flask]'")
@@ -66,20 +67,6 @@ def _follow(store: EventLogStore, run_id: str, timeout: float = 30.0) -> list[di
     return records
 
 
-def _texts(messages: list[Any]) -> list[str]:
-    return [block["text"] for m in messages for block in m["content"] if "text" in block]
-
-
-def _tool_results(messages: list[Any]) -> list[str]:
-    return [
-        part["text"]
-        for m in messages
-        for block in m["content"]
-        if "toolResult" in block
-        for part in block["toolResult"]["content"]
-    ]
-
-
 def test_post_chat_hands_the_run_to_the_worker_and_streams_it(worker: Worker, web: int) -> None:
     cid = _cid()
     conn = SSEConnection(web, "/api/chat", {"conversation_id": cid, "message": "hello"})
@@ -97,7 +84,7 @@ def test_post_chat_hands_the_run_to_the_worker_and_streams_it(worker: Worker, we
     summary = worker.app.AsyncResult(run_id).get(timeout=30)
     assert summary == {"run_id": run_id, "status": "done", "stop_reason": "end_turn"}
     messages = worker.store.load(cid).messages
-    assert _texts(messages) == ["hello", answer] and validate_history(messages) == []
+    assert history_texts(messages) == ["hello", answer] and validate_history(messages) == []
 
 
 def test_stop_and_inject_from_the_web_reach_the_run_in_the_worker(worker: Worker, web: int) -> None:
@@ -122,8 +109,8 @@ def test_stop_and_inject_from_the_web_reach_the_run_in_the_worker(worker: Worker
     assert (summary["status"], summary["stop_reason"]) == ("cancelled", "cancelled")
     messages = worker.store.load(cid).messages
     assert validate_history(messages) == []
-    assert _tool_results(messages) == [agents.TOLD]  # the waiting tool was told
-    assert "and this too" in _texts(messages)  # injected input is never lost
+    assert tool_result_texts(messages) == [agents.TOLD]  # the waiting tool was told
+    assert "and this too" in history_texts(messages)  # injected input is never lost
     assert messages[-1] == {"role": "assistant", "content": [{"text": CANCELLED_TEXT}]}
 
 
@@ -155,14 +142,14 @@ def test_revoke_terminate_cancels_the_run_then_ends_the_pool_process(worker: Wor
     snapshot = worker.store.get(result.id)
     assert snapshot is not None and snapshot.status == "cancelled"
     messages = worker.store.load(cid).messages
-    assert validate_history(messages) == [] and _tool_results(messages) == [agents.TOLD]
+    assert validate_history(messages) == [] and tool_result_texts(messages) == [agents.TOLD]
     result.get(timeout=30, propagate=False)  # its worker's main process marks it (a race)
     assert result.state == "REVOKED"  # Celery's view: terminated, as without agent_sync
     # The conversation goes on, in the pool process Celery started in place of the
     # terminated one.
     after = run_task.delay(cid, "hello again").get(timeout=30)
     assert (after["status"], after["stop_reason"]) == ("done", "end_turn")
-    answer = _texts(worker.store.load(cid).messages)[-1]
+    answer = history_texts(worker.store.load(cid).messages)[-1]
     assert answer.startswith("finished in ") and answer != f"finished in {pool_process}"
 
 
@@ -187,7 +174,7 @@ def test_a_decision_resumes_the_worker_run_in_the_web_worker(worker: Worker, web
     assert done.data["stop_reason"] == "end_turn"
     assert done.data["text"] == f"finished in {os.getpid()}"  # resumed here, by the web
     messages = worker.store.load(cid).messages
-    assert _tool_results(messages) == ["wiped /data"] and validate_history(messages) == []
+    assert tool_result_texts(messages) == ["wiped /data"] and validate_history(messages) == []
 
 
 def test_a_run_revoked_before_it_started_ends_its_stream(worker: Worker, web: int) -> None:
@@ -222,7 +209,7 @@ def test_a_killed_pool_process_s_run_goes_on_in_its_successor(worker: Worker) ->
     assert snapshot is not None and snapshot.status == "done"
     messages = list(worker.store.load(cid).messages)
     assert validate_history(messages) == []
-    (cut,) = _tool_results(messages)  # the tool is not idempotent: not run again
+    (cut,) = tool_result_texts(messages)  # the tool is not idempotent: not run again
     assert "worker stopped" in cut and "effect unknown" in cut
-    answer = _texts(messages)[-1]
+    answer = history_texts(messages)[-1]
     assert answer.startswith("finished in ") and answer != f"finished in {killed}"

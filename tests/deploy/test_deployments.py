@@ -34,6 +34,7 @@ from agent_sync import Agent, ToolContext, tool
 from agent_sync.messages import CANCELLED_TEXT, validate_history
 from agent_sync.stores import MemoryRunStore, RunStore, SQLiteRunStore
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.doubles import history_texts, tool_result_texts
 from tests.fixtures.gunicorn import gunicorn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,20 +205,6 @@ def deployment(
         probe.close()
 
 
-def _texts(messages: list[Any]) -> list[str]:
-    return [block["text"] for m in messages for block in m["content"] if "text" in block]
-
-
-def _tool_results(messages: list[Any]) -> list[str]:
-    return [
-        part["text"]
-        for m in messages
-        for block in m["content"]
-        if "toolResult" in block
-        for part in block["toolResult"]["content"]
-    ]
-
-
 def test_every_worker_sees_the_same_history(deployment: Deployment) -> None:
     cid = f"chat-{uuid.uuid4().hex[:8]}"
     posted_by: list[int] = []
@@ -234,7 +221,7 @@ def test_every_worker_sees_the_same_history(deployment: Deployment) -> None:
             assert body["stop_reason"] == "end_turn" and "offline model" in body["text"]
             posted_by.append(body["pid"])
             seen = deployment.conversation(cid)  # whichever worker: every turn so far
-            assert _texts(seen["messages"])[::2] == [f"message {n}" for n in range(turn + 1)]
+            assert history_texts(seen["messages"])[::2] == [f"message {n}" for n in range(turn + 1)]
             read_by[seen["pid"]] = seen["messages"]
             if slow is not None:
                 assert deployment.cancel(slow)["cancelled"] is True
@@ -265,7 +252,7 @@ def test_cancel_answered_by_another_worker_stops_the_run(deployment: Deployment)
     after = deployment.conversation(cid)
     messages = after["messages"]
     assert after["run"] is None and validate_history(messages) == []
-    assert _tool_results(messages) == [TOLD]  # the waiting tool was told, not abandoned
+    assert tool_result_texts(messages) == [TOLD]  # the waiting tool was told, not abandoned
     assert messages[-1] == {"role": "assistant", "content": [{"text": CANCELLED_TEXT}]}
     assert deployment.cancel(cid)["cancelled"] is False  # nothing left to stop
 
@@ -285,7 +272,7 @@ def test_a_second_message_on_a_busy_conversation_gets_409(deployment: Deployment
     assert status == 200 and body["stop_reason"] == "cancelled"
     messages = deployment.conversation(cid)["messages"]
     assert validate_history(messages) == []
-    assert "first" in _texts(messages) and "second" not in _texts(messages)
+    assert "first" in history_texts(messages) and "second" not in history_texts(messages)
 
 
 def test_bad_requests_get_400_and_change_nothing(deployment: Deployment) -> None:
