@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from ..._run_state import RunState
+from ...errors import RunConflictError
 from ...messages import Message
 from ...stores import RunEventLog
 from ...stores._event_log import EventLogStore
@@ -112,3 +113,25 @@ class ContractBase:
         version = store.begin("c1", state, owner=OWNER, lease_s=30, expected_length=0)
         paused = replace(state, status="paused", next_step="tools", cycle=1)
         return paused, store.commit(paused, owner=OWNER, version=version)
+
+
+def racing_claims(store: RunStore, run_id: str, version: int, racers: int = 8) -> list[str]:
+    """``racers`` threads claim ``run_id`` at ``version`` at once (behind a barrier); the
+    owners whose claim won (one, by the rules)."""
+    barrier = threading.Barrier(racers)
+    wins: list[str] = []
+
+    def claim(owner: str) -> None:
+        barrier.wait(10)
+        try:
+            store.claim(run_id, owner=owner, lease_s=30, version=version)
+            wins.append(owner)
+        except RunConflictError:
+            pass
+
+    threads = [threading.Thread(target=claim, args=(f"o{n}",)) for n in range(racers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return wins

@@ -9,7 +9,6 @@ lease at the store's next look, and one begun with a negative lease ran out that
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +19,7 @@ from ...errors import ConcurrentInvocationError, RunConflictError, UsageError
 from ...messages import CANCELLED_TEXT, Message, ToolResult, validate_history
 from ...stores._protocol import RunStore
 from ...stores._rules import WORKER_STOPPED_TEXT
-from ._base import OTHER, OWNER, ContractBase, _answered, _asking, make_state
+from ._base import OTHER, OWNER, ContractBase, _answered, _asking, make_state, racing_claims
 
 __all__ = ["LostRunsContract"]
 
@@ -143,22 +142,7 @@ class LostRunsContract(ContractBase):
         self, store: RunStore
     ) -> None:
         state = _lost(store)
-        barrier = threading.Barrier(8)
-        wins: list[str] = []
-
-        def claim(owner: str) -> None:
-            barrier.wait(10)
-            try:
-                store.claim(state.run_id, owner=owner, lease_s=30, version=1)
-                wins.append(owner)
-            except RunConflictError:
-                pass
-
-        threads = [threading.Thread(target=claim, args=(f"o{n}",)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
+        wins = racing_claims(store, state.run_id, 1)
         assert len(wins) == 1
         record = store.load("c1")
         assert record.run is not None and record.run.owner == wins[0]

@@ -3,7 +3,6 @@ claim and cancel of a paused run, leases, and pruning finished runs."""
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import replace
 
@@ -13,7 +12,17 @@ from ...errors import ConcurrentInvocationError, PendingApprovalError, RunConfli
 from ...messages import ContentBlock
 from ...stores._protocol import RunStore
 from ...stores._rules import WORKER_STOPPED_TEXT
-from ._base import LEASE_S, OTHER, OWNER, ContractBase, _answered, _asking, _wait_past, make_state
+from ._base import (
+    LEASE_S,
+    OTHER,
+    OWNER,
+    ContractBase,
+    _answered,
+    _asking,
+    _wait_past,
+    make_state,
+    racing_claims,
+)
 
 __all__ = ["RunsContract"]
 
@@ -142,22 +151,7 @@ class RunsContract(ContractBase):
 
     def test_claims_racing_from_threads_have_one_winner(self, store: RunStore) -> None:
         paused, version = self._paused(store)
-        barrier = threading.Barrier(8)
-        wins: list[str] = []
-
-        def claim(owner: str) -> None:
-            barrier.wait(10)
-            try:
-                store.claim(paused.run_id, owner=owner, lease_s=30, version=version)
-                wins.append(owner)
-            except RunConflictError:
-                pass
-
-        threads = [threading.Thread(target=claim, args=(f"o{n}",)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
+        wins = racing_claims(store, paused.run_id, version)
         assert len(wins) == 1
 
     def test_cancelling_a_paused_run_closes_it_at_once(self, store: RunStore) -> None:
