@@ -22,10 +22,11 @@ import itertools
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
 from .stores._event_log import RunEventLog
@@ -47,11 +48,16 @@ POLL_S: Final = 0.5
 """How often a recovering process asks its store for lost runs (one cheap, indexed query:
 a lost run is taken over within about this long after its lease ran out)."""
 
+RETRY_S: Final = 5.0
+"""How long a recovering process waits before it tries again a lost run it failed to take
+over (its ``make_agent`` raised, the store was down): each failure is logged once per try."""
+
 _BATCH: Final = 16
 """At most this many lost runs are taken per poll (the rest at the next)."""
 
 _DEFAULT_REPLAY_TTL_S: Final = 3600.0  # the chat routes' default
 _thread_ids = itertools.count(1)
+_Outcome = Literal["taken", "other", "failed"]
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,7 @@ def recover(store: RunStore, make_agent: MakeAgent, *, limit: int | None = None)
     return [
         lost.state.run_id
         for lost in store.lost_runs(limit=limit)
-        if _take_over(store, recoverer, lost)
+        if _take_over(store, recoverer, lost) == "taken"
     ]
 
 
@@ -131,16 +137,18 @@ class _Poll:
         self.recoverer = recoverer
         self._alive = alive  # the registration lasts while it answers an object
         self._taking: set[str] = set()
+        self._failed: dict[str, float] = {}  # run id -> when to try it again
         self._lock = threading.Lock()
 
     def __call__(self) -> None:
         if self._alive is not None and self._alive() is None:
             stop_recovering(self.store)  # whoever registered is gone (an app, in tests)
             return
+        now = time.monotonic()
         for lost in self.store.lost_runs(limit=_BATCH):
             run_id = lost.state.run_id
             with self._lock:
-                if run_id in self._taking:
+                if run_id in self._taking or self._failed.get(run_id, 0.0) > now:
                     continue
                 self._taking.add(run_id)
             thread = threading.Thread(
@@ -157,21 +165,28 @@ class _Poll:
                 raise
 
     def _take(self, lost: StoredRun) -> None:
+        run_id = lost.state.run_id
+        outcome = "failed"
         try:
-            _take_over(self.store, self.recoverer, lost)
+            outcome = _take_over(self.store, self.recoverer, lost)
         finally:
             with self._lock:
-                self._taking.discard(lost.state.run_id)
+                self._taking.discard(run_id)
+                if outcome == "failed":  # said once per RETRY_S, not at every poll
+                    self._failed[run_id] = time.monotonic() + RETRY_S
+                else:
+                    self._failed.pop(run_id, None)
 
 
-def _take_over(store: RunStore, recoverer: _Recoverer, lost: StoredRun) -> bool:
-    """Claim ``lost`` and start it going on; ``False`` if another recoverer has it (or
-    this worker has no live-run slot free: another worker, or the next poll, takes it)."""
+def _take_over(store: RunStore, recoverer: _Recoverer, lost: StoredRun) -> _Outcome:
+    """Claim ``lost`` and start it going on: ``"taken"``; ``"other"`` if another recoverer
+    has it, or this worker has no live-run slot free (another worker, or the next poll,
+    takes it); ``"failed"`` if building its agent or taking it failed (logged)."""
     run_id = lost.state.run_id
     slots = recoverer.slots
     slot = slots.take() if slots is not None else None
     if slots is not None and slot is None:
-        return False
+        return "other"
     try:
         agent = recoverer.make_agent(lost.conversation_id)
         if getattr(agent, "_store", None) is not store:
@@ -185,12 +200,12 @@ def _take_over(store: RunStore, recoverer: _Recoverer, lost: StoredRun) -> bool:
         if slot is not None:
             slot.give()
         logger.debug("run_id=<%s> | taken over by another recoverer", run_id)
-        return False
+        return "other"
     except Exception:
         if slot is not None:
             slot.give()
         logger.exception("run_id=<%s> | the lost run could not be taken over", run_id)
-        return False
+        return "failed"
     logger.info("run_id=<%s> | lost run taken over: it goes on here", run_id)
     if logged:
         from .web._recovered import publish_recovered  # the web layer, above this one
@@ -205,11 +220,11 @@ def _take_over(store: RunStore, recoverer: _Recoverer, lost: StoredRun) -> bool:
             )
         except Exception:  # the stream was closed: the run ended cancelled, stored
             logger.exception("run_id=<%s> | the recovered run's log could not go on", run_id)
-            return True
+            return "taken"
         _keep_alive(publisher.thread.join, run_id)
     else:
         _keep_alive(lambda: _drain(stream, run_id, slot), run_id)
-    return True
+    return "taken"
 
 
 def _drain(stream: Any, run_id: str, slot: RunSlots | None) -> None:

@@ -16,7 +16,7 @@ import pytest
 from agent_sync import Agent, RunState, UsageError, tool, validate_history
 from agent_sync._recovery import keep_recovering, stop_recovering
 from agent_sync.messages import Message
-from agent_sync.stores import RunStore
+from agent_sync.stores import MemoryRunStore, RunStore
 from agent_sync.stores._rules import WORKER_STOPPED_TEXT
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.run_store_contract import _wait_past
@@ -294,3 +294,29 @@ def test_a_web_worker_that_served_no_resumable_run_takes_lost_runs_over(
     join_recovered(run_id)
     assert snapshot is not None and snapshot.status == "done"
     assert "taken over" in str(store.load("c1").messages[-1])
+
+
+def test_a_lost_run_that_cannot_be_taken_over_is_tried_again_later_not_at_every_poll(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A make_agent that raises (or a store that is down) is said once per RETRY_S, not
+    twice a second for as long as the run stays lost."""
+    from agent_sync._recovery import _Poll, _Recoverer
+
+    store = MemoryRunStore()
+    _lost(store, [_user("hi")], next_step="model", cycle=0)
+    built: list[str] = []
+
+    def broken(conversation_id: str) -> Agent:
+        built.append(conversation_id)
+        raise RuntimeError("no model configured")
+
+    poll = _Poll(store, _Recoverer(broken))
+    for _ in range(3):  # three polls in a row, each one's take awaited
+        poll()
+        for thread in threading.enumerate():
+            if thread.name.startswith("agent-sync-recover-"):
+                thread.join(10)
+    assert built == ["c1"]
+    assert caplog.text.count("could not be taken over") == 1
+    assert store.lost_runs()  # still lost: another worker, or a later try, may take it
