@@ -55,7 +55,6 @@ over (its ``make_agent`` raised, the store was down): each failure is logged onc
 _BATCH: Final = 16
 """At most this many lost runs are taken per poll (the rest at the next)."""
 
-_DEFAULT_REPLAY_TTL_S: Final = 3600.0  # the chat routes' default
 _thread_ids = itertools.count(1)
 _Outcome = Literal["taken", "other", "failed"]
 
@@ -66,7 +65,8 @@ class _Recoverer:
 
     make_agent: MakeAgent
     timeout: float | None = None  # each resumed run's timeout (the routes')
-    replay_ttl: float = _DEFAULT_REPLAY_TTL_S  # how long its complete event log is kept
+    replay_ttl: float | None = None  # how long its complete event log is kept (None: the
+    # routes' default, web._publish.REPLAY_TTL_S)
     slots: RunSlots | None = None  # the worker's live-run slots (the routes')
 
 
@@ -94,7 +94,7 @@ def keep_recovering(
     make_agent: MakeAgent,
     *,
     timeout: float | None = None,
-    replay_ttl: float = _DEFAULT_REPLAY_TTL_S,
+    replay_ttl: float | None = None,
     slots: RunSlots | None = None,
     while_alive: object = None,
 ) -> None:
@@ -145,6 +145,9 @@ class _Poll:
             stop_recovering(self.store)  # whoever registered is gone (an app, in tests)
             return
         now = time.monotonic()
+        if self._failed:  # forget the tries that are due (the run may be someone else's now)
+            with self._lock:
+                self._failed = {i: at for i, at in self._failed.items() if at > now}
         for lost in self.store.lost_runs(limit=_BATCH):
             run_id = lost.state.run_id
             with self._lock:

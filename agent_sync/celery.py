@@ -71,7 +71,7 @@ from .run._settings import UNSET
 from .stores import RunEventLog, RunStore
 from .stores._event_log import EventLogStore
 from .web._http import valid_id
-from .web._publish import Publisher
+from .web._publish import REPLAY_TTL_S, Publisher
 from .web._records import closing_record, error_record, run_record
 
 if TYPE_CHECKING:
@@ -87,8 +87,6 @@ TERMINATED_REASON: Final = "task terminated"
 """The ``cancel_reason`` of a run whose task was terminated (``revoke(terminate=True)``, or
 the pool process stopped while it ran)."""
 
-_REPLAY_TTL_S: Final = 3600.0
-"""Seconds a finished run's log is kept for reconnects (the chat routes' default)."""
 _END_GRACE_S: Final = 30.0
 """How long a task that is interrupted (terminated) waits for its cancelled run to end."""
 _INTERRUPTED: Final = "task interrupted"
@@ -234,7 +232,7 @@ def _run(
         call = agent._call(timeout, UNSET, token, UNSET, None, UNSET)
         stream = agent._open(prompt, call, emit_deltas=True, face=AgentStream, run_id=run_id)
         publisher = Publisher(
-            store, stream, run_id=run_id, first=first, after=after, replay_ttl=_REPLAY_TTL_S
+            store, stream, run_id=run_id, first=first, after=after, replay_ttl=REPLAY_TTL_S
         )
         ended = _end_of(publisher)
         ended.wait()  # the run is over or paused, its records appended
@@ -343,7 +341,7 @@ def _append_end(
     """End a log that nobody else writes (a compare-and-set: never after a record it has
     not seen); a failure is logged."""
     try:
-        store.append_events(run_id, [*first, record], after=after, keep_s=_REPLAY_TTL_S)
+        store.append_events(run_id, [*first, record], after=after, keep_s=REPLAY_TTL_S)
     except Exception:
         logger.warning("run_id=<%s> | the run's log could not be closed", run_id, exc_info=True)
 

@@ -43,9 +43,13 @@ from ._records import (
 )
 from ._sse import DISCONNECT_REASON, RunStream
 
-__all__ = ["Publisher", "RunSlots"]
+__all__ = ["REPLAY_TTL_S", "Publisher", "RunSlots"]
 
 logger = logging.getLogger(__name__)
+
+REPLAY_TTL_S: Final = 3600.0
+"""How long a finished run's event log is kept for reconnects, by default (the chat
+routes' ``replay_ttl``, a Celery task's run, a recovered run)."""
 
 _thread_ids = itertools.count(1)
 _JOIN_TIMEOUT_S: Final = 10.0

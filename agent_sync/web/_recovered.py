@@ -20,7 +20,7 @@ from ..events import ToolEnd
 from ..messages import ToolUse
 from ..run._handle import AgentStream
 from ..stores._event_log import EventLogStore, RunEvent
-from ._publish import Publisher, RunSlots
+from ._publish import REPLAY_TTL_S, Publisher, RunSlots
 from ._records import records_of, resumed_record
 
 __all__ = ["publish_recovered"]
@@ -31,10 +31,11 @@ def publish_recovered(
     stream: AgentStream,
     logged: Sequence[RunEvent],
     *,
-    replay_ttl: float,
+    replay_ttl: float | None,
     slot: RunSlots | None,
 ) -> Publisher:
-    """Publish ``stream`` (a recovered run, started) after ``logged``, its log so far."""
+    """Publish ``stream`` (a recovered run, started) after ``logged``, its log so far
+    (``replay_ttl``: how long its complete log is kept; ``None``: the routes' default)."""
     state = stream.state
     started: dict[str, str] = {}
     ended: set[str] = set()
@@ -71,7 +72,7 @@ def publish_recovered(
         first=first,
         after=logged[-1].seq if logged else 0,
         cycle=state.cycle,
-        replay_ttl=replay_ttl,
+        replay_ttl=REPLAY_TTL_S if replay_ttl is None else replay_ttl,
         slot=slot,
         open_calls={i: name for i, name in started.items() if i not in ended},
     )

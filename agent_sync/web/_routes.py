@@ -44,7 +44,7 @@ from ._http import (
     required_str,
     valid_id,
 )
-from ._publish import Publisher
+from ._publish import REPLAY_TTL_S, Publisher
 from ._records import is_terminal, parse_event_id
 from ._run_control import RunControl
 from ._sse import SSE_HEADERS
@@ -89,7 +89,7 @@ class ChatRoutes:
         on_disconnect: OnDisconnect = "continue",
         timeout: float | None = None,
         keepalive: float | None = 15.0,
-        replay_ttl: float = 3600.0,
+        replay_ttl: float = REPLAY_TTL_S,
         authorize: Authorize | None = None,
         max_live_runs: int = MAX_LIVE_RUNS,
         write_timeout: float | None = WRITE_TIMEOUT_S,

@@ -20,6 +20,7 @@ from ..errors import ConcurrentInvocationError
 from ..stores import RunStore
 from ._disconnect import socket_from_environ
 from ._http import WebRequest, WebResponse, content_type_of, read_limited
+from ._publish import REPLAY_TTL_S
 from ._routes import (
     MAX_LIVE_RUNS,
     WRITE_TIMEOUT_S,
@@ -92,7 +93,7 @@ def chat_blueprint(
     on_disconnect: OnDisconnect = "continue",
     timeout: float | None = None,
     keepalive: float | None = 15.0,
-    replay_ttl: float = 3600.0,
+    replay_ttl: float = REPLAY_TTL_S,
     authorize: Authorize | None = None,
     max_live_runs: int = MAX_LIVE_RUNS,
     write_timeout: float | None = WRITE_TIMEOUT_S,
