@@ -22,7 +22,7 @@ from agent_sync.stores import RunStore
 from ._client import serve
 from .conftest import EXAMPLES
 
-__all__ = ["FRAMEWORKS", "raw_request", "serve_routes"]
+__all__ = ["FRAMEWORKS", "raw_request", "serve_routes", "setup_django"]
 
 FRAMEWORKS = ("flask", "django")
 """Every framework the chat routes are served by."""
@@ -50,12 +50,29 @@ def serve_routes(
         yield server.server_port
 
 
-def _django_app(make_agent: Callable[[str], Agent], *, store: RunStore, **options: Any) -> Any:
-    sys.path.insert(0, str(EXAMPLES / "django_chat"))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chat_site.settings")
-    import django
+def setup_django() -> None:
+    """Set Django up once in this process, as the example's WSGI module does. Its settings
+    module is named through the environment only while that module loads: a process a
+    later test starts (a Celery worker, gunicorn) must not inherit a Django site it does
+    not have."""
+    from django.conf import settings
 
-    django.setup()
+    if settings.configured:
+        return
+    sys.path.insert(0, str(EXAMPLES / "django_chat"))
+    before = os.environ.get("DJANGO_SETTINGS_MODULE")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "chat_site.settings"
+    try:
+        import chat_site.wsgi  # noqa: F401 - django.setup(), as a server would load it
+    finally:
+        if before is None:
+            del os.environ["DJANGO_SETTINGS_MODULE"]
+        else:
+            os.environ["DJANGO_SETTINGS_MODULE"] = before
+
+
+def _django_app(make_agent: Callable[[str], Agent], *, store: RunStore, **options: Any) -> Any:
+    setup_django()
     from django.core.handlers.wsgi import WSGIHandler
     from django.urls import include, path
 

@@ -6,8 +6,6 @@ this one answers HTTP/1.0 without chunking and closes the body when a write fail
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,8 +16,9 @@ import pytest
 from agent_sync.messages import validate_history
 from agent_sync.testing import ScriptedModel
 
+from ._chat_sites import setup_django
 from ._client import Frame, SSEConnection, request_json, serve, serve_wsgiref
-from .conftest import EXAMPLES, CloseRecorder
+from .conftest import CloseRecorder
 
 pytestmark = pytest.mark.usefixtures("no_sse_threads_left")
 
@@ -30,11 +29,7 @@ STALLING = {"text": "abcdefghij" * 30, "chunk_size": 2, "stall_after": 3}
 
 @pytest.fixture(scope="module")
 def django_views() -> Any:
-    sys.path.insert(0, str(EXAMPLES / "django_chat"))
-    os.environ["DJANGO_SETTINGS_MODULE"] = "chat_site.settings"
-    import django
-
-    django.setup()
+    setup_django()
     from chat import views
 
     return views
