@@ -6,31 +6,31 @@ nothing is ever deleted from it, so its length is its last number). One script a
 (``append`` in :mod:`._redis_scripts`): it checks the complete mark and the length
 (compare-and-set), ``XADD`` s the batch and sets the expiry: ``finished_ttl_s`` from the last
 append while the log is open, and ``keep_s`` for it and its complete mark once complete.
-``read_events`` reads with ``XRANGE`` and waits with ``XREAD BLOCK`` (at most
-:data:`_BLOCK_S` per call, well within the client's socket timeout), so an append from any
-process wakes it at once. A wait with nothing to read may end up to 0.1 s past its timeout
-(Redis ends a block on its next timer tick); a client whose socket timeout is under about
-0.25 s cannot block, and polls.
+``read_events`` reads with ``XRANGE``; a wait is one of the store object's waiting readers,
+for which one thread per process sends one ``XREAD BLOCK`` (:mod:`._redis_waits`), so an
+append from any process wakes it at once. A wait with nothing to read may end up to 0.1 s
+past its timeout (Redis ends a block on its next timer tick); through a client whose socket
+timeout is under about 0.25 s, which cannot block, each wait polls.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._signal_safe import Event
 from ._event_log import RunEvent
 from ._redis_client import RedisScripts, text, translated
-from ._rules import decode_event, encode_events, events_complete, events_moved_on, storable_id
+from ._redis_waits import READER_BLOCK_S, StreamWaits, stream_events
+from ._rules import encode_events, events_complete, events_moved_on, storable_id
 
 if TYPE_CHECKING:
     import redis
 
 __all__ = ["RedisEventLog"]
 
-_BLOCK_S = 1.0  # read_events: the longest XREAD BLOCK (then it blocks again, to its timeout)
 _TICK_S = 0.1  # how late Redis may end a BLOCK: it checks timeouts every 1 / hz (10) seconds
 _EVENT_POLL_S = 0.02  # read_events through a client whose socket timeout is too short to block
 _KEEP_FOR_EVER_S = 1e12  # a keep_s this long (31,000 years) sets no expiry (PEXPIRE overflows)
@@ -48,6 +48,18 @@ class RedisEventLog:
         self._scripts = scripts
         self._events_prefix = prefix
         self._events_ttl_s = ttl_s  # an open log's expiry after its last append (0: none)
+        block_s = self._block_s()
+        self._waits = (
+            None
+            if block_s is None
+            else StreamWaits(
+                client,
+                events_prefix=f"{prefix}events:",
+                wake_prefix=f"{prefix}wake:",
+                block_s=block_s,
+                read_log=self._events_after,
+            )
+        )
 
     def append_events(
         self,
@@ -73,43 +85,55 @@ class RedisEventLog:
         deadline = time.monotonic() + max(0.0, timeout)
         if not storable_id(run_id):
             return []
-        key = f"{self._events_prefix}events:{run_id}"
-        start = max(0, after)
-        client: Any = self._client  # redis-py's stream commands are loosely typed
-        block_s = self._block_s()
-        pause = threading.Event()
-        with translated():
-            # A wait goes straight to XREAD BLOCK, which answers at once when there is
-            # something to read: one command per wait, not an XRANGE first.
-            if timeout > 0 and block_s is not None:
-                block_ms = max(1, int(min(timeout, block_s) * 1000))
-                events = _events(_read_entries(client.xread({key: f"{start}-0"}, block=block_ms)))
-            else:
-                events = _events(client.xrange(key, min=f"{start + 1}-0", max="+"))
-            while not events:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                if block_s is None:  # a socket timeout too short to block: poll
-                    pause.wait(min(_EVENT_POLL_S, remaining))
-                    events = _events(client.xrange(key, min=f"{start + 1}-0", max="+"))
-                    continue
-                block_ms = max(1, int(min(remaining, block_s) * 1000))
-                reply = client.xread({key: f"{start}-0"}, block=block_ms)
-                events = _events(_read_entries(reply))
+        after = max(0, after)
+        waits = self._waits if timeout > 0 else None
+        # A wait reads nothing first: the reader thread's XREAD (in flight, or sent for it)
+        # answers at once when the log has moved on.
+        events = self._events_after(run_id, after) if waits is None else []
+        while not events:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if waits is None:  # a socket timeout too short to block: poll
+                Event().wait(min(_EVENT_POLL_S, remaining))
+                events = self._events_after(run_id, after)
+                continue
+            waited = waits.wait(run_id, after, remaining, Event())
+            events = self._events_after(run_id, after) if waited is None else waited
         return events
 
+    def _read_events_woken(
+        self, run_id: str, *, after: int, timeout: float, wake: Event
+    ) -> list[RunEvent]:
+        """``read_events`` whose wait also ends when someone else sets ``wake`` (a web
+        follower whose client left): one wait, then what the log has, maybe nothing.
+        ``wake`` is the caller's, new for each call (the store sets it on an append too)."""
+        if not storable_id(run_id):
+            return []
+        after = max(0, after)
+        if timeout <= 0 or self._waits is None:
+            return self.read_events(run_id, after=after, timeout=min(timeout, _EVENT_POLL_S))
+        waited = self._waits.wait(run_id, after, timeout, wake)
+        return self._events_after(run_id, after) if waited is None else waited
+
+    def _events_after(self, run_id: str, after: int) -> list[RunEvent]:
+        """One read of the log past ``after`` (``XRANGE``)."""
+        key = f"{self._events_prefix}events:{run_id}"
+        client: Any = self._client  # redis-py's stream commands are loosely typed
+        with translated():
+            return stream_events(client.xrange(key, min=f"{after + 1}-0", max="+"))
+
     def _block_s(self) -> float | None:
-        """The longest ``XREAD BLOCK``: :data:`_BLOCK_S`, or less if the client's socket
-        timeout is short (a reply later than it reads as a dead server); ``None`` if it is
-        too short to block at all. Redis ends a block on its next timer tick, up to
-        :data:`_TICK_S` late, so that is kept in hand."""
+        """The longest ``XREAD BLOCK``: :data:`._redis_waits.READER_BLOCK_S`, or less if
+        the client's socket timeout is short (a reply later than it reads as a dead server);
+        ``None`` if it is too short to block at all. Redis ends a block on its next timer
+        tick, up to :data:`_TICK_S` late, so that is kept in hand."""
         pool = getattr(self._client, "connection_pool", None)
         options = getattr(pool, "connection_kwargs", None)
         socket_timeout = options.get("socket_timeout") if isinstance(options, dict) else None
         if not isinstance(socket_timeout, (int, float)) or socket_timeout <= 0:
-            return _BLOCK_S
-        block_s = min(_BLOCK_S, socket_timeout / 2 - _TICK_S)
+            return READER_BLOCK_S
+        block_s = min(READER_BLOCK_S, socket_timeout / 2 - _TICK_S)
         return block_s if block_s >= 0.01 else None
 
 
@@ -118,22 +142,3 @@ def _keep_ms(keep_s: float) -> int:
     if keep_s >= _KEEP_FOR_EVER_S:
         return -1
     return math.ceil(keep_s * 1000)
-
-
-def _read_entries(reply: Any) -> Any:
-    """The entries of a one-stream ``XREAD`` reply: ``[[key, entries]]`` (RESP2) or
-    ``{key: [entries]}`` (RESP3); nothing if it timed out."""
-    if not reply:
-        return []
-    if isinstance(reply, dict):
-        return next(iter(reply.values()))[0]
-    return reply[0][1]
-
-
-def _events(entries: Any) -> list[RunEvent]:
-    """Stream entries (``[(id, {"d": json}), ...]``) as events, whatever the decoding."""
-    events = []
-    for entry_id, fields in entries:
-        data = fields.get("d", fields.get(b"d"))
-        events.append(RunEvent(seq=int(text(entry_id).partition("-")[0]), data=decode_event(data)))
-    return events

@@ -123,19 +123,32 @@ def test_a_client_that_leaves_a_run_published_here_is_noticed_at_once() -> None:
         log.end()
 
 
-def test_on_sqlite_the_follower_s_own_wait_is_cut_short(tmp_path: Any) -> None:
-    """SQLite's wait can be ended: the follower's thread notices and calls on_gone itself,
-    after one wait on its log (not a wait woken every so often to look)."""
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_store_wait_that_can_be_cut_short_is_the_follower_s_only_wait(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    """SQLite's and Redis's waits can be ended: the follower's thread notices and calls
+    on_gone itself, after one wait on its log (not a wait woken every so often to look)."""
     reads: list[float] = []
     reading = threading.Event()
 
-    class Counting(SQLiteRunStore):
-        def _read_events_woken(self, run_id: str, **options: Any) -> Any:
+    def counting(base: type[Any]) -> type[Any]:
+        def _read_events_woken(self: Any, run_id: str, **options: Any) -> Any:
             reads.append(options["timeout"])
             reading.set()
-            return super()._read_events_woken(run_id, **options)
+            return base._read_events_woken(self, run_id, **options)
 
-    store = Counting(str(tmp_path / "store.db"))
+        return type(f"Counting{base.__name__}", (base,), {"_read_events_woken": _read_events_woken})
+
+    if kind == "sqlite":
+        store = counting(SQLiteRunStore)(str(tmp_path / "store.db"))
+    else:
+        import redis
+
+        from agent_sync.stores import RedisRunStore
+
+        server = request.getfixturevalue("redis_server")
+        store = counting(RedisRunStore)(redis.Redis(port=server.port), prefix="cut:")
     followed = follow(store, new_log(store))
     assert reading.wait(WAIT)  # it waits on its log (for SILENT s, unless cut short)
     followed.peer.close()
