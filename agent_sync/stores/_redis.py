@@ -18,6 +18,8 @@ Design:
       {prefix}signals                 pub/sub channel: "a signal is queued for run X"
       {prefix}events:{run_id}         stream: the run's event log, entry ids "<number>-0"
       {prefix}events-complete:{run_id}  string: set once the run's event log is complete
+      {prefix}wake:{id}               stream: ends the blocked read of one store object's
+                                      waiting readers (:mod:`._redis_waits`); expires
 
   Each kind of key has its own word before the id, and no word is another's prefix up to
   its ``:``, so no id (``"<run id>:signals"``, say) names a key of another kind or run.

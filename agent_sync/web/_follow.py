@@ -17,8 +17,8 @@ Disconnects: a WSGI server learns the client left when a write fails, and then c
 client watcher (:mod:`._client_watch`) wait on it, so a client that leaves while the run is
 silent is noticed at once without the follower waking for it: the watcher's thread wakes the
 follower's wait on its log (this process's publisher, or a store that can cut it short:
-SQLite), else (a store whose wait cannot be cut short: Redis, memory) calls ``on_gone`` in
-a thread of its own and the follower ends within :data:`UNWOKEN_WAIT_S`. ``on_gone`` (the
+SQLite, Redis), else (a store whose wait cannot be cut short: the memory store) calls
+``on_gone`` in a thread of its own and the follower ends within :data:`UNWOKEN_WAIT_S`. ``on_gone`` (the
 route's ``on_disconnect="cancel"``) is called once, when the client leaves before the end.
 
 Slow readers: the run's stored log is the buffer, not this process. A follower holds at
@@ -56,8 +56,8 @@ logger = logging.getLogger(__name__)
 
 UNWOKEN_WAIT_S: Final = 1.0
 """Longest wait of a follower whose client is watched, on a store whose wait cannot be cut
-short when the client leaves (Redis: its reads block for at most this long anyway, so this
-costs no command more)."""
+short when the client leaves (the memory store, for a run no publisher of this process
+holds)."""
 
 WRITE_BYTES: Final = 64 * 1024
 """About the most one chunk of a stream holds (a record is never split): a client that
