@@ -18,8 +18,9 @@ client watcher (:mod:`._client_watch`) wait on it, so a client that leaves while
 silent is noticed at once without the follower waking for it: the watcher's thread wakes the
 follower's wait on its log (this process's publisher, or a store that can cut it short:
 SQLite, Redis), else (a store whose wait cannot be cut short: the memory store) calls
-``on_gone`` in a thread of its own and the follower ends within :data:`UNWOKEN_WAIT_S`. ``on_gone`` (the
-route's ``on_disconnect="cancel"``) is called once, when the client leaves before the end.
+``on_gone`` in a thread of its own and the follower ends within :data:`UNWOKEN_WAIT_S`.
+``on_gone`` (the route's ``on_disconnect="cancel"``) is called once, when the client leaves
+before the end.
 
 Slow readers: the run's stored log is the buffer, not this process. A follower holds at
 most one chunk of about :data:`WRITE_BYTES` that the server is writing, and with
