@@ -57,6 +57,10 @@ class Call(NamedTuple):
     token: CancelToken | None
 
 
+def _the_driver(driver: RunDriver) -> RunDriver:
+    return driver
+
+
 def run_to_end(driver: RunDriver) -> AgentResult:
     """Drive a blocking run (``invoke``, ``resume``) to its result; free the agent whatever
     happens, a Ctrl-C included."""
@@ -152,13 +156,14 @@ class AgentRuns:
         parent: CancelScope,
         *,
         decisions: Mapping[str, Decision] | None = None,
-    ) -> AgentStream:
-        """Stream a sub-agent's run (or its resume with ``decisions``) as a child of
-        ``parent``."""
+    ) -> RunDriver:
+        """Start a sub-agent's run (or its resume with ``decisions``) as a child of
+        ``parent``, for the caller to drive with :meth:`RunDriver.events` (the caller's
+        ``finally`` releases it: :func:`~agent_sync.run._driver.release_surely`)."""
         resume = self._checked_resume(decisions) if decisions is not None else None
         call = self._call(None, UNSET, None, UNSET, None, UNSET)
         return self._open(
-            prompt, call, emit_deltas=True, face=AgentStream, resume=resume, parent=parent
+            prompt, call, emit_deltas=True, face=_the_driver, resume=resume, parent=parent
         )
 
     def _cancel_paused(self) -> bool:

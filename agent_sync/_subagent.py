@@ -38,6 +38,7 @@ from .cancel import CancelledError
 from .errors import ToolError, UsageError
 from .events import AgentEvent, Done, SubAgentEvent
 from .run import _subruns as subruns
+from .run._driver import release_surely
 from .tools._batch import SubRunPaused
 from .tools.context import ToolContext
 from .tools.decorator import Tool
@@ -141,23 +142,24 @@ class _SubAgent:
         if context._resume is not None:  # the child paused for approval: go on with it
             info, decisions = context._resume
             child = self._paused_child(info, context)
-            stream = child._open_child(None, parent, decisions=decisions)
+            driver = child._open_child(None, parent, decisions=decisions)
         else:
             child = self._child(context)
-            stream = child._open_child(prompt, parent)
+            driver = child._open_child(prompt, parent)
         result: AgentResult | None = None
-        tool_use_id = context.tool_use["toolUseId"]
+        run_id, tool_use_id = driver.run_id, context.tool_use["toolUseId"]
         parent_run_id = parent.run_id or ""
-        with stream:
-            for event in stream:
+        events = driver.events()
+        try:
+            for event in events:
                 yield SubAgentEvent(
-                    run_id=stream.run_id,
-                    parent_run_id=parent_run_id,
-                    tool_use_id=tool_use_id,
-                    event=event,
+                    run_id=run_id, parent_run_id=parent_run_id, tool_use_id=tool_use_id, event=event
                 )
                 if type(event) is Done:
                     result = event.result
+        finally:
+            events.close()  # a no-op once it ended; else the child's run is closed (cancelled)
+            release_surely(driver)
         assert result is not None
         if result.stop_reason == "paused":  # the caller pauses with it
             stored = child._store is not None

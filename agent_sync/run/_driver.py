@@ -359,6 +359,21 @@ class RunDriver:
                 release_surely(self)
             raise
 
+    def events(self) -> Generator[AgentEvent, None, None]:
+        """The run's events, for a caller that drives the run in its own thread and is its
+        only reader (a sub-agent's call run by its caller's thread): the steps' generator
+        itself, with no per-event guard, so each event of a tree crosses a level in one
+        frame. Meanwhile ``close()`` from another thread cancels the run. The caller's
+        ``finally`` releases the run (:func:`release_surely`) whatever happened."""
+        with self._guard:
+            if self._releaser is not None or self._closing:
+                return
+            if self._iterating:
+                raise UsageError("this run is being iterated by another thread")
+            self._iterating = True
+        assert self._events is not None
+        yield from self._events
+
     def release(self) -> None:
         """End the run (once, by one thread) and free the agent; a second call finishes
         what a Ctrl-C cut short of the first (module docstring)."""
