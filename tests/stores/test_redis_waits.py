@@ -7,11 +7,13 @@ another process."""
 
 from __future__ import annotations
 
+import multiprocessing
 import queue
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,3 +164,28 @@ def test_a_server_that_goes_away_wakes_every_waiting_reader_with_the_error(
         server.kill()
     for reader in readers:
         assert isinstance(reader.get(timeout=WAIT), StoreUnavailableError)
+
+
+def _wait_in_forked_child(store: RedisRunStore, out: Any) -> None:
+    events = store.read_events("child-run", after=0, timeout=WAIT)
+    out.put([e.seq for e in events])
+
+
+def test_a_forked_child_waits_with_a_reader_of_its_own(own_server: RedisServer) -> None:
+    """As under gunicorn --preload or Celery's prefork pool: the child inherits a store
+    object whose reader thread is blocked in the parent. Both processes' waits are heard."""
+    store, other = _stores(own_server)
+    other.append_events("parent-run", [{"n": 1}], after=0)
+    parent = _read_in_thread(store, "parent-run", after=1)
+    assert _until(lambda: _blocked_reads(own_server) == 1)  # the parent's reader is blocked
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_wait_in_forked_child, args=(store, out))
+    child.start()
+    assert _until(lambda: _blocked_reads(own_server) == 2)  # the child's own reader
+    other.append_events("child-run", [{"n": 1}], after=0)
+    assert out.get(timeout=WAIT) == [1]
+    child.join(WAIT)
+    assert child.exitcode == 0
+    other.append_events("parent-run", [{"n": 2}], after=1)
+    assert [e.seq for e in parent.get(timeout=WAIT)] == [2]  # type: ignore[union-attr]
