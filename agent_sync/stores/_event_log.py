@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._protocol import RunStore
+
+if TYPE_CHECKING:
+    from .._signal_safe import Event
 
 __all__ = ["EventLogStore", "RunEvent", "RunEventLog"]
 
@@ -77,6 +80,19 @@ class RunEventLog(Protocol):
         When there are none, wait up to ``timeout`` seconds for an append (from any
         process) and return what it added. Empty for an unknown or dropped log.
         """
+        ...
+
+
+class WokenReads(Protocol):
+    """An event log whose wait can be cut short (SQLite's, Redis's): what a web follower
+    whose client socket is watched waits with (:mod:`agent_sync.web._follow`)."""
+
+    def _read_events_woken(
+        self, run_id: str, *, after: int, timeout: float, wake: Event
+    ) -> list[RunEvent]:
+        """``read_events`` whose wait also ends when someone else sets ``wake`` (a web
+        follower whose client left): one wait, then what the log has, maybe nothing.
+        ``wake`` is the caller's, new for each call (the log sets it on an append too)."""
         ...
 
 

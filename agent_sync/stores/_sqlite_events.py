@@ -122,9 +122,7 @@ class SQLiteEventLog:
     def _read_events_woken(
         self, run_id: str, *, after: int, timeout: float, wake: Event
     ) -> list[RunEvent]:
-        """``read_events`` whose wait also ends when someone else sets ``wake`` (a web
-        follower whose client left): one wait, then what the log has, maybe nothing.
-        ``wake`` is the caller's, new for each call (the log sets it on an append too)."""
+        """See :class:`._event_log.WokenReads`."""
         if not storable_id(run_id):
             return []
         token = id(wake)
