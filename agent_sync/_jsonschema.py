@@ -1,10 +1,16 @@
 """The one validator for JSON schemas: tool input and decision data, checked with ``jsonschema``.
 
 Every JSON schema agent_sync checks a value against (a tool's input schema, generated or
-given; a ``decision_schema``) goes through :func:`compile_schema` once, when the tool is
-built, and :func:`problems` for each value. Draft 2020-12, every keyword (``pattern``,
-``format``, ``minimum``, ``oneOf``, ``$ref``...): no keyword is ever silently ignored, so a
-schema is refused with :class:`~agent_sync.errors.UsageError` when it
+given; a ``decision_schema``; an ``output_type``'s) goes through :func:`compile_schema` once,
+when the tool is built, and :func:`problems` for each value. A schema is checked once per
+process: its validator is kept by its JSON text (checking a schema against the Draft 2020-12
+metaschema takes milliseconds, and the same schemas come back: a sub-agent tool's, an MCP
+server's tools at each connection, a decision schema at each resume), built from a copy of
+its own, so a caller that changes its dict afterwards changes nothing.
+
+Draft 2020-12, every keyword (``pattern``, ``format``, ``minimum``, ``oneOf``, ``$ref``...):
+no keyword is ever silently ignored, so a schema is refused with
+:class:`~agent_sync.errors.UsageError` when it
 
 * is not a valid Draft 2020-12 schema (``{"type": "strin"}``, ``{"pattern": "["}``),
 * is not plain JSON (it is stored with a paused run and sent to the model),
@@ -19,6 +25,7 @@ naming the field: ``"data.ticket: 'x' does not match '^T-[0-9]+$'"``.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,6 +62,9 @@ _FORMATS_NEEDING_EXTRAS = frozenset(
     }
 )
 _MAX_MESSAGE = 300
+_CHECKED_MAX = 1024  # validators kept (a process past it starts over: never unbounded)
+_checked: dict[str, Draft202012Validator] = {}  # schema JSON text -> its validator
+_checked_lock = threading.Lock()  # adding to _checked; only ever `with`
 _DRAFTS: Registry[Any] = _SPECIFICATIONS  # the drafts' metaschemas (an untyped module)
 
 
@@ -72,9 +82,12 @@ def compile_schema(schema: object, where: str) -> Schema:
     if not isinstance(schema, dict):
         raise UsageError(f"{where} must be a JSON schema (a dict), got {type(schema).__name__}")
     try:
-        json.dumps(schema, allow_nan=False)
+        text = json.dumps(schema, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise UsageError(f"{where} must be plain JSON: {exc}") from None
+    checked = _checked.get(text)
+    if checked is not None:
+        return checked
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
@@ -84,7 +97,12 @@ def compile_schema(schema: object, where: str) -> Schema:
         ) from None
     _check_formats_and_refs(schema, where)
     # An explicit (empty) registry: a $ref is resolved inside the schema, never fetched.
-    return Draft202012Validator(schema, format_checker=_FORMATS, registry=Registry())
+    validator = Draft202012Validator(json.loads(text), format_checker=_FORMATS, registry=Registry())
+    with _checked_lock:
+        if len(_checked) >= _CHECKED_MAX:
+            _checked.clear()
+        _checked[text] = validator
+    return validator
 
 
 def problems(schema: Schema, value: Any, path: str) -> list[str]:

@@ -96,10 +96,9 @@ class SchemaArguments:
     def __init__(
         self, fn: Callable[..., Any], schema: dict[str, Any], skip: set[str], where: str
     ) -> None:
-        compile_schema(schema, where)  # a valid schema first, then its shape
+        self._validator = compile_schema(schema, where)  # a valid schema, then its shape
         check_explicit_schema(fn, schema, skip, where)
         self.schema: dict[str, Any] = json.loads(json.dumps(schema))
-        self._validator = compile_schema(self.schema, where)
         self._accepts = _parameter_names(fn, skip)
 
     def parse(self, tool_input: Any) -> tuple[dict[str, Any] | None, list[str]]:

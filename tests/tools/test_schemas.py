@@ -4,6 +4,7 @@ go back to the model as an error result naming the field, and the function never
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -83,6 +84,24 @@ def test_the_schema_is_the_tools_own_copy() -> None:
     made = tool(input_schema=schema)(find)
     schema["properties"]["q"]["type"] = "integer"
     assert made.validate_input({"q": "x"}) == []
+
+
+def test_a_schema_is_checked_once_per_process_and_kept_apart_from_its_dict() -> None:
+    """Checking a schema against the metaschema takes milliseconds and the same schemas
+    come back (a sub-agent tool per request, an MCP server's tools per connection): one
+    validator per schema text, built from its own copy, and never a refusal kept."""
+    from agent_sync._jsonschema import compile_schema, problems
+
+    schema: dict[str, Any] = {"type": "object", "properties": {"q": {"type": "string"}}}
+    first = compile_schema(schema, "tool a: input_schema")
+    assert compile_schema(json.loads(json.dumps(schema)), "tool b: input_schema") is first
+    schema["properties"]["q"]["type"] = "integer"  # the caller changes its dict afterwards
+    assert problems(first, {"q": "x"}, "input") == []
+    assert problems(compile_schema(schema, "tool c: input_schema"), {"q": "x"}, "input") != []
+    bad = {"type": "strin"}
+    for where in ("tool d: input_schema", "tool e: input_schema"):
+        with pytest.raises(UsageError, match=f"^{where} is not a valid JSON schema"):
+            compile_schema(bad, where)
 
 
 def _two(a: str, b: int = 0) -> str:
