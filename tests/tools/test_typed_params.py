@@ -347,3 +347,25 @@ def test_an_annotation_nothing_resolves_is_named() -> None:
 
     with pytest.raises(UsageError, match="cannot resolve the type hint of parameter trip"):
         tool(lost)
+
+
+def test_a_signature_made_again_shares_its_validator_and_each_tool_keeps_its_schema() -> None:
+    """A tool defined in a function (for each request) is built again and again: pydantic's
+    adapter is made once per signature, while each tool's schema stays its own, with its
+    own docstring and defaults."""
+
+    def make(default: int, doc: str) -> Any:
+        def pick(context: ToolContext, cabin: Cabin, seats: int = default) -> str:
+            return f"{cabin.value} x{seats}"
+
+        pick.__doc__ = f"Pick a cabin.\n\nArgs:\n    cabin: {doc}\n"
+        return tool(pick)
+
+    first, second = make(1, "first doc"), make(2, "second doc")
+    assert first._arguments._adapter is second._arguments._adapter
+    first.input_schema["properties"]["cabin"]["description"] = "changed"
+    cabin = second.input_schema["properties"]["cabin"]
+    assert cabin["description"] == "second doc"
+    assert second.input_schema["properties"]["seats"]["default"] == 2
+    assert first.validate_input({"cabin": "first"}) != []  # not a Cabin: each validates
+    assert second.validate_input({"cabin": "business", "seats": 3}) == []
