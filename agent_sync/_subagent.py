@@ -80,6 +80,9 @@ def subagent_tool(
     return _SubAgentTool(_SubAgent(template, conversation_id), name, description)
 
 
+_CALL_HINTS: dict[str, Any] = {"prompt": str, "context": ToolContext, "return": Any}
+
+
 class _SubAgentTool(Tool[Any]):
     """A sub-agent's tool: callable as any tool (in a worker thread, its events sent
     through the context), or streamed by the calling run's own thread
@@ -89,6 +92,8 @@ class _SubAgentTool(Tool[Any]):
     def __init__(self, runner: _SubAgent, name: str, description: str) -> None:
         def call(prompt: str, context: ToolContext[Any]) -> Any:
             return runner.call(prompt, context)
+
+        call.__annotations__ = _CALL_HINTS  # resolved: no text to evaluate at each as_tool()
 
         super().__init__(
             call, name=name, description=description, input_schema=_INPUT_SCHEMA, namespace={}
