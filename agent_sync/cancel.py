@@ -151,20 +151,22 @@ class CancelScope:
         Returns:
             ``True`` if the scope is live (its invocation has not finished), else ``False``.
         """
+        return self._cancel(clean_text(reason) if isinstance(reason, str) else reason)
+
+    def _cancel(self, reason: str | None) -> bool:
+        """:meth:`cancel` with a reason already clean (a parent's, passed down its tree)."""
         with self._lock:
             if self._closed:
                 return False
             if self.event.is_set():
                 return True
-            self._reason = clean_text(reason) if isinstance(reason, str) else reason  # stored
+            self._reason = reason  # stored
             self.event.set()
-            callbacks = list(self._callbacks.values())
-            self._callbacks.clear()
-            children = list(self._children.values())
-            self._children.clear()
-        for child in children:  # first: a child run's abort is what frees its parent's tool
-            child.cancel(self._reason)
-        for callback in callbacks:
+            callbacks, self._callbacks = self._callbacks, {}
+            children, self._children = self._children, {}
+        for child in children.values():  # first: a child run's abort frees its parent's tool
+            child._cancel(reason)
+        for callback in callbacks.values():
             self._run_callback(callback)
         return True
 
