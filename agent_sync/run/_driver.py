@@ -328,12 +328,10 @@ class RunDriver:
             )
 
     def drain(self) -> None:
-        """Run to the end, discarding the events (``invoke``)."""
-        try:
-            while True:
-                self.next_event()
-        except StopIteration:
-            return
+        """Run to the end, discarding the events (``invoke``: its thread is the run's only
+        reader, and no handle can close it)."""
+        for _ in self.events():
+            pass
 
     def next_event(self) -> AgentEvent:
         """The next event; at the end (or on an error) the run is ended and released."""
@@ -361,10 +359,10 @@ class RunDriver:
 
     def events(self) -> Generator[AgentEvent, None, None]:
         """The run's events, for a caller that drives the run in its own thread and is its
-        only reader (a sub-agent's call run by its caller's thread): the steps' generator
-        itself, with no per-event guard, so each event of a tree crosses a level in one
-        frame. Meanwhile ``close()`` from another thread cancels the run. The caller's
-        ``finally`` releases the run (:func:`release_surely`) whatever happened."""
+        only reader (``invoke``, and a sub-agent's call run by its caller's thread): the
+        steps' generator itself, with no per-event guard, so each event of a tree crosses a
+        level in one frame. Meanwhile ``close()`` from another thread cancels the run. The
+        caller's ``finally`` releases the run (:func:`release_surely`) whatever happened."""
         with self._guard:
             if self._releaser is not None or self._closing:
                 return
