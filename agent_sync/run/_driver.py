@@ -370,7 +370,10 @@ class RunDriver:
                 raise UsageError("this run is being iterated by another thread")
             self._iterating = True
         assert self._events is not None
-        yield from self._events
+        try:
+            yield from self._events
+        finally:
+            self._iterating = False  # (its end, an error, or the caller closing this)
 
     def release(self) -> None:
         """End the run (once, by one thread) and free the agent; a second call finishes
