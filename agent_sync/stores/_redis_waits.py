@@ -161,7 +161,7 @@ class StreamWaits:
         reading: dict[str, int] = {}
         while True:
             with self._lock:
-                self._hand_out(reading, reply)
+                woke = self._hand_out(reading, reply)
                 reading = self._next_reading()
                 if not reading:  # nothing waited for, nor lately
                     self._reading = None
@@ -170,6 +170,8 @@ class StreamWaits:
                 self._reading = reading
                 streams = {f"{self._events_prefix}{run}": f"{n}-0" for run, n in reading.items()}
                 streams[self._wake_key] = self._wake_seen
+            if woke:
+                time.sleep(0)  # let the readers it woke take the GIL before the next XREAD
             try:
                 with translated():
                     reply = client.xread(streams, block=block_ms)
@@ -182,8 +184,10 @@ class StreamWaits:
                             waiter.wake.set()
                 Event().wait(RETRY_S)
 
-    def _hand_out(self, reading: dict[str, int], reply: Any) -> None:
-        """Give the waiting readers what an ``XREAD`` from ``reading`` read (lock held)."""
+    def _hand_out(self, reading: dict[str, int], reply: Any) -> bool:
+        """Give the waiting readers what an ``XREAD`` from ``reading`` read (lock held);
+        whether it woke any."""
+        woke = False
         now = time.monotonic()
         for key, entries in _streams(reply):
             if key == self._wake_key:
@@ -201,6 +205,8 @@ class StreamWaits:
                         events = stream_events(entries)
                     waiter.events = [event for event in events if event.seq > waiter.after]
                 waiter.wake.set()
+                woke = True
+        return woke
 
     def _next_reading(self) -> dict[str, int]:
         """Each run to read and the number to read it from (lock held): the lowest its
