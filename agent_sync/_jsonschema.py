@@ -3,10 +3,11 @@
 Every JSON schema agent_sync checks a value against (a tool's input schema, generated or
 given; a ``decision_schema``; an ``output_type``'s) goes through :func:`compile_schema` once,
 when the tool is built, and :func:`problems` for each value. A schema is checked once per
-process: its validator is kept by its JSON text (checking a schema against the Draft 2020-12
-metaschema takes milliseconds, and the same schemas come back: a sub-agent tool's, an MCP
-server's tools at each connection, a decision schema at each resume), built from a copy of
-its own, so a caller that changes its dict afterwards changes nothing.
+process (checking one against the Draft 2020-12 metaschema takes milliseconds, and the same
+schemas come back: a sub-agent tool's, an MCP server's tools at each connection, a decision
+schema at each resume): the validators of the last 1,024 schemas are kept by their JSON
+text, each built from a copy of its own, so a caller that changes its dict afterwards
+changes nothing. A refusal is never kept: each names its own schema.
 
 Draft 2020-12, every keyword (``pattern``, ``format``, ``minimum``, ``oneOf``, ``$ref``...):
 no keyword is ever silently ignored, so a schema is refused with
@@ -24,8 +25,8 @@ naming the field: ``"data.ticket: 'x' does not match '^T-[0-9]+$'"``.
 
 from __future__ import annotations
 
+import functools
 import json
-import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -62,9 +63,6 @@ _FORMATS_NEEDING_EXTRAS = frozenset(
     }
 )
 _MAX_MESSAGE = 300
-_CHECKED_MAX = 1024  # validators kept (a process past it starts over: never unbounded)
-_checked: dict[str, Draft202012Validator] = {}  # schema JSON text -> its validator
-_checked_lock = threading.Lock()  # adding to _checked; only ever `with`
 _DRAFTS: Registry[Any] = _SPECIFICATIONS  # the drafts' metaschemas (an untyped module)
 
 
@@ -85,24 +83,34 @@ def compile_schema(schema: object, where: str) -> Schema:
         text = json.dumps(schema, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise UsageError(f"{where} must be plain JSON: {exc}") from None
-    checked = _checked.get(text)
-    if checked is not None:
-        return checked
+    try:
+        return _checked(text)
+    except _Refused as refused:  # never kept: each refusal names its own schema
+        raise UsageError(f"{where}{refused.detail}") from None
+
+
+class _Refused(Exception):
+    """Why a schema is unusable, worded to follow what the schema is."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked(text: str) -> Schema:
+    """The validator of the schema whose JSON is ``text``, built from a copy of its own."""
+    schema = json.loads(text)
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         at = _pointer(exc.absolute_path)
-        raise UsageError(
-            f"{where} is not a valid JSON schema (Draft 2020-12){at}: {_short(exc.message)}"
+        raise _Refused(
+            f" is not a valid JSON schema (Draft 2020-12){at}: {_short(exc.message)}"
         ) from None
-    _check_formats_and_refs(schema, where)
+    _check_formats_and_refs(schema)
     # An explicit (empty) registry: a $ref is resolved inside the schema, never fetched.
-    validator = Draft202012Validator(json.loads(text), format_checker=_FORMATS, registry=Registry())
-    with _checked_lock:
-        if len(_checked) >= _CHECKED_MAX:
-            _checked.clear()
-        _checked[text] = validator
-    return validator
+    return Draft202012Validator(schema, format_checker=_FORMATS, registry=Registry())
 
 
 def problems(schema: Schema, value: Any, path: str) -> list[str]:
@@ -119,7 +127,7 @@ def problems(schema: Schema, value: Any, path: str) -> list[str]:
         return [f"{path}: the schema's reference {exc.ref!r} cannot be resolved"]
 
 
-def _check_formats_and_refs(schema: dict[str, Any], where: str) -> None:
+def _check_formats_and_refs(schema: dict[str, Any]) -> None:
     root: Resource[Any] = DRAFT202012.create_resource(schema)
     # resolved as the validator resolves: inside the schema, or the drafts' own metaschemas
     stack = [(_DRAFTS.resolver_with_root(root), root)]
@@ -129,14 +137,14 @@ def _check_formats_and_refs(schema: dict[str, Any], where: str) -> None:
         if isinstance(contents, dict):
             fmt = contents.get("format")
             if isinstance(fmt, str) and fmt not in _FORMATS.checkers:
-                raise UsageError(f"{where}: {_format_problem(fmt)}")
+                raise _Refused(f": {_format_problem(fmt)}")
             ref = contents.get("$ref")
             if isinstance(ref, str):
                 try:
                     resolver.lookup(ref)
                 except Unresolvable:
-                    raise UsageError(
-                        f"{where}: $ref {ref!r} cannot be resolved inside the schema "
+                    raise _Refused(
+                        f": $ref {ref!r} cannot be resolved inside the schema "
                         "(references are never fetched: put the definition under $defs)"
                     ) from None
         stack.extend((resolver.in_subresource(sub), sub) for sub in resource.subresources())

@@ -18,10 +18,10 @@ UUID or ``Decimal`` from its text, an ``Enum`` from its value, a model from an o
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 import re
-import threading
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -138,7 +138,14 @@ class SignatureArguments:
             fields[name] = NotRequired[annotation] if optional else Required[annotation]
         self._names = frozenset(fields)
         self._expected = ", ".join(sorted(fields)) or "none"
-        self._adapter, generated = _adapted(getattr(fn, "__name__", "tool"), fields, where)
+        name, key = getattr(fn, "__name__", "tool"), tuple(fields.items())
+        try:
+            try:
+                self._adapter, generated = _adapted(name, key)
+            except TypeError:  # an annotation lru_cache cannot key on: made each time
+                self._adapter, generated = _adapted.__wrapped__(name, key)
+        except Exception as exc:
+            raise _unsupported(fields, where, exc) from None
         self.schema = _finish(generated, docs, defaults, where)
 
     def parse(self, tool_input: Any) -> tuple[dict[str, Any] | None, list[str]]:
@@ -164,38 +171,19 @@ class SignatureArguments:
         return (None, found) if found else (arguments, [])
 
 
-_ADAPTED_MAX = 1024  # adapters kept (a process past it starts over: never unbounded)
-_adapted_by_fields: dict[Any, tuple[TypeAdapter[dict[str, Any]], dict[str, Any]]] = {}
-_adapted_lock = threading.Lock()  # adding to _adapted_by_fields; only ever `with`
-
-
+@functools.lru_cache(maxsize=256)
 def _adapted(
-    name: str, fields: dict[str, Any], where: str
+    name: str, fields: tuple[tuple[str, Any], ...]
 ) -> tuple[TypeAdapter[dict[str, Any]], dict[str, Any]]:
     """The ``TypeAdapter`` of the arguments ``TypedDict`` and its generated JSON schema
     (shared: never change it). Building them takes about half a millisecond, and the same
     signature comes back (a tool defined in a function, for each request): they are kept by
     the fields, when every annotation can be a key (a ``Field(...)`` default cannot)."""
-    key: Any = (name, tuple(fields.items()))
-    try:
-        known = _adapted_by_fields.get(key)
-    except TypeError:  # an annotation that is not hashable: made each time
-        key, known = None, None
-    if known is not None:
-        return known
     typed_dict: Any = TypedDict  # made at run time: no static type to check it against
-    arguments = typed_dict(f"{name}_arguments", fields)
-    try:
-        adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(arguments)
-        generated = adapter.json_schema(schema_generator=_ToolSchema)
-    except Exception as exc:
-        raise _unsupported(fields, where, exc) from None
-    if key is not None:
-        with _adapted_lock:
-            if len(_adapted_by_fields) >= _ADAPTED_MAX:
-                _adapted_by_fields.clear()
-            _adapted_by_fields[key] = (adapter, generated)
-    return adapter, generated
+    adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(
+        typed_dict(f"{name}_arguments", dict(fields))
+    )
+    return adapter, adapter.json_schema(schema_generator=_ToolSchema)
 
 
 def _finish(
