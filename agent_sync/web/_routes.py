@@ -307,7 +307,7 @@ class ChatRoutes:
             return WebResponse(204)
         run_id = current.state.run_id
         if current.state.status == "running":
-            self._runs.notice_lost_runs(following=conversation_id)
+            self._runs.notice_lost_runs(following=current)  # read already: not again
         return self._follow(request, run_id, 0, UIStreamEncoder(run_id), None, _UI_HEADERS)
 
     def _ui_stop(self, request: WebRequest, conversation_id: str) -> WebResponse:

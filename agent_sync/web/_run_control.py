@@ -45,9 +45,9 @@ __all__ = ["RETRY_AFTER_S", "RunControl"]
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_S: Final = 5
+"""``Retry-After`` of a 503 answered because the worker runs ``max_live_runs``."""
 _LOOK_S: Final = 0.5
 """How often a worker that does not recover yet looks for lost runs, while it serves."""
-"""``Retry-After`` of a 503 answered because the worker runs ``max_live_runs``."""
 _SINCE_THE_END: Final = 1 << 62  # ``load(since=...)`` past any log: read no message
 _NOT_STARTED: Final = {
     "type": "error",
@@ -233,17 +233,18 @@ class RunControl:
             self._recover_lost_runs()
         return agent
 
-    def notice_lost_runs(self, following: str | None = None) -> None:
+    def notice_lost_runs(self, following: str | StoredRun | None = None) -> None:
         """At each request: this worker takes lost runs over too (a worker died running a
         run of an agent with ``on_owner_lost="resume"``), even if it has served none of
         its own yet (a worker started after the crash). It starts once the store has a
         lost run (looked at most every :data:`_LOOK_S`), or once a stream here follows the
         running run of an agent that resumes (``following``: its conversation): the
-        browser reconnecting after its worker died, before the lease has run out."""
+        browser reconnecting after its worker died, before the lease has run out; the
+        caller's :meth:`current_run` of it, if it has read it already)."""
         if self._recovering:
             return
         if following is not None:  # a conversation whose run a stream here follows
-            current = self.current_run(following)
+            current = self.current_run(following) if isinstance(following, str) else following
             if current is not None and current.state.on_owner_lost == "resume":
                 self._recover_lost_runs()
                 return
