@@ -115,4 +115,23 @@ def test_every_docs_page_is_linked_from_the_index_the_nav_and_the_readme() -> No
             continue
         assert f"({name})" in index, f"docs/index.md does not link {name}"
         assert f": {name}" in nav, f"mkdocs.yml nav lacks {name}"
-        assert f"(docs/{name})" in readme, f"README's Documentation list lacks {name}"
+        assert f"][docs/{name}]" in readme, f"README's Documentation list lacks {name}"
+
+
+def test_readme_links_work_on_pypi_and_name_files_that_exist() -> None:
+    # PyPI shows README.md without the repository around it: a relative link is dead there.
+    # Every link is absolute (reference-style, defined once at the end), and each one into the
+    # repository names a path this checkout has, on the repository that pyproject names.
+    readme = (ROOT / "README.md").read_text()
+    source = re.search(r'^Source = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert source, "pyproject.toml's [project.urls] names no Source"
+    inline = re.findall(r"\]\(([^)]+)\)", readme)
+    assert [link for link in inline if not link.startswith(("https://", "#"))] == []
+    prose = "".join(readme.split("```")[0::2])  # code blocks index lists: not links
+    used = set(re.findall(r"\]\[([^\]]+)\]", prose))
+    defined = dict(re.findall(r"^\[([^\]]+)\]: (\S+)$", readme, re.M))
+    assert used and used <= set(defined), sorted(used - set(defined))
+    for label, url in defined.items():
+        assert url.startswith(source.group(1) + "/"), url
+        path = re.sub(r"^/(blob|tree)/main/", "", url[len(source.group(1)):])
+        assert (ROOT / path).exists(), f"README links {label} to {path}, which does not exist"
