@@ -1,6 +1,6 @@
 """The import graph of ``agent_sync`` between its parts, and whether it has a cycle.
 
-    python bench/import_graph.py [--modules] [--package PATH]
+    python bench/import_graph.py [--modules] [--every-import] [--package PATH]
 
 A part is a subpackage (``agent_sync.run``, ``agent_sync.stores``, ...) or a top-level module
 (``agent_sync.cancel``, ``agent_sync.messages``, ...). An edge ``A -> B`` means a module of
@@ -15,6 +15,13 @@ Prints one line per part, in layers (a part imports only parts printed above it)
 exits with status 1. ``--modules`` checks the graph of single modules as well (an edge from
 a module to each module it imports, inside a part too). ``tests/test_import_graph.py`` runs
 the same check.
+
+``--every-import`` counts every import instead: inside functions and under ``TYPE_CHECKING``
+too, and an import of the root facade (``from .. import __version__``) as an edge to it. A
+lazy import that climbs a layer is still a dependency: it decides what must be loaded, and
+what a reader must know, before the part works. That mode prints every cycle (each strongly
+connected set of parts, with the imports inside it) and every import that climbs above its
+part's layer in :data:`LAYERS`.
 """
 
 from __future__ import annotations
@@ -107,11 +114,19 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
     return {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
 
 
-def import_time_imports(name: str, path: Path, known: Mapping[str, Path]) -> Iterator[Import]:
-    """The package's modules that ``name`` imports when it is imported."""
+def import_time_imports(
+    name: str, path: Path, known: Mapping[str, Path], *, every: bool = False
+) -> Iterator[Import]:
+    """The package's modules that ``name`` imports when it is imported (``every``: that it
+    imports anywhere, in functions and under ``TYPE_CHECKING`` too)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     is_package = path.name == "__init__.py"
-    for node in _top_level(tree.body):
+    statements = (
+        (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
+        if every
+        else _top_level(tree.body)
+    )
+    for node in statements:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
@@ -173,8 +188,9 @@ def part_of(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-def build(root: Path = ROOT, *, by_module: bool = False) -> Graph:
-    """The import graph of the package at ``root``: between parts, or between modules."""
+def build(root: Path = ROOT, *, by_module: bool = False, every: bool = False) -> Graph:
+    """The import graph of the package at ``root``: between parts, or between modules;
+    ``every``: counting every import, the root facade a node of its own."""
     known = modules(root)
     graph = Graph()
     for name, path in known.items():
@@ -182,11 +198,114 @@ def build(root: Path = ROOT, *, by_module: bool = False) -> Graph:
             continue
         source = name if by_module else part_of(name)
         graph.edges.setdefault(source, {})
-        for why in import_time_imports(name, path, known):
-            if why.target == PACKAGE:
+        for why in import_time_imports(name, path, known, every=every):
+            if why.target == PACKAGE and not every:
                 continue
             graph.add(source, why.target if by_module else part_of(why.target), why)
     return graph
+
+
+LAYERS: dict[str, int] = {
+    **dict.fromkeys(["_encodable", "_redact", "_signal_safe", "_deadlines", "_extras"], 0),
+    **dict.fromkeys(["_lazy", "errors", "_message_checks"], 1),
+    **dict.fromkeys(["messages", "cancel", "_jsonschema"], 2),
+    **dict.fromkeys(["events", "hooks", "result", "_decisions", "_prompt", "models"], 3),
+    **dict.fromkeys(["output", "retry"], 3),
+    **dict.fromkeys(["tools", "_run_state", "_tracing"], 4),
+    **dict.fromkeys(["_history", "_repair", "mcp"], 5),
+    "stores": 6,
+    "run": 7,
+    **dict.fromkeys(["context", "_subagent"], 8),
+    "_agent_runs": 9,
+    "agent": 10,
+    **dict.fromkeys(["_recovery", "web", "celery"], 11),
+    "testing": 12,
+    "": 13,  # the root facade, which imports every public name
+    "__main__": 14,  # the demo, on the public API
+}
+"""The layer of each part (``agent_sync.`` left out): a part may import only parts of lower
+layers (or of its own, without a cycle). The web, recovery and Celery sit above the agent
+they drive; the context policies above the run, which still imports them (a known climb)."""
+
+
+def layer_of(node: str) -> int | None:
+    """``node``'s layer in :data:`LAYERS`, or ``None`` for a part the table does not know."""
+    return LAYERS.get(node[len(PACKAGE) + 1 :] if node != PACKAGE else "")
+
+
+def cycles(graph: Graph) -> list[list[str]]:
+    """Every set of nodes that import each other round a circle (strongly connected sets of
+    two or more), each sorted, largest first (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph.edges):
+        if start in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = []
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        work.append((start, iter(sorted(graph.edges[start]))))
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    members = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        members.append(member)
+                        if member == node:
+                            break
+                    if len(members) > 1:
+                        found.append(sorted(members))
+            elif target not in index:
+                index[target] = low[target] = len(index)
+                stack.append(target)
+                on_stack.add(target)
+                work.append((target, iter(sorted(graph.edges[target]))))
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+    return sorted(found, key=lambda members: (-len(members), members))
+
+
+def climbs(graph: Graph) -> list[Import]:
+    """Every import from a part to a part of a higher layer (or one :data:`LAYERS` lacks)."""
+    found = []
+    for source, targets in sorted(graph.edges.items()):
+        for target, imports in sorted(targets.items()):
+            here, there = layer_of(source), layer_of(target)
+            if here is None or there is None or there > here:
+                found.extend(imports)
+    return found
+
+
+def describe_every(graph: Graph) -> list[str]:
+    """The ``--every-import`` report: each cycle with its imports, each climbing import,
+    then a count of both (``0 cycles, 0 climbing imports`` when the layers hold)."""
+    lines = []
+    loops = cycles(graph)
+    for members in loops:
+        lines.append(f"CYCLE of {len(members)} parts: " + " ".join(members))
+        inside = set(members)
+        for source in members:
+            for target, imports in sorted(graph.edges[source].items()):
+                if target in inside:
+                    lines.extend(f"  {w.source}:{w.line} imports {w.target}" for w in imports)
+    climbing = climbs(graph)
+    for why in climbing:
+        lines.append(
+            f"CLIMB {why.source}:{why.line} imports {why.target} "
+            f"(layer {layer_of(part_of(why.source))} -> {layer_of(part_of(why.target))})"
+        )
+    return [*lines, f"{len(loops)} cycles, {len(climbing)} climbing imports"]
 
 
 def describe(graph: Graph) -> list[str]:
@@ -213,9 +332,20 @@ def main(argv: list[str] | None = None) -> int:
         "--modules", action="store_true", help="check the graph of single modules too"
     )
     parser.add_argument(
+        "--every-import",
+        action="store_true",
+        help="count imports in functions and under TYPE_CHECKING too; check the layers",
+    )
+    parser.add_argument(
         "--package", type=Path, default=ROOT, help="the package's directory (default: this one)"
     )
     args = parser.parse_args(argv)
+    if args.every_import:
+        graph = build(args.package, every=True)
+        print(f"# import graph of {PACKAGE} (parts; every import, the layers of LAYERS)")
+        report = describe_every(graph)
+        print("\n".join(report))
+        return int(not report[-1].startswith("0 cycles, 0 climbing"))
     status = 0
     graphs = [("parts", build(args.package))]
     if args.modules:

@@ -87,3 +87,39 @@ def test_a_cycle_is_found_named_and_fails_the_command(tmp_path: Path) -> None:
     (package / "stores" / "_protocol.py").write_text("y = 2\n")
     assert import_graph.build(package).find_cycle() is None
     assert import_graph.main(["--package", str(package), "--modules"]) == 0
+
+
+def test_every_import_mode_counts_lazy_and_type_only_imports_and_checks_the_layers(
+    tmp_path: Path,
+) -> None:
+    # A lazy import that climbs a layer is still a dependency: the stores' function-level
+    # import of the run, and the cancel module's type-only import of the root, both count.
+    package = tmp_path / "agent_sync"
+    (package / "run").mkdir(parents=True)
+    (package / "stores").mkdir()
+    files = {
+        "__init__.py": "from .run import x\n__version__ = '1'\n",
+        "run/__init__.py": "from ..stores import y\nx = 1\n",
+        "stores/__init__.py": "def later():\n    from ..run import x\ny = 2\n",
+        "cancel.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import x\n",
+    }
+    for name, text in files.items():
+        (package / name).write_text(text)
+
+    assert import_graph.build(package).find_cycle() is None  # import time: no cycle
+    graph = import_graph.build(package, every=True)
+    assert import_graph.cycles(graph) == [["agent_sync.run", "agent_sync.stores"]]
+    climbing = {(w.source, w.target) for w in import_graph.climbs(graph)}
+    assert climbing == {
+        ("agent_sync.stores", "agent_sync.run"),  # layer 6 -> 7
+        ("agent_sync.cancel", "agent_sync"),  # layer 2 -> the facade
+    }
+    report = import_graph.describe_every(graph)
+    assert report[0] == "CYCLE of 2 parts: agent_sync.run agent_sync.stores"
+    assert "  agent_sync.stores:2 imports agent_sync.run" in report
+    assert report[-1] == "1 cycles, 2 climbing imports"
+    assert import_graph.main(["--package", str(package), "--every-import"]) == 1
+
+    (package / "stores" / "__init__.py").write_text("y = 2\n")
+    (package / "cancel.py").write_text("")
+    assert import_graph.main(["--package", str(package), "--every-import"]) == 0
