@@ -392,19 +392,23 @@ def test_abandoned_tool_sees_its_own_scope_stay_cancelled() -> None:
         observed.append(context.cancelled)
         return "late"
 
-    model = ScriptedModel([TOOL_TURN, {"text": "second", "stall_after": 1}])
+    model = ObservedModel(ScriptedModel([TOOL_TURN, {"text": "second", "stall_after": 1}]))
     agent = Agent(model, tools=[lookup], tool_grace_period=0.01)
     running = BackgroundInvoke(agent)
     assert started.wait(5)
     agent.cancel()
     running.result()
+    model.called.clear()
     second = BackgroundInvoke(agent, "next")
+    assert model.called.wait(10)  # run 2 is live (its fresh scope) before the tool looks
     release.set()
     for thread in threading.enumerate():
         if thread.name.startswith("agent_sync-tool"):
             thread.join(5)
     assert observed == [True]
-    agent.cancel()
+    # Only once run 2 is live: a cancel() of an idle agent is a no-op, and run 2 would
+    # stall for good (the flake: the thread had not taken the agent yet).
+    assert agent.cancel() is True
     second.result()
     assert_valid(agent)
 
@@ -468,3 +472,4 @@ def test_an_after_turn_request_lives_in_the_scope_and_cancels_at_the_end_of_the_
     assert finished.cancel_after_turn("too late") is False
     finished.end_of_turn()
     assert not finished.cancelled
+
