@@ -65,28 +65,35 @@ def _operation(kind: str, agent: Agent) -> Callable[[], object]:
     return lambda: agent.invoke("question")
 
 
+Region = tuple[frozenset[CodeType], frozenset[CodeType]]  # Interrupter's within, only_in
+
 KINDS = ["invoke", "timeout=", "tool round", "retry back-off", "stream"]
 
 # The release and all it calls, from its entry (the protecting wrapper's, when protected).
 _RELEASES = (release_surely, RunDriver.release, RunDriver.close)
-RELEASE = {
-    "within": frozenset(f.__code__ for f in _RELEASES)
-    | frozenset(inspect.unwrap(f).__code__ for f in _RELEASES)
-}
+RELEASE: Region = (
+    frozenset(f.__code__ for f in _RELEASES)
+    | frozenset(inspect.unwrap(f).__code__ for f in _RELEASES),
+    frozenset(),
+)
 # The run's start: the steps' generator's own frame (its entry, the hooks' return, ...)
 # and the hooks' run_started.
-START = {"only_in": frozenset({RunDriver._drive.__code__, HookRunner.run_started.__code__})}
+START: Region = (
+    frozenset(),
+    frozenset({RunDriver._drive.__code__, HookRunner.run_started.__code__}),
+)
 
 
-def _sweep(kind: str, region: dict[str, frozenset[CodeType]]) -> int:
+def _sweep(kind: str, region: Region) -> int:
     """Interrupt ``kind``'s run at each point of ``region``; check the agent after each."""
-    counter = Interrupter(SIGNAL, **region)
+    within, only_in = region
+    counter = Interrupter(SIGNAL, within=within, only_in=only_in)
     assert not run_interrupted(counter, _operation(kind, _agent(kind)))
     assert counter.points > 3, counter
     interrupted = 0
     for at in range(1, counter.points + 1):
         agent = _agent(kind)
-        interrupter = Interrupter(SIGNAL, at, **region)
+        interrupter = Interrupter(SIGNAL, at, within=within, only_in=only_in)
         stopped = run_interrupted(interrupter, _operation(kind, agent))
         where = interrupter.where
         if not where:
