@@ -19,6 +19,19 @@ beyond one run (process-wide, or with the deadline thread, or by several runs):
 * a thread that no signal reaches (a worker thread) may use any primitive, unless it shares
   it with a caller's thread.
 
+A section that must run to its end (a run's release: give the agent back, close the turn)
+cannot be made safe that way: a ``KeyboardInterrupt`` at its entry, or between two of its
+steps, leaves it half done, and running it again only narrows the window. So it is
+*protected* (:func:`ki_protected`): while a protected function's frame is on the main
+thread's stack, the package's SIGINT handler does not raise; it notes the Ctrl-C, and the
+outermost protected function raises it as it returns (as trio's ``enable_ki_protection``).
+The handler is installed when the process's SIGINT handler is Python's default (at import,
+and again on entering a protected function from the main thread), never over a handler of
+the application's own; such a handler keeps the protection by calling the one it replaced
+(``signal.getsignal`` before installing it), the handler that was there sees the frame. A
+Ctrl-C in a protected section is handled when the section ends, so a protected section
+never waits without a bound.
+
 A wait in the main thread is also where a Ctrl-C can be lost for as long as the wait lasts:
 CPython runs a signal's handler when the blocking C call returns, and a signal that arrives
 just before the call blocks (or in another thread) does not end it. So the main thread never
@@ -33,12 +46,21 @@ every point of these paths and checks that nothing is left held.
 
 from __future__ import annotations
 
+import functools
+import signal
+import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from queue import Empty, SimpleQueue
+from types import FrameType
+from typing import ParamSpec, TypeVar
 
-__all__ = ["MAIN_THREAD_SLICE", "Event", "sliced"]
+__all__ = ["MAIN_THREAD_SLICE", "Event", "ki_protected", "sliced"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 MAIN_THREAD_SLICE = 0.1
 """Seconds the main thread blocks in one C call at most, so a Ctrl-C that a blocking call
@@ -124,3 +146,77 @@ class Event(threading.Event):
 
 def _capped(timeout: float | None) -> float | None:
     return None if timeout is None else min(timeout, threading.TIMEOUT_MAX)
+
+
+# -- Ctrl-C protection (module docstring) ---------------------------------------------------
+
+_deferred = False  # a Ctrl-C landed in a protected section of the main thread
+
+
+def ki_protected(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``function``, run with Ctrl-C deferred: a ``KeyboardInterrupt`` that the SIGINT
+    handler would raise anywhere inside it (its entry included) is raised as it returns,
+    by the outermost protected function of the main thread (module docstring)."""
+
+    @functools.wraps(function)
+    def protected(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        # This frame is the marker (_protected_frame: its code object): from its first
+        # bytecode on, the handler defers. No call between the check of _deferred and the
+        # return, so a Ctrl-C is never deferred past the check.
+        if _handler_missing():
+            _install()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            if _deferred:
+                _deliver()
+
+    return protected
+
+
+_PROTECTED_CODE = ki_protected(len).__code__  # the one code object of every protected frame
+
+
+def _protected_frame(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code is _PROTECTED_CODE:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deliver() -> None:
+    """Raise the deferred Ctrl-C, unless an outer protected frame will (or this is not the
+    main thread, whose Ctrl-C it is)."""
+    global _deferred
+    if threading.get_ident() != _MAIN_THREAD or _protected_frame(sys._getframe(2)):
+        return
+    _deferred = False  # no call from here to the raise: nothing can be deferred in between
+    raise KeyboardInterrupt
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    """The package's SIGINT handler: Python's default, except in a protected section."""
+    global _deferred
+    if _protected_frame(frame):
+        _deferred = True
+        return
+    signal.default_int_handler(signum, frame)
+
+
+def _handler_missing() -> bool:
+    return threading.get_ident() == _MAIN_THREAD and (
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+
+
+def _install() -> None:
+    """Put the package's SIGINT handler in place of Python's default (main thread only)."""
+    try:
+        signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:  # not the main thread of the main interpreter
+        pass
+
+
+if _handler_missing():
+    _install()

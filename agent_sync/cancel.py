@@ -154,21 +154,45 @@ class CancelScope:
         return self._cancel(clean_text(reason) if isinstance(reason, str) else reason)
 
     def _cancel(self, reason: str | None) -> bool:
-        """:meth:`cancel` with a reason already clean (a parent's, passed down its tree)."""
+        """:meth:`cancel` with a reason already clean.
+
+        The scope's tree (linked children, theirs, ...) is cancelled with the same reason by
+        a loop, not by recursion, so a tree of any depth is cancelled whole. A scope's
+        children are cancelled (their callbacks run) before its own callbacks: a child
+        run's abort frees its parent's tool. Each scope is marked under its own lock and
+        its callbacks run outside it, once.
+        """
+        taken = self._mark(reason)
+        if isinstance(taken, bool):
+            return taken
+        # A stack of (a marked scope's callbacks, its children not yet cancelled).
+        stack = [(taken[0], iter(taken[1]))]
+        while stack:
+            callbacks, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                for callback in callbacks:
+                    self._run_callback(callback)
+                continue
+            taken = child._mark(reason)
+            if not isinstance(taken, bool):
+                stack.append((taken[0], iter(taken[1])))
+        return True
+
+    def _mark(self, reason: str | None) -> tuple[list[AbortCallback], list[CancelScope]] | bool:
+        """Mark the scope cancelled and hand over its abort callbacks and linked children;
+        a bool (whether it is live) if there is nothing to do: closed, or cancelled before."""
         with self._lock:
             if self._closed:
                 return False
             if self.event.is_set():
                 return True
-            self._reason = reason  # stored
+            self._reason = reason
             self.event.set()
             callbacks, self._callbacks = self._callbacks, {}
             children, self._children = self._children, {}
-        for child in children.values():  # first: a child run's abort frees its parent's tool
-            child._cancel(reason)
-        for callback in callbacks.values():
-            self._run_callback(callback)
-        return True
+        return list(callbacks.values()), list(children.values())
 
     def cancel_after_turn(self, reason: str | None = None) -> bool:
         """Ask for a cancel at the end of the turn in flight (``mode="after_turn"``): the
@@ -179,17 +203,28 @@ class CancelScope:
         Returns:
             ``True`` if the scope is live (its invocation has not finished), else ``False``.
         """
+        passed = self._ask_after_turn(reason)
+        if passed is None:
+            return False
+        pending = [passed]
+        while pending:  # child runs finish their own turn too (a loop: a tree of any depth)
+            reason, children = pending.pop()
+            for child in children:
+                theirs = child._ask_after_turn(reason)
+                if theirs is not None:
+                    pending.append(theirs)
+        return True
+
+    def _ask_after_turn(self, reason: str | None) -> tuple[str | None, list[CancelScope]] | None:
+        """Note an after-turn request (the first one's reason wins); return that reason and
+        the linked children to pass it to (``None``: the scope is closed)."""
         with self._lock:
             if self._closed:
-                return False
+                return None
             if not self._after_turn:
                 self._after_turn_reason = reason
                 self._after_turn = True
-            reason = self._after_turn_reason
-            children = list(self._children.values())
-        for child in children:  # child runs finish their own turn too
-            child.cancel_after_turn(reason)
-        return True
+            return self._after_turn_reason, list(self._children.values())
 
     def end_of_turn(self) -> None:
         """The loop's checkpoint between turns: a pending after-turn request cancels now."""

@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -83,11 +84,18 @@ class SigintCounter:
         self._read, write = os.pipe()
         os.set_blocking(write, False)
         signal.set_wakeup_fd(write)
+        # agent_sync's handler (it defers a Ctrl-C in a run's release): chained, as an
+        # application's own handler should be (agent_sync._signal_safe).
+        self.previous_handler = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGINT, self._on_sigint)
 
-    def _on_sigint(self, signum: int, frame: object) -> None:
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         self.handled += 1
-        raise KeyboardInterrupt
+        handler = self.previous_handler
+        if callable(handler):
+            handler(signum, frame)
+        else:
+            raise KeyboardInterrupt
 
     def wait_for(self, count: int) -> None:
         while self.handled < count:  # the signal may land after invoke() returned
@@ -130,7 +138,7 @@ def soak_sigints(n: int, rng: random.Random, seen: Counter[str]) -> None:
         counter.wait_for(number)
         timer.join(5)
         agent = check(agent, seen)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, counter.previous_handler)
     signal.set_wakeup_fd(-1)
 
 
@@ -245,7 +253,7 @@ def soak_timed(n: int, rng: random.Random, seen: Counter[str]) -> bool:
                 return False
         return True
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, counter.previous_handler)
         signal.set_wakeup_fd(-1)
 
 

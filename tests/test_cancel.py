@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from functools import partial
+from itertools import pairwise
 
 import pytest
 
@@ -392,19 +394,23 @@ def test_abandoned_tool_sees_its_own_scope_stay_cancelled() -> None:
         observed.append(context.cancelled)
         return "late"
 
-    model = ScriptedModel([TOOL_TURN, {"text": "second", "stall_after": 1}])
+    model = ObservedModel(ScriptedModel([TOOL_TURN, {"text": "second", "stall_after": 1}]))
     agent = Agent(model, tools=[lookup], tool_grace_period=0.01)
     running = BackgroundInvoke(agent)
     assert started.wait(5)
     agent.cancel()
     running.result()
+    model.called.clear()
     second = BackgroundInvoke(agent, "next")
+    assert model.called.wait(10)  # run 2 is live (its fresh scope) before the tool looks
     release.set()
     for thread in threading.enumerate():
         if thread.name.startswith("agent_sync-tool"):
             thread.join(5)
     assert observed == [True]
-    agent.cancel()
+    # Only once run 2 is live: a cancel() of an idle agent is a no-op, and run 2 would
+    # stall for good (the flake: the thread had not taken the agent yet).
+    assert agent.cancel() is True
     second.result()
     assert_valid(agent)
 
@@ -468,3 +474,40 @@ def test_an_after_turn_request_lives_in_the_scope_and_cancels_at_the_end_of_the_
     assert finished.cancel_after_turn("too late") is False
     finished.end_of_turn()
     assert not finished.cancelled
+
+
+@pytest.mark.parametrize("depth", [1, 3, 5000])
+def test_a_linked_tree_of_any_depth_is_cancelled_whole(depth: int) -> None:
+    """A chain of linked scopes (sub-agents of sub-agents), and a wide level at its end:
+    cancelling the root cancels every one with its reason, each scope's callbacks run once,
+    after its children's (a child's abort frees its parent's tool). Today: recursion, so
+    2,000 levels raise RecursionError with 997 cancelled."""
+    chain = [CancelScope(f"run_{n}") for n in range(depth)]
+    for parent, child in pairwise(chain):
+        parent.link(child)
+    leaves = [CancelScope(f"leaf_{n}") for n in range(3)]
+    for leaf in leaves:
+        chain[-1].link(leaf)
+    ran: list[str] = []
+    for scope in chain + leaves:
+        scope.register_abort(partial(ran.append, scope.run_id or ""))
+    assert chain[0].cancel("stop") is True
+    assert all(s.cancelled and s.reason == "stop" for s in chain + leaves)
+    assert sorted(ran[:3]) == ["leaf_0", "leaf_1", "leaf_2"]
+    assert ran[3:] == [s.run_id for s in reversed(chain)]  # each once, children first
+    assert chain[0].cancel("again") is True and len(ran) == depth + 3  # idempotent
+
+
+@pytest.mark.parametrize("depth", [3, 5000])
+def test_an_after_turn_request_reaches_a_linked_tree_of_any_depth(depth: int) -> None:
+    chain = [CancelScope(f"run_{n}") for n in range(depth)]
+    for parent, child in pairwise(chain):
+        parent.link(child)
+    assert chain[-1].cancel_after_turn("later") is True  # a child's own request is kept
+    assert chain[0].cancel_after_turn("wrap up") is True
+    assert all(s.cancel_requested and not s.cancelled for s in chain)
+    chain[-1].end_of_turn()
+    chain[-2].end_of_turn()
+    assert (chain[-1].reason, chain[-2].reason) == ("later", "wrap up")
+    chain[-1].close()
+    assert chain[-1].cancel_after_turn("closed") is False

@@ -43,11 +43,13 @@ handled = 0
 armed = False  # the handler raises only inside the try below: a SIGINT that lands after it
                # (the byte read off the wakeup fd before the handler ran) is just counted
 
+package_handler = signal.getsignal(signal.SIGINT)  # agent_sync's: defers in a release
+
 def on_sigint(signum, frame):
     global handled
     handled += 1
     if armed:
-        raise KeyboardInterrupt
+        package_handler(signum, frame)  # chained, as an application's handler should
 
 read_end, write_end = os.pipe()
 os.set_blocking(write_end, False)

@@ -362,9 +362,9 @@ class InsideSchedule(Interrupter):
         return super().trace(frame, event, arg)
     def profile(self, frame, event, arg):
         pass
-    def interrupt(self):
+    def interrupt(self, frame):
         if sys.argv[2] == "raise":
-            super().interrupt()
+            super().interrupt(frame)
         # A real Ctrl-C: SIGINT to this (the main) thread; Python's own handler raises
         # KeyboardInterrupt at the next point it checks, at once (in this hook).
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)

@@ -21,15 +21,16 @@ message.
 
 Ctrl-C: ``KeyboardInterrupt`` can land between any two bytecodes of the iterating thread.
 So everything the driver arms has its undo pushed onto one undo stack (:class:`~._undo.Undo`:
-the contract of :class:`contextlib.ExitStack`, and an undo a Ctrl-C interrupted is run once
-more, so each is idempotent) *before* it is armed (each undo is a no-op for what was never
-armed): give the slot back,
-close the store link, close the scope, end the steps (the steps' own cleanup cancels the
-scope, wakes running tools and closes the turn, while the scope is still open), close the
-turn, disarm the deadline, unlink the token. :meth:`RunDriver.release` closes the stack
-twice: the stack pops each undo before running it and runs the rest when one raises, so
-the second close finishes whatever a Ctrl-C cut short, by construction. Callers that drive a
-run call :func:`release_surely` in their ``finally``.
+the contract of :class:`contextlib.ExitStack`) *before* it is armed (each undo is a no-op
+for what was never armed): give the slot back, close the store link, close the scope, end
+the steps (the steps' own cleanup cancels the scope, wakes running tools and closes the
+turn, while the scope is still open; a run they never ended, not started or cut short at
+its start, is ended here as cancelled), close the turn, disarm the deadline, unlink the
+token. The release itself (:meth:`RunDriver.release`, :meth:`RunDriver.close`,
+:func:`release_surely`) is protected from Ctrl-C
+(:func:`~agent_sync._signal_safe.ki_protected`): a Ctrl-C that lands in it, at its entry
+included, is raised when it returns, so it always runs to its end. Callers that drive a run
+call :func:`release_surely` in their ``finally``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from .._decisions import Approve, Deny
 from .._history import close_turn
 from .._prompt import content_blocks
 from .._run_state import RunSnapshot, RunState, RunStatus, Step
+from .._signal_safe import ki_protected
 from ..cancel import CancelledError, CancelMode, CancelScope, check_mode
 from ..errors import UsageError
 from ..events import AgentEvent, Done, InputInjected
@@ -168,11 +170,13 @@ class RunDriver:
     def inject(self, content: object) -> None:
         self._ctx.inbox.put(content_blocks(content, what="injected input"))
 
+    @ki_protected
     def close(self) -> None:
         """Cancel the run if it is still going and release the agent.
 
         Idempotent and safe from any thread; never raises (a failure while ending the run
-        is logged). The closing message ("Cancelled by user") is written exactly once.
+        is logged; a Ctrl-C that lands in it is raised when it returns). The closing
+        message ("Cancelled by user") is written exactly once.
         """
         with self._guard:
             if self._releaser is not None:
@@ -375,30 +379,31 @@ class RunDriver:
         finally:
             self._iterating = False  # (its end, an error, or the caller closing this)
 
+    @ki_protected
     def release(self) -> None:
-        """End the run (once, by one thread) and free the agent; a second call finishes
-        what a Ctrl-C cut short of the first (module docstring)."""
+        """End the run (once, by one thread) and free the agent, whatever a Ctrl-C does
+        (module docstring)."""
         me = threading.get_ident()
         with self._guard:
             if self._releaser is None:
                 self._releaser = me
         if self._releaser == me:
-            try:
-                self._undo.close()
-            finally:
-                self._undo.close()
+            self._undo.close()
 
     def _end_steps(self) -> None:
-        """Let the steps end the run: a stream nobody read is cancelled with its prompt
-        kept; else the generator's own cleanup runs (no-op if it has finished)."""
+        """Let the steps end the run (the generator's own cleanup; a no-op once it has
+        finished); a run they never ended is ended here as cancelled, its prompt kept: a
+        stream nobody read, or a run a Ctrl-C cut short before the steps' ``try`` (in the
+        hooks' ``run_started``)."""
         events = self._events
         if events is None:
             return
-        if inspect.getgeneratorstate(events) == inspect.GEN_CREATED:
-            self._scope.cancel(STREAM_CLOSED)
+        unread = inspect.getgeneratorstate(events) == inspect.GEN_CREATED
+        events.close()
+        if self._ctx.status == "running":
+            self._scope.cancel(STREAM_CLOSED if unread else "interrupted")
             end_cancelled(self._ctx)
             self._commits.final(strict=False)
-        events.close()
 
     def _close_turn(self) -> None:
         """Never leave a ``toolUse`` unanswered (a paused run's calls await decisions)."""
@@ -414,10 +419,8 @@ class RunDriver:
             deadline.cancel()
 
 
+@ki_protected
 def release_surely(driver: RunDriver) -> None:
-    """Release ``driver`` from a caller's ``finally``: twice, so a Ctrl-C landing in the
-    first call before its own ``try`` cannot leave the agent held."""
-    try:
-        driver.release()
-    finally:
-        driver.release()
+    """Release ``driver`` from a caller's ``finally``: protected from its first bytecode, so
+    a Ctrl-C landing as it is entered cannot leave the agent held (it is raised after)."""
+    driver.release()

@@ -4,13 +4,13 @@ It keeps the contract of :class:`contextlib.ExitStack` that the driver relies on
 fraction of its cost per run (no wrapper object per action, no exception bookkeeping when
 nothing raises: the standard one cost about 7 us of a 95 us invoke): :meth:`Undo.close`
 pops each action *before* running it and runs the rest when one raises (then raises the
-first error), so a second ``close()`` finishes whatever a Ctrl-C cut short of the first.
+first error).
 
-One rule ``ExitStack`` lacks: an action interrupted by a ``BaseException`` that is not an
-``Exception`` (a Ctrl-C) is run once more, at once. A Ctrl-C can land as an action is
-entered, before any of it ran: popped and never run, the slot's release left the agent held
-for good (``tests/test_interrupts.py`` caught it, about once in 5,000 random Ctrl-Cs). So
-every action must be idempotent (the driver's are: each checks what it undoes).
+A Ctrl-C between the pop and the run would leave an action popped and never run (the
+slot's release: the agent held for good), and no rule inside the stack can close that
+window. So the stack is closed only inside a section protected from Ctrl-C
+(:func:`agent_sync._signal_safe.ki_protected`: the driver's release), where a Ctrl-C is
+raised once the section has returned.
 """
 
 from __future__ import annotations
@@ -36,23 +36,16 @@ class Undo:
     def close(self) -> None:
         """Run every action not run yet, last pushed first; each is removed before it
         runs. An action that raises does not stop the others; the first error is raised
-        once all have run. An action a Ctrl-C interrupted is run once more (module
+        once all have run. Call it from a section protected from Ctrl-C (module
         docstring)."""
         actions = self._actions
         error: BaseException | None = None
-        again: list[Callable[[], Any]] = []
         while actions:
             action = actions.pop()
             try:
                 action()
-            except Exception as exc:  # noqa: BLE001 - raised below, after the rest
+            except BaseException as exc:  # noqa: BLE001 - raised below, after the rest
                 if error is None:
                     error = exc
-            except BaseException as exc:  # a Ctrl-C may have landed before it ran
-                if error is None:
-                    error = exc
-                if not any(action is done for done in again):
-                    again.append(action)
-                    actions.append(action)
         if error is not None:
             raise error
