@@ -95,23 +95,30 @@ class Connection:
     ) -> Connection:
         """Start the loop, connect and list the tools, within ``timeout`` seconds.
 
+        A cancel of ``scope`` (or a Ctrl-C) returns at once: the attempt is wound down on
+        the loop (a stdio child stopped as :meth:`close` does, then the thread ends) without
+        the caller waiting for it. Only an :class:`Exception` becomes
+        :class:`ConnectionLost`: a ``KeyboardInterrupt`` or ``SystemExit`` is raised as is.
+
         Raises:
             ConnectionLost: The server could not be started or reached, or timed out.
             CancelledError: ``scope`` was cancelled while connecting (the connect is undone).
         """
+        if scope is not None:
+            scope.raise_if_cancelled()
         connection = cls(endpoint, on_tools)
-        connection._thread.start()
-        connection._serving = asyncio.run_coroutine_threadsafe(
-            connection._serve(), connection._loop
-        )
         ready = connection._ready
-        unregister = (
-            scope.register_abort(functools.partial(_cancel, ready)) if scope is not None else _noop
-        )
+        unregister: Callable[[], None] = _noop
         try:
+            connection._thread.start()
+            connection._serving = asyncio.run_coroutine_threadsafe(
+                connection._serve(), connection._loop
+            )
+            if scope is not None:
+                unregister = scope.register_abort(functools.partial(_cancel, ready))
             ready.result(timeout)
         except concurrent.futures.CancelledError:
-            connection.close()
+            connection._give_up()  # not waited for: a cancel returns in milliseconds
             assert scope is not None
             raise CancelledError(scope.reason or "cancelled") from None
         except concurrent.futures.TimeoutError:
@@ -119,11 +126,14 @@ class Connection:
             raise ConnectionLost(
                 connection._with_stderr(f"it did not answer within {timeout:g} s (startup_timeout)")
             ) from None
-        except BaseException as exc:
+        except Exception as exc:
             connection.close()
             if isinstance(exc, ConnectionLost):
                 raise
             raise ConnectionLost(connection._with_stderr(_cause(exc))) from None
+        except BaseException:  # Ctrl-C, SystemExit: never wrapped, and not waited on
+            connection._give_up()
+            raise
         finally:
             unregister()
         return connection
@@ -173,6 +183,13 @@ class Connection:
         if self.pid == os.getpid() and self._thread.is_alive():
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._stop_serving)
+
+    def _give_up(self) -> None:
+        """End a connect attempt without waiting for it: the SDK's shutdown runs on the
+        loop (a stdio child is stopped), then the loop and its thread end."""
+        step = self._stop_serving if self._serving is not None else self._stop_loop
+        with contextlib.suppress(RuntimeError):  # the loop is closed already
+            self._loop.call_soon_threadsafe(step)
 
     def _stop_serving(self) -> None:
         """On the loop: end :meth:`_serve` (the client is left in its own task)."""

@@ -266,19 +266,23 @@ class MCPServer:
             specs = tuple(spec for spec in specs if spec.name in include)
         return [self._tool(spec, prefix) for spec in specs]
 
-    def agent_tools(self) -> tuple[MCPTool, ...]:
+    def agent_tools(self, cancel: CancelScope | None = None) -> tuple[MCPTool, ...]:
         """The tools an agent with this server in ``tools=`` gets for its next run.
 
-        Connects if needed; a tool list the server changed (``tools/list_changed``) is
-        re-read first. The same tuple is returned while the list has not changed. A server
+        Connects if needed (the run asks, first thing, with its cancel scope: a cancel of
+        the run, its ``timeout=`` or a calling run's cancel ends the connect at once, and
+        the attempt is wound down in the background); a tool list the server changed
+        (``tools/list_changed``) is re-read first. The same tuple is returned while the
+        list has not changed. A server
         that was reached before but cannot be now gives its last tools (each call then
         answers with the reason); one never reached raises.
 
         Raises:
             MCPError: The server could not be started or reached, and never was.
+            CancelledError: ``cancel`` was cancelled while connecting.
         """
         try:
-            connection = self._live(None)
+            connection = self._live(cancel)
         except MCPError:
             listed = self._listed
             if listed is None:
