@@ -35,7 +35,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError as SDKError
@@ -45,6 +44,7 @@ from .. import __version__
 from ..cancel import CancelledError, CancelScope
 from ._call import Call, CallTimedOut, ConnectionLost, Done, ProgressSink, wait
 from ._endpoint import Endpoint, StderrTail
+from ._stdio import stdio_transport
 
 __all__ = ["CallTimedOut", "Connection", "ConnectionLost"]
 
@@ -293,7 +293,8 @@ class Connection:
             parameters = StdioServerParameters(
                 command=command, args=args, env=endpoint.env, cwd=endpoint.cwd
             )
-            return stdio_client(parameters, errlog=self._stderr.writer)
+            # ours, not the SDK's stdio_client: linear in a long message, and bounded
+            return stdio_transport(parameters, self._stderr.writer, endpoint.max_result_bytes)
         http = await stack.enter_async_context(create_mcp_http_client(headers=endpoint.headers))
         return streamable_http_client(endpoint.url, http_client=http)
 

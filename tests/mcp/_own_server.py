@@ -10,6 +10,7 @@ Each is a real server speaking the real protocol (the ``mcp`` SDK's server API),
 * ``crash``: ``crash()`` writes its ``API_KEY`` and a last words line to stderr, then exits 3;
 * ``mute``: never answers ``initialize`` (a server that does not start);
 * ``slow``: waits ``SLOW_START`` seconds before it serves (a slow start);
+* ``big``: ``big(size)`` answers a text of ``size`` bytes (a large result);
 * ``odd``: tools whose names are not valid model tool names, each answering its own name:
   ``a.b`` next to ``a_b``, and two names of only non-ASCII letters (:data:`ODD_NAMES`).
 
@@ -60,6 +61,13 @@ def main(mode: str) -> None:
             await ctx.notify_tools_changed()  # protocol 2026-07-28: subscriptions/listen
             await ctx.session.send_tool_list_changed()  # before: a notification
             return f"added {name}"
+
+    if mode == "big":
+
+        @server.tool()
+        def big(size: int) -> CallToolResult:
+            """Answer ``size`` bytes of text."""
+            return CallToolResult(content=[TextContent(type="text", text="x" * size)])
 
     if mode == "odd":
         for odd in ODD_NAMES:
