@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent_sync.errors import MCPError
 from agent_sync.mcp import MCPServer
 
 OWN_SERVER = str(Path(__file__).resolve().parent.parent / "tests" / "mcp" / "_own_server.py")
@@ -38,7 +39,10 @@ def one(server: MCPServer, size: int) -> str:
 
     def call_big() -> None:
         started = time.perf_counter()
-        outcome["result"] = big(size=size)
+        try:
+            outcome["result"] = big(size=size)
+        except MCPError as exc:  # past max_result_bytes, or timed out
+            outcome["result"] = {"status": "error", "content": [{"text": str(exc)}]}
         outcome["took"] = time.perf_counter() - started
 
     thread = threading.Thread(target=call_big, daemon=True)
