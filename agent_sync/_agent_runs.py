@@ -211,7 +211,7 @@ class AgentRuns:
         if token is not None and not isinstance(token, CancelToken):
             raise UsageError(f"cancel= takes a CancelToken, got {type(token).__name__}")
         settings = call_settings(
-            self._with_source_tools(),
+            self._settings,  # the tool sources' tools are read by the run: _run_tools
             cache=cache,
             deps=deps,
             params=params,
@@ -219,17 +219,24 @@ class AgentRuns:
         )
         return Call(settings, timeout, token)
 
-    def _with_source_tools(self) -> RunSettings:
+    def _with_source_tools(self, cancel: CancelScope | None = None) -> RunSettings:
         """The agent's settings with its tool sources' (MCP servers') tools as they list
         them now: a source connects at the first run, and a changed list is picked up at
-        the next (``agent.tools`` shows the last run's)."""
+        the next (``agent.tools`` shows the last run's); a cancel of ``cancel`` ends a
+        connect (``CancelledError``)."""
         if not self._tool_sources:
             return self._settings
-        tools = with_sources(self._own_tools, self._tool_sources)
+        tools = with_sources(self._own_tools, self._tool_sources, cancel)
         if tools != self._settings.tools:
             specs = tuple(t.spec for t in tools.values())
             self._settings = replace(self._settings, tools=tools, tool_specs=specs)
         return self._settings
+
+    def _run_tools(self, scope: CancelScope) -> dict[str, Tool[Any]]:
+        """A run's tools, read by the run itself before its first step, under its scope: a
+        tool source that connects (or never answers) is stopped by ``cancel()``,
+        ``timeout=``, a token or a calling run's cancel, as any step is."""
+        return self._with_source_tools(scope).tools
 
     def _open(
         self,
@@ -284,6 +291,7 @@ class AgentRuns:
             ),
             parent=parent,
             run_id=run_id,
+            source_tools=self._run_tools if self._tool_sources else None,
         )
 
     @staticmethod

@@ -35,7 +35,6 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError as SDKError
@@ -45,6 +44,7 @@ from .. import __version__
 from ..cancel import CancelledError, CancelScope
 from ._call import Call, CallTimedOut, ConnectionLost, Done, ProgressSink, wait
 from ._endpoint import Endpoint, StderrTail
+from ._stdio import stdio_transport
 
 __all__ = ["CallTimedOut", "Connection", "ConnectionLost"]
 
@@ -95,23 +95,30 @@ class Connection:
     ) -> Connection:
         """Start the loop, connect and list the tools, within ``timeout`` seconds.
 
+        A cancel of ``scope`` (or a Ctrl-C) returns at once: the attempt is wound down on
+        the loop (a stdio child stopped as :meth:`close` does, then the thread ends) without
+        the caller waiting for it. Only an :class:`Exception` becomes
+        :class:`ConnectionLost`: a ``KeyboardInterrupt`` or ``SystemExit`` is raised as is.
+
         Raises:
             ConnectionLost: The server could not be started or reached, or timed out.
             CancelledError: ``scope`` was cancelled while connecting (the connect is undone).
         """
+        if scope is not None:
+            scope.raise_if_cancelled()
         connection = cls(endpoint, on_tools)
-        connection._thread.start()
-        connection._serving = asyncio.run_coroutine_threadsafe(
-            connection._serve(), connection._loop
-        )
         ready = connection._ready
-        unregister = (
-            scope.register_abort(functools.partial(_cancel, ready)) if scope is not None else _noop
-        )
+        unregister: Callable[[], None] = _noop
         try:
+            connection._thread.start()
+            connection._serving = asyncio.run_coroutine_threadsafe(
+                connection._serve(), connection._loop
+            )
+            if scope is not None:
+                unregister = scope.register_abort(functools.partial(_cancel, ready))
             ready.result(timeout)
         except concurrent.futures.CancelledError:
-            connection.close()
+            connection._give_up()  # not waited for: a cancel returns in milliseconds
             assert scope is not None
             raise CancelledError(scope.reason or "cancelled") from None
         except concurrent.futures.TimeoutError:
@@ -119,11 +126,14 @@ class Connection:
             raise ConnectionLost(
                 connection._with_stderr(f"it did not answer within {timeout:g} s (startup_timeout)")
             ) from None
-        except BaseException as exc:
+        except Exception as exc:
             connection.close()
             if isinstance(exc, ConnectionLost):
                 raise
             raise ConnectionLost(connection._with_stderr(_cause(exc))) from None
+        except BaseException:  # Ctrl-C, SystemExit: never wrapped, and not waited on
+            connection._give_up()
+            raise
         finally:
             unregister()
         return connection
@@ -173,6 +183,13 @@ class Connection:
         if self.pid == os.getpid() and self._thread.is_alive():
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._stop_serving)
+
+    def _give_up(self) -> None:
+        """End a connect attempt without waiting for it: the SDK's shutdown runs on the
+        loop (a stdio child is stopped), then the loop and its thread end."""
+        step = self._stop_serving if self._serving is not None else self._stop_loop
+        with contextlib.suppress(RuntimeError):  # the loop is closed already
+            self._loop.call_soon_threadsafe(step)
 
     def _stop_serving(self) -> None:
         """On the loop: end :meth:`_serve` (the client is left in its own task)."""
@@ -276,7 +293,8 @@ class Connection:
             parameters = StdioServerParameters(
                 command=command, args=args, env=endpoint.env, cwd=endpoint.cwd
             )
-            return stdio_client(parameters, errlog=self._stderr.writer)
+            # ours, not the SDK's stdio_client: linear in a long message, and bounded
+            return stdio_transport(parameters, self._stderr.writer, endpoint.max_result_bytes)
         http = await stack.enter_async_context(create_mcp_http_client(headers=endpoint.headers))
         return streamable_http_client(endpoint.url, http_client=http)
 

@@ -14,11 +14,12 @@ from typing import Literal
 
 from .._redact import MASK, redact
 
-__all__ = ["Endpoint", "StderrTail"]
+__all__ = ["MAX_RESULT_BYTES", "Endpoint", "StderrTail"]
 
 logger = logging.getLogger(__name__)
 
 _STDERR_TAIL = 4096  # bytes of the child's stderr kept for errors
+MAX_RESULT_BYTES = 16 * 1024 * 1024  # the default bound of one message from a stdio server
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "AUTHORIZATION")
 
 
@@ -33,6 +34,7 @@ class Endpoint:
     cwd: str | None = None
     url: str = ""
     headers: dict[str, str] | None = None
+    max_result_bytes: int = MAX_RESULT_BYTES  # stdio: the largest message read (_stdio)
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
     @staticmethod

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -21,17 +23,35 @@ logger = logging.getLogger(__name__)
 
 _OPEN_OBJECT: dict[str, Any] = {"type": "object"}
 
+_VALID_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what every provider accepts
+_INVALID_CHAR = re.compile(r"[^A-Za-z0-9_-]")
+_HASH_CHARS = 10  # hex digits of the suffix: 40 bits
+
 
 def tool_name(name: str, prefix: str) -> str:
-    """``prefix + name`` made a valid tool name (letters, digits, ``_``, ``-``; 64 at most)."""
-    cleaned = "".join(c if (c.isascii() and c.isalnum()) or c in "_-" else "_" for c in name)
-    return (prefix + cleaned)[:64] or "_"
+    """The name the model sees for the server's tool ``name``: ``prefix + name`` itself when
+    that is a valid tool name (ASCII letters, digits, ``_``, ``-``; 64 at most), else a valid
+    name made from it that no other name maps to.
+
+    A name that had to change gets its characters outside the rule replaced by ``_``, is
+    cut to fit, and ends with ``_`` and a hash of the whole original (``a.b`` ->
+    ``a_b_<10 hex>``), so ``a.b``, ``a_b`` and two names of only non-ASCII letters stay
+    apart. The hash is SHA-256: the same on every connection and in every process, so a
+    stored history's ``toolUse`` names still resolve.
+    """
+    full = prefix + name
+    if _VALID_NAME.fullmatch(full):
+        return full
+    digest = hashlib.sha256(full.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]
+    cleaned = _INVALID_CHAR.sub("_", full)[: 64 - _HASH_CHARS - 1]
+    return f"{cleaned}_{digest}"
 
 
 class MCPTool(Tool[Any]):
     """A tool of an :class:`~agent_sync.mcp.MCPServer`: calling it calls the server.
 
-    The model sees the server's name (with the prefix, if any), description and input
+    The model sees the server's name (with the prefix, if any; mapped one to one to a
+    valid name if it is not one: :func:`tool_name`), description and input
     schema unchanged. In a run, the call is a task on the server's connection that a cancel
     of the run cancels (the server is told); called directly (``tool(city="Oslo")``) it
     blocks until the server answers or ``call_timeout`` passes.

@@ -19,8 +19,9 @@ from ..errors import MCPError, UsageError
 from ..messages import ToolUse
 from ..tools.context import ToolContext
 from ._connection import CallTimedOut, Connection, ConnectionLost
-from ._endpoint import Endpoint
+from ._endpoint import MAX_RESULT_BYTES, Endpoint
 from ._results import tool_result
+from ._stdio import TOO_LARGE
 from ._tool import MCPTool, tool_name
 
 __all__ = ["MCPServer", "ServerApproval"]
@@ -134,6 +135,7 @@ class MCPServer:
         requires_approval: ServerApproval = False,
         call_timeout: float | None = 60.0,
         startup_timeout: float = 30.0,
+        max_result_bytes: int = MAX_RESULT_BYTES,
     ) -> MCPServer:
         """A server started as a child process, speaking MCP over its stdin and stdout.
 
@@ -148,6 +150,10 @@ class MCPServer:
             call_timeout: Seconds a call may take before it is cancelled (the server is
                 told) and answered with an error; ``None``: no limit but cancel.
             startup_timeout: Seconds to start the child and list its tools.
+            max_result_bytes: The largest message the server may send (16 MiB by
+                default): a larger answer is dropped as it arrives, never held, and its
+                call ends with an error result naming its size; the connection and the
+                other calls on it go on.
         """
         if isinstance(command, (str, bytes)) or not isinstance(command, Sequence):
             raise UsageError(
@@ -159,12 +165,17 @@ class MCPServer:
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()
         ):
             raise UsageError("env must map str to str")
+        if isinstance(max_result_bytes, bool) or not (
+            isinstance(max_result_bytes, int) and max_result_bytes > 0
+        ):
+            raise UsageError(f"max_result_bytes must be a positive int, got {max_result_bytes!r}")
         endpoint = Endpoint(
             name=name or os.path.basename(command[0]),
             kind="stdio",
             command=tuple(command),
             env=dict(env) if env is not None else None,
             cwd=os.fspath(cwd) if cwd is not None else None,
+            max_result_bytes=max_result_bytes,
             secrets=Endpoint.secret_values(env),
         )
         return cls(
@@ -266,19 +277,23 @@ class MCPServer:
             specs = tuple(spec for spec in specs if spec.name in include)
         return [self._tool(spec, prefix) for spec in specs]
 
-    def agent_tools(self) -> tuple[MCPTool, ...]:
+    def agent_tools(self, cancel: CancelScope | None = None) -> tuple[MCPTool, ...]:
         """The tools an agent with this server in ``tools=`` gets for its next run.
 
-        Connects if needed; a tool list the server changed (``tools/list_changed``) is
-        re-read first. The same tuple is returned while the list has not changed. A server
+        Connects if needed (the run asks, first thing, with its cancel scope: a cancel of
+        the run, its ``timeout=`` or a calling run's cancel ends the connect at once, and
+        the attempt is wound down in the background); a tool list the server changed
+        (``tools/list_changed``) is re-read first. The same tuple is returned while the
+        list has not changed. A server
         that was reached before but cannot be now gives its last tools (each call then
         answers with the reason); one never reached raises.
 
         Raises:
             MCPError: The server could not be started or reached, and never was.
+            CancelledError: ``cancel`` was cancelled while connecting.
         """
         try:
-            connection = self._live(None)
+            connection = self._live(cancel)
         except MCPError:
             listed = self._listed
             if listed is None:
@@ -424,6 +439,8 @@ class MCPServer:
             return MCPError(f"{what}: the connection was lost: {exc} (the next use reconnects)")
         assert isinstance(exc, SDKError)
         message = self._endpoint.redact(exc.message)
+        if exc.code == TOO_LARGE and self._endpoint.kind == "stdio":
+            return MCPError(f"{what}: {message} (MCPServer.stdio(..., max_result_bytes=...))")
         return MCPError(f"{what}: the server refused the call: {message}")
 
 

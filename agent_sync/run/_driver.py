@@ -41,8 +41,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Generator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Generator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from .._decisions import Approve, Deny
 from .._history import close_turn
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from .._deadlines import Deadline
     from ..cancel import CancelToken
     from ..models.base import CacheMode
+    from ..tools.decorator import Tool
 
 __all__ = ["STREAM_CLOSED", "CancelMode", "RunDriver", "release_surely"]
 
@@ -101,6 +103,7 @@ class RunDriver:
         link: StoreLink | None = None,
         parent: CancelScope | None = None,
         run_id: str | None = None,
+        source_tools: Callable[[CancelScope], dict[str, Tool[Any]]] | None = None,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise UsageError("timeout must be positive (seconds)")
@@ -141,6 +144,9 @@ class RunDriver:
         self._closing = False  # close() was called: no new next(); an iterator finishes
         self._releaser: int | None = None  # the thread that ends the run (exactly once)
         self._undo = Undo()  # what release() undoes, last armed first (module docstring)
+        # The agent's tools with its tool sources' (MCP servers, which may connect): read by
+        # the run before its first step, under its scope, deadline and token (_drive).
+        self._source_tools = source_tools
 
     # -- any thread (documented on agent_sync.run.Run, which forwards here) --
 
@@ -285,6 +291,11 @@ class RunDriver:
             late: list[ContentBlock] = []  # input the store accepted while the run ended
             while True:
                 try:
+                    if self._source_tools is not None:
+                        source_tools, self._source_tools = self._source_tools, None
+                        tools = source_tools(self._scope)
+                        specs = tuple(t.spec for t in tools.values())
+                        ctx.settings = replace(ctx.settings, tools=tools, tool_specs=specs)
                     if late:  # answered as input queued at the end is: one more model call
                         self._commits.reopen(late)
                         yield InputInjected(content=tuple(late), run_id=self.run_id)

@@ -1,9 +1,10 @@
 """The agent's tools by name: ``Agent(tools=[...])`` checked and collected in one place.
 
 An item of ``tools=`` may also be a *tool source* (an :class:`~agent_sync.mcp.MCPServer`):
-an object with an ``agent_tools()`` method. Its tools are asked for at the start of each run
-(:func:`with_sources`), so a source whose tool list changes is current from the next run on,
-and a source that connects lazily does so at the first run, not when the agent is built.
+an object with an ``agent_tools(cancel)`` method. Its tools are asked for by each run, as its
+first act (:func:`with_sources`, with the run's cancel scope), so a source whose tool list
+changes is current from the next run on, and a source that connects lazily does so in the
+first run, not when the agent is built, cancellable as the rest of the run is.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
+from ..cancel import CancelScope
 from ..errors import UsageError
 from .decorator import Tool
 
@@ -22,8 +24,9 @@ __all__ = ["ToolSource", "collect_tools", "with_sources"]
 class ToolSource(Protocol):
     """Something that brings tools to an agent at each run (an MCP server)."""
 
-    def agent_tools(self) -> Sequence[Tool[Any]]:
-        """The tools for the next run (the same objects while unchanged)."""
+    def agent_tools(self, cancel: CancelScope | None = None) -> Sequence[Tool[Any]]:
+        """The tools for the next run (the same objects while unchanged); a wait (a connect)
+        ends with :class:`~agent_sync.cancel.CancelledError` when ``cancel`` is cancelled."""
         ...
 
 
@@ -64,16 +67,20 @@ def collect_tools(tools: object, sources: list[ToolSource] | None = None) -> dic
 
 
 def with_sources(
-    registry: dict[str, Tool[Any]], sources: Sequence[ToolSource]
+    registry: dict[str, Tool[Any]],
+    sources: Sequence[ToolSource],
+    cancel: CancelScope | None = None,
 ) -> dict[str, Tool[Any]]:
-    """``registry`` with every source's current tools added (the sources may connect).
+    """``registry`` with every source's current tools added (the sources may connect; a
+    cancel of ``cancel`` ends that wait).
 
     Raises:
         UsageError: A source's tool has the name of another tool.
+        CancelledError: ``cancel`` was cancelled while a source connected.
     """
     merged = dict(registry)
     for source in sources:
-        for item in source.agent_tools():
+        for item in source.agent_tools(cancel):
             if item.name in merged:
                 raise UsageError(
                     f"two tools are named {item.name!r} (one from {source!r}): take that "

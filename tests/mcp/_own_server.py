@@ -9,7 +9,10 @@ Each is a real server speaking the real protocol (the ``mcp`` SDK's server API),
 * ``hang``: ``hang()`` never answers (until cancelled);
 * ``crash``: ``crash()`` writes its ``API_KEY`` and a last words line to stderr, then exits 3;
 * ``mute``: never answers ``initialize`` (a server that does not start);
-* ``slow``: waits ``SLOW_START`` seconds before it serves (a slow start).
+* ``slow``: waits ``SLOW_START`` seconds before it serves (a slow start);
+* ``big``: ``big(size)`` answers a text of ``size`` bytes (a large result);
+* ``odd``: tools whose names are not valid model tool names, each answering its own name:
+  ``a.b`` next to ``a_b``, and two names of only non-ASCII letters (:data:`ODD_NAMES`).
 
 Every mode also has ``ping() -> "pong"`` and ``fail(why)`` (an ``isError`` result).
 """
@@ -24,6 +27,8 @@ import time
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent
+
+ODD_NAMES = ("a.b", "a_b", "天气", "名前", "x" * 70)
 
 
 def main(mode: str) -> None:
@@ -56,6 +61,21 @@ def main(mode: str) -> None:
             await ctx.notify_tools_changed()  # protocol 2026-07-28: subscriptions/listen
             await ctx.session.send_tool_list_changed()  # before: a notification
             return f"added {name}"
+
+    if mode == "big":
+
+        @server.tool()
+        def big(size: int) -> CallToolResult:
+            """Answer ``size`` bytes of text."""
+            return CallToolResult(content=[TextContent(type="text", text="x" * size)])
+
+    if mode == "odd":
+        for odd in ODD_NAMES:
+
+            def named(name: str = odd) -> str:
+                return f"I am {name}"
+
+            server.add_tool(named, name=odd, description=f"the tool {odd}")
 
     if mode == "hang":
 

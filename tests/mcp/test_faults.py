@@ -108,7 +108,10 @@ def test_a_server_that_never_starts_is_an_error_and_leaves_no_process(
     agent = Agent(ScriptedModel(["never"]), tools=[server])
     with pytest.raises(MCPError, match=r"'mute' could not be started: .*1 s \(startup_timeout\)"):
         agent.invoke("go")
-    assert not agent.is_running and agent.messages == []
+    # the connect is the run's first act: it failed as a model call does, the prompt kept
+    assert not agent.is_running and agent.messages == [
+        {"role": "user", "content": [{"text": "go"}]}
+    ]
     recorder.wait_for(lambda m: m.get("method") in ("initialize", "server/discover"), 30)
     (processes,) = recorder.processes
     assert gone(processes["tee_pid"]) and gone(processes["server_pid"])
