@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 
 from .._decisions import Approve, Decision, Deny
 from .._prompt import content_blocks
@@ -228,7 +228,9 @@ class ChatRoutes:
     def _run_stop(self, request: WebRequest, run_id: str) -> WebResponse:
         _check_run_id(run_id)
         reason = optional_str(parse_json_body(request, required=False), "reason")
-        snapshot = self._run(request, run_id)
+        snapshot, top = self._run_in_tree(request, run_id)
+        if top is not snapshot and snapshot.status == "paused":
+            _refuse_sub_agent_run(top, "stop it through the run that started it")
         return json_response(200, {"cancelled": self._runs.stop(snapshot, reason)})
 
     def _run_decisions(self, request: WebRequest, run_id: str) -> WebResponse:
@@ -236,12 +238,7 @@ class ChatRoutes:
         decisions = _decisions(parse_json_body(request))
         snapshot, top = self._run_in_tree(request, run_id)
         if top is not snapshot:  # a sub-agent's pause is its top-level run's to answer
-            raise Refusal(
-                409,
-                "sub_agent_run",
-                "this is a sub-agent's run: post the decisions to the run that started it",
-                run_id=top.run_id,
-            )
+            _refuse_sub_agent_run(top, "post the decisions to the run that started it")
         if snapshot.status != "paused":
             raise Refusal(409, "not_paused", f"the run is {snapshot.status}, not paused")
         self._runs.resume(snapshot, decisions)
@@ -420,6 +417,12 @@ class ChatRoutes:
         if not tail:
             return True  # dropped after replay_ttl (or never written)
         return tail[-1].seq == after and is_terminal(tail[-1].data)
+
+
+def _refuse_sub_agent_run(top: RunSnapshot, what: str) -> NoReturn:
+    """409 for a sub-agent's run: a paused tree is answered and stopped through the run
+    that started it (``top``), which the answer names."""
+    raise Refusal(409, "sub_agent_run", f"this is a sub-agent's run: {what}", run_id=top.run_id)
 
 
 def _check_run_id(run_id: str) -> None:

@@ -108,6 +108,9 @@ def test_a_child_run_is_answered_and_authorized_through_its_lead(framework: str)
             status, body = post(f"/runs/{child}/decisions", decision, alice)
             assert status == 409 and body["error"] == "sub_agent_run"
             assert body["run_id"] == lead
+            # so is stopping the paused child alone (its lead would wait on it forever)
+            status, body = post(f"/runs/{child}/stop", {}, alice)
+            assert (status, body["error"], body["run_id"]) == (409, "sub_agent_run", lead)
             for run_id in (lead, child):
                 snapshot = store.get(run_id)
                 assert snapshot is not None and snapshot.status == "paused"
