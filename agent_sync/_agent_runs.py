@@ -171,7 +171,7 @@ class AgentRuns:
         paused = self._slot.drop_paused()
         if paused is None:
             return False
-        cancel_subruns(paused.subruns, None, "cancelled")  # the paused children it waited on
+        cancel_subruns(self, paused.subruns, None, "cancelled")  # the paused children it waited on
         logger.debug("run_id=<%s> | paused run cancelled", paused.run_id)
         return True
 

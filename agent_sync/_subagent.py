@@ -32,23 +32,23 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Final
 
-from .cancel import CancelledError
+from .cancel import CancelledError, CancelScope
 from .errors import ToolError, UsageError
 from .events import AgentEvent, Done, SubAgentEvent
 from .run import _subruns as subruns
 from .run._driver import release_surely
 from .tools._batch import SubRunPaused
-from .tools.context import ToolContext
+from .tools.context import ToolContext, _RunBoundAgent
 from .tools.decorator import Tool
 
 if TYPE_CHECKING:
     from .agent import Agent
     from .result import AgentResult
 
-__all__ = ["ConversationIdFactory", "subagent_tool"]
+__all__ = ["DEFAULT_MAX_DEPTH", "ConversationIdFactory", "subagent_tool"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,19 +66,48 @@ _INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
+DEFAULT_MAX_DEPTH: Final = 8
+"""How many levels below the top-level run a sub-agent's run may be, by default (its
+``as_tool(max_depth=...)``): 1 is a child of the run a user started, 2 a grandchild."""
+
+_LINEAGE = "_agent_sync_lineage"  # the attribute of a child's agent: its _Lineage
+
+
+@dataclass(frozen=True, slots=True)
+class _Lineage:
+    """Where a child run sits in its tree (an attribute of the child's agent, set at each
+    call: a sub-agent's tools are called by its run only)."""
+
+    depth: int
+    """1 for a child of the top-level run, 2 for a grandchild..."""
+    root: CancelScope
+    """The top-level run's scope: each child is linked to it directly as well as to its
+    caller's, so its cancel reaches every level at once, whatever the levels between do."""
+
+
+def _caller(context: ToolContext[Any]) -> object:
+    """The agent whose run calls the tool (``context.agent`` is a view of it)."""
+    view = context.agent
+    return view._agent if isinstance(view, _RunBoundAgent) else view
+
+
 def subagent_tool(
     template: Agent,
     *,
     name: str,
     description: str,
     conversation_id: ConversationIdFactory | None = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> Tool[Any]:
     """The tool ``template.as_tool(...)`` returns (see :meth:`agent_sync.Agent.as_tool`)."""
     if not isinstance(description, str) or not description.strip():
         raise UsageError("as_tool needs a description: the model reads it to decide when to call")
     if conversation_id is not None and not callable(conversation_id):
         raise UsageError("conversation_id must be a callable (context) -> str, or None")
-    return _SubAgentTool(_SubAgent(template, conversation_id), name, description)
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
+        raise UsageError(f"max_depth must be an int >= 1, got {max_depth!r}")
+    runner = _SubAgent(template, conversation_id, name=name, max_depth=max_depth)
+    return _SubAgentTool(runner, name, description)
 
 
 _CALL_HINTS: dict[str, Any] = {"prompt": str, "context": ToolContext, "return": Any}
@@ -144,9 +173,18 @@ class _SubAgentTool(Tool[Any]):
 class _SubAgent:
     """Runs one call of a sub-agent tool as a child run of the calling run."""
 
-    def __init__(self, template: Agent, conversations: ConversationIdFactory | None) -> None:
+    def __init__(
+        self,
+        template: Agent,
+        conversations: ConversationIdFactory | None,
+        *,
+        name: str,
+        max_depth: int,
+    ) -> None:
         self._template = template
         self._conversations = conversations
+        self._name = name
+        self._max_depth = max_depth
         # Without a store, the children of named conversations live here (in memory).
         self._lock = threading.Lock()
         self._named: dict[str, Agent] = {}
@@ -170,41 +208,71 @@ class _SubAgent:
         """Run the call: yield the child's events, each wrapped in a ``SubAgentEvent``;
         return the call's result (closing this generator closes the child's run)."""
         parent = context._scope
+        caller = _caller(context)
+        lineage = self._lineage(caller, parent)
         if context._resume is not None:  # the child paused for approval: go on with it
             info, decisions = context._resume
-            child = self._paused_child(info, context)
+            child = self._paused_child(info, context, caller)
+            setattr(child, _LINEAGE, lineage)
             driver = child._open_child(None, parent, decisions=decisions)
         else:
             child = self._child(context)
+            setattr(child, _LINEAGE, lineage)
             driver = child._open_child(prompt, parent)
         result: AgentResult | None = None
         run_id, tool_use_id = driver.run_id, context.tool_use["toolUseId"]
         parent_run_id = parent.run_id or ""
         events = driver.events()
+        # one hop from the top-level run, whatever the levels between do
+        unlink = lineage.root.link(driver._scope) if lineage.root is not parent else None
         try:
             for event in events:
                 yield _wrapped(run_id, parent_run_id, tool_use_id, event)
                 if type(event) is Done:
                     result = event.result
         finally:
+            if unlink is not None:
+                unlink()
             events.close()  # a no-op once it ended; else the child's run is closed (cancelled)
             release_surely(driver)
         assert result is not None
         if result.stop_reason == "paused":  # the caller pauses with it
             stored = child._store is not None
             if not stored:
-                subruns.hold(result.run_id, child)
+                subruns.hold(caller, result.run_id, child)
             conversation = child._settings.conversation_id if stored else None
             raise SubRunPaused(result.run_id, conversation, result.approvals, result.usage)
         return _answer(result, parent.cancel_requested)
 
-    def _paused_child(self, info: Mapping[str, Any], context: ToolContext[Any]) -> Agent:
-        """The agent of a paused child run: loaded from the store, or held in memory."""
+    def _lineage(self, caller: object, parent: CancelScope) -> _Lineage:
+        """Where a child of ``caller``'s run (scope ``parent``) would sit in its tree, if
+        it may start there: within ``max_depth`` and while the tree's top-level run is
+        live (nothing of a tree starts once its top-level run is over or cancelled)."""
+        above: _Lineage | None = getattr(caller, _LINEAGE, None)
+        lineage = (
+            _Lineage(depth=1, root=parent)
+            if above is None
+            else _Lineage(depth=above.depth + 1, root=above.root)
+        )
+        if lineage.root.cancelled or lineage.root.closed or parent.cancelled or parent.closed:
+            raise CancelledError(lineage.root.reason or parent.reason or "cancelled")
+        if lineage.depth > self._max_depth:
+            raise ToolError(
+                f"the sub-agent {self._name!r} was not called: its run would be "
+                f"{lineage.depth} levels below the top-level run, past its max_depth of "
+                f"{self._max_depth} (as_tool(max_depth=...)); answer without it"
+            )
+        return lineage
+
+    def _paused_child(
+        self, info: Mapping[str, Any], context: ToolContext[Any], caller: object
+    ) -> Agent:
+        """The agent of a paused child run: loaded from the store, or held by the caller."""
         conversation = info.get("conversation_id")
         stored = context._store or self._template._stored()
         if conversation and stored is not None:
             return self._template._spawn(stored, str(conversation))
-        agent: Agent | None = subruns.take(str(info.get("run_id")))
+        agent: Agent | None = subruns.take(caller, str(info.get("run_id")))
         if agent is None:
             raise ToolError(
                 f"the sub-agent's paused run {info.get('run_id')} is not held by this process "

@@ -466,6 +466,7 @@ class Agent(AgentRuns):
         name: str,
         description: str,
         conversation_id: Callable[[ToolContext[Any]], str] | None = None,
+        max_depth: int = 8,
     ) -> Tool[Any]:
         """This agent as a tool of another agent: each call is a child run of the calling
         run (a sub-agent).
@@ -495,14 +496,23 @@ class Agent(AgentRuns):
             conversation_id: A factory ``(context) -> str`` naming the child's
                 conversation per call (calls with the same name continue it: in the store,
                 or in memory without one); by default each call starts a fresh one.
+            max_depth: How many levels below the top-level run (the one a user started)
+                this sub-agent's runs may be: 1 is a child of it, 2 a grandchild. A call
+                past it (an agent that calls itself, a cycle of agents) starts nothing
+                and is answered with an error result naming the limit, which the model
+                reads.
 
         Raises:
-            UsageError: An invalid name, description or factory.
+            UsageError: An invalid name, description, factory or ``max_depth``.
         """
         from ._subagent import subagent_tool
 
         return subagent_tool(
-            self, name=name, description=description, conversation_id=conversation_id
+            self,
+            name=name,
+            description=description,
+            conversation_id=conversation_id,
+            max_depth=max_depth,
         )
 
     def inject(self, content: str | Sequence[ContentBlock]) -> None:

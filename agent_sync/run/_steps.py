@@ -282,7 +282,7 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
         The queued input that was written to the history.
     """
     if ctx.subruns:  # resumed, then cancelled before its paused children went on
-        cancel_subruns(ctx.subruns, ctx.store, ctx.scope.reason or "cancelled")
+        cancel_subruns(ctx.agent, ctx.subruns, ctx.store, ctx.scope.reason or "cancelled")
     answer_round(ctx.messages, tuple(ctx.round_results.values()))
     ctx.round_results, ctx.subruns = {}, {}
     queued = ctx.inbox.close()

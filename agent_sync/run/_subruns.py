@@ -3,13 +3,15 @@
 A child run that pauses for approval pauses its caller: the caller's state names it in
 ``subruns`` (``toolUseId`` -> ``{"run_id", "conversation_id", "requests"}``). With a store
 the child's paused state is in the store (any process resumes it from there); without one
-its agent is held here, in this process, until its caller resumes or cancels it.
+its agent is held by the agent of its caller (:func:`hold`), in this process, until the
+caller resumes or cancels it: dropping a paused lead frees its whole paused tree with it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -20,38 +22,74 @@ from ..tools._results import error_result
 if TYPE_CHECKING:
     from ._context import RunContext
 
-__all__ = ["cancel_subruns", "child_usage", "hold", "round_paused", "take"]
+__all__ = ["cancel_subruns", "child_usage", "held", "hold", "round_paused", "take"]
 
 logger = logging.getLogger(__name__)
 
-_lock = threading.Lock()
-_held: dict[str, Any] = {}  # paused child run id -> its agent (children without a store)
+_HELD = "_agent_sync_held_subruns"  # the attribute of a caller's agent holding its children
+_lock = threading.Lock()  # creating a holder (each holder has its own lock)
 
 
-def hold(run_id: str, agent: Any) -> None:
-    """Keep a paused child's agent (no store) until its caller resumes or cancels it."""
+class _Held:
+    """The paused children (no store) of one caller's agent: child run id -> its agent.
+
+    An attribute of that agent, so the children live as long as their caller: nothing
+    module-wide keeps them. It names its owner (weakly): a copy of the agent (a sub-agent
+    call's, ``Agent._spawn``) gets a holder of its own, never its template's.
+    """
+
+    __slots__ = ("agents", "lock", "owner")
+
+    def __init__(self, owner: object) -> None:
+        self.owner = weakref.ref(owner)
+        self.lock = threading.Lock()
+        self.agents: dict[str, Any] = {}
+
+
+def _held_by(owner: object) -> _Held:
     with _lock:
-        _held[run_id] = agent
+        held: _Held | None = vars(owner).get(_HELD)
+        if held is None or held.owner() is not owner:
+            held = _Held(owner)
+            setattr(owner, _HELD, held)
+        return held
 
 
-def take(run_id: str) -> Any:
-    """The held agent of a paused child run, removed from here, or ``None``."""
-    with _lock:
-        return _held.pop(run_id, None)
+def hold(owner: object, run_id: str, agent: Any) -> None:
+    """Keep a paused child's agent (no store) with ``owner``, the agent of the run that
+    called it, until that run resumes or cancels it."""
+    held = _held_by(owner)
+    with held.lock:
+        held.agents[run_id] = agent
+
+
+def take(owner: object, run_id: str) -> Any:
+    """The agent of ``owner``'s paused child run ``run_id``, no longer held, or ``None``."""
+    held = _held_by(owner)
+    with held.lock:
+        return held.agents.pop(run_id, None)
+
+
+def held(owner: object) -> list[str]:
+    """The run ids of the paused children ``owner`` holds (for checks and logs)."""
+    held = _held_by(owner)
+    with held.lock:
+        return list(held.agents)
 
 
 def cancel_subruns(
+    owner: object,
     subruns: Mapping[str, Mapping[str, Any]],
     store: tuple[Any, float] | None,
     reason: str | None,
 ) -> None:
-    """Cancel the paused children a cancelled caller waited on (cancel is a tree): each
-    child's pending calls are answered "Cancelled by user" and its turn closed. Never
-    raises (a cancel path): a failure is logged."""
+    """Cancel the paused children a cancelled caller (``owner``, its agent) waited on
+    (cancel is a tree): each child's pending calls are answered "Cancelled by user" and
+    its turn closed. Never raises (a cancel path): a failure is logged."""
     for info in subruns.values():
         run_id = str(info.get("run_id", ""))
         try:
-            agent = take(run_id)
+            agent = take(owner, run_id)
             if agent is not None:
                 agent.cancel(reason)
             elif store is not None:
@@ -77,7 +115,7 @@ def round_paused(
     paused = {calls[index].tool_use["toolUseId"]: child for index, child in batch.paused.items()}
     if not completed or ctx.scope.cancelled:
         subruns = {key: {"run_id": child.run_id} for key, child in paused.items()}
-        cancel_subruns(subruns, ctx.store, ctx.scope.reason or "cancelled")
+        cancel_subruns(ctx.agent, subruns, ctx.store, ctx.scope.reason or "cancelled")
         for index in batch.paused:
             results[index] = error_result(calls[index].tool_use["toolUseId"], CANCELLED_TEXT)
         return {}

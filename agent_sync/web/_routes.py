@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 
 from .._decisions import Approve, Decision, Deny
 from .._prompt import content_blocks
@@ -68,6 +68,9 @@ StartRun = Callable[[str, Any, str], object]
 that id (``chat_blueprint(..., start=...)``)."""
 
 EVENT_STREAM: Final = "text/event-stream"
+_MAX_TREE_LEVELS: Final = 1024
+"""How many ``parent_run_id`` links the routes follow up to a tree's top-level run (a
+bound on a store's data, far past any ``as_tool(max_depth=...)``)."""
 _UI_HEADERS: Final = {k: v for k, v in UI_STREAM_HEADERS.items() if k != "Content-Type"}
 MAX_LIVE_RUNS: Final = 64
 """The default ``max_live_runs``: live runs one worker (one routes object) holds at once.
@@ -225,13 +228,17 @@ class ChatRoutes:
     def _run_stop(self, request: WebRequest, run_id: str) -> WebResponse:
         _check_run_id(run_id)
         reason = optional_str(parse_json_body(request, required=False), "reason")
-        snapshot = self._run(request, run_id)
+        snapshot, top = self._run_in_tree(request, run_id)
+        if top is not snapshot and snapshot.status == "paused":
+            _refuse_sub_agent_run(top, "stop it through the run that started it")
         return json_response(200, {"cancelled": self._runs.stop(snapshot, reason)})
 
     def _run_decisions(self, request: WebRequest, run_id: str) -> WebResponse:
         _check_run_id(run_id)
         decisions = _decisions(parse_json_body(request))
-        snapshot = self._run(request, run_id)
+        snapshot, top = self._run_in_tree(request, run_id)
+        if top is not snapshot:  # a sub-agent's pause is its top-level run's to answer
+            _refuse_sub_agent_run(top, "post the decisions to the run that started it")
         if snapshot.status != "paused":
             raise Refusal(409, "not_paused", f"the run is {snapshot.status}, not paused")
         self._runs.resume(snapshot, decisions)
@@ -342,13 +349,30 @@ class ChatRoutes:
             raise Refusal(403, "forbidden", "not allowed")
 
     def _run(self, request: WebRequest, run_id: str) -> RunSnapshot:
-        """The run's snapshot, once this request may touch its conversation."""
+        """The run's snapshot, once this request may touch its tree."""
+        return self._run_in_tree(request, run_id)[0]
+
+    def _run_in_tree(self, request: WebRequest, run_id: str) -> tuple[RunSnapshot, RunSnapshot]:
+        """The run's snapshot and its tree's top-level run's (the same for a top-level
+        run), once this request may touch that tree: ``authorize`` is asked about the
+        top-level run's conversation, the application's own (a sub-agent's run has a
+        conversation of the library's, which ``authorize`` knows nothing of)."""
         _check_run_id(run_id)
         snapshot = self._store.get(run_id)
         if snapshot is None:
             raise Refusal(404, "not_found", "no such run")
-        self._check_allowed(request, snapshot.conversation_id or "")
-        return snapshot
+        top = snapshot
+        for _ in range(_MAX_TREE_LEVELS):
+            if top.parent_run_id is None:
+                break
+            above = self._store.get(top.parent_run_id)
+            if above is None:  # its tree's top is gone: nobody may touch what is left
+                raise Refusal(404, "not_found", "no such run")
+            top = above
+        else:
+            raise Refusal(404, "not_found", "no such run")
+        self._check_allowed(request, top.conversation_id or "")
+        return snapshot, top
 
     def _stream(
         self,
@@ -393,6 +417,12 @@ class ChatRoutes:
         if not tail:
             return True  # dropped after replay_ttl (or never written)
         return tail[-1].seq == after and is_terminal(tail[-1].data)
+
+
+def _refuse_sub_agent_run(top: RunSnapshot, what: str) -> NoReturn:
+    """409 for a sub-agent's run: a paused tree is answered and stopped through the run
+    that started it (``top``), which the answer names."""
+    raise Refusal(409, "sub_agent_run", f"this is a sub-agent's run: {what}", run_id=top.run_id)
 
 
 def _check_run_id(run_id: str) -> None:
