@@ -46,6 +46,7 @@ __all__ = [
     "clean_json",
     "clean_text",
     "encoding_problem",
+    "load_json",
     "loads_stored",
 ]
 
@@ -97,6 +98,27 @@ def clean_json(value: Any, *, what: str = "the value", convert: bool = False) ->
         if text.isascii() or _utf8(text):
             return json.loads(text)
     return _Walk(what=what, convert=convert, keep_bytes=False).copy(value, "$", 0)
+
+
+def load_json(text: str, *, what: str = "the value") -> Any:
+    """The JSON value of ``text`` that came from outside (a model's answer or tool input),
+    as :func:`clean_json` keeps values: lone surrogates replaced, nothing deeper than
+    :data:`MAX_DEPTH`.
+
+    The depth bound is this module's one bound: a text too deep for the parser itself
+    (whose limit is Python's recursion limit) is refused with the same message as a value
+    too deep to copy, never with a ``RecursionError``.
+
+    Raises:
+        Unencodable: Nested deeper than :data:`MAX_DEPTH`, or a non-finite number (it
+            subclasses ``ValueError``: catch it first to tell it from bad syntax).
+        ValueError: Not JSON (:class:`json.JSONDecodeError`).
+    """
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise Unencodable(f"{what} is nested deeper than {MAX_DEPTH} levels") from None
+    return clean_json(value, what=what)
 
 
 def clean_content(value: Any, *, what: str = "the content") -> Any:

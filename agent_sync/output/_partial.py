@@ -10,6 +10,10 @@ never copied again (a member is never changed once complete, so sharing it is sa
 stream of ``n`` chunks costs time linear in the text, not quadratic as re-parsing the whole
 text per chunk would (pydantic's ``jiter`` partial mode, ``partial-json-parser``).
 
+A partial never holds a lone surrogate: a ``\\ud83d`` escape waits for its low half
+(``\\ude00``, maybe in a later chunk) before the character shows, and a half that stays
+alone becomes U+FFFD, as in the final answer (:func:`agent_sync._encodable.clean_text`).
+
 What a partial holds: complete members; the string in progress so far (as a value, not as a
 key); a number in progress once it reads as one (``"12"``, not ``"-"``); an open container
 as far as it goes. A key without its value yet, and an unfinished ``true``/``false``/
@@ -23,6 +27,8 @@ import json
 import re
 from typing import Any
 
+from .._encodable import clean_text
+
 __all__ = ["PartialJSON"]
 
 _PLAIN = re.compile(r'[^"\\]+')
@@ -31,6 +37,7 @@ _NUMBER = re.compile(r"[-+0-9.eE]+")
 _LITERALS = {"true": True, "false": False, "null": None}
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _MISSING: Any = object()
+_REPLACEMENT = "\ufffd"  # what a lone surrogate becomes
 
 
 class _Frame:
@@ -119,7 +126,9 @@ class PartialJSON:
         """The value of the token in progress, if it has one yet."""
         token = self._token
         if token == "string" and not self._is_key:
-            return "".join(self._parts) + self._high
+            # a high surrogate waiting for its low half is held back: half a pair is no
+            # character, and no UTF-8 encoder (a store, a frame) accepts it
+            return "".join(self._parts)
         if token == "number":
             return _number("".join(self._parts))
         return _MISSING
@@ -218,15 +227,19 @@ class PartialJSON:
         end = len(text)
         while i < end:
             if self._escape:
+                decoded = len(self._parts)
                 i = self._escaped(text, i)
-                grew = grew or not self._escape  # a whole escape decoded
+                grew = grew or len(self._parts) != decoded  # a character shows (not half)
                 continue
             match = _PLAIN.match(text, i)
             if match is not None:
-                self._flush_high()
-                self._parts.append(match.group())
+                piece = match.group()
+                if self._high or not piece.isascii():
+                    piece = self._joined(piece)
                 i = match.end()
-                grew = True
+                if piece:
+                    self._parts.append(piece)
+                    grew = True
                 continue
             char = text[i]
             i += 1
@@ -266,7 +279,10 @@ class PartialJSON:
         if 0xD800 <= unit < 0xDC00:
             self._flush_high()
             self._high = chr(unit)
-        elif 0xDC00 <= unit < 0xE000 and self._high:
+        elif 0xDC00 <= unit < 0xE000:
+            if not self._high:
+                self._parts.append(_REPLACEMENT)  # a lone low half
+                return i + len(piece)
             high = ord(self._high)
             self._high = ""
             self._parts.append(chr(0x10000 + ((high - 0xD800) << 10) + (unit - 0xDC00)))
@@ -275,9 +291,21 @@ class PartialJSON:
             self._parts.append(chr(unit))
         return i + len(piece)
 
+    def _joined(self, piece: str) -> str:
+        """Unescaped text, surrogates as UTF-16 means them (a provider's JSON may split
+        an emoji's halves across two deltas): a pair is joined, a high half at the end
+        waits for the next piece, any other half is replaced."""
+        piece = self._high + piece
+        self._high = ""
+        if "\ud800" <= piece[-1] < "\udc00":
+            piece, self._high = piece[:-1], piece[-1]
+        return clean_text(piece)
+
     def _flush_high(self) -> None:
         if self._high:
-            self._parts.append(self._high)  # a lone surrogate, as json.loads keeps it
+            # a lone high half: replaced, as the answer's final parse replaces it
+            # (agent_sync._encodable.clean_text)
+            self._parts.append(_REPLACEMENT)
             self._high = ""
 
     def _end_scalar(self) -> bool:

@@ -26,11 +26,11 @@ from typing import Any
 import pydantic
 from typing_extensions import is_typeddict
 
-from .._encodable import Unencodable, clean_json
+from .._encodable import Unencodable, load_json
 from .._jsonschema import compile_schema, problems
 from ..errors import UsageError
 
-__all__ = ["OUTPUT_TOOL_NAME", "OutputProblems", "OutputSpec", "output_spec"]
+__all__ = ["OUTPUT_TOOL_NAME", "OutputProblems", "OutputSpec", "object_root", "output_spec"]
 
 OUTPUT_TOOL_NAME = "final_result"
 """The name of the output tool where a provider answers through a forced tool call."""
@@ -114,15 +114,13 @@ class OutputSpec:
             OutputProblems: The text is not JSON.
         """
         body = _strip_fence(text)
-        try:
-            value = json.loads(body)
+        try:  # what goes out (a stored state) must be plain JSON: no NaN, not too deep
+            return load_json(body, what="the answer")
+        except Unencodable as exc:
+            raise OutputProblems([str(exc)], text) from None
         except ValueError as exc:
             shown = body if len(body) <= 200 else body[:200] + "..."
             raise OutputProblems([f"the answer is not valid JSON ({exc}): {shown}"], text) from None
-        try:  # what goes out (a stored state) must be plain JSON: no NaN, no Infinity
-            return clean_json(value, what="the answer")
-        except Unencodable as exc:
-            raise OutputProblems([str(exc)], text) from None
 
     def to_json(self, output: Any) -> Any:
         """``output`` as a JSON value (what a :class:`~agent_sync.run.RunState` stores)."""
@@ -154,11 +152,15 @@ def _type_spec(output_type: Any) -> OutputSpec:
     except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError) as exc:
         raise UsageError(f"output_type {output_type!r} has no JSON schema: {exc}") from None
     label = getattr(output_type, "__name__", None) or repr(output_type)
-    is_object = (
+    is_object = False
+    if (
         (isinstance(output_type, type) and issubclass(output_type, pydantic.BaseModel))
         or dataclasses.is_dataclass(output_type)
         or is_typeddict(output_type)
-    ) and schema.get("type") == "object"
+    ):
+        root = object_root(schema)
+        is_object = root is not None
+        schema = root if root is not None else schema
     doc = _docstring(output_type) if is_object else ""
 
     def check(value: Any) -> Any:
@@ -173,8 +175,8 @@ def _type_spec(output_type: Any) -> OutputSpec:
             return adapter.validate_json(text)
         except pydantic.ValidationError as exc:
             try:
-                raw = json.loads(text)
-            except ValueError:
+                raw = load_json(text, what="the answer")
+            except ValueError:  # not JSON, or too deep (pydantic-core's own depth limit)
                 raise OutputProblems([], _NOT_JSON) from None
             raise OutputProblems(_pydantic_problems(exc, wrapped=False), raw) from None
 
@@ -187,7 +189,8 @@ def _type_spec(output_type: Any) -> OutputSpec:
 
 def _schema_spec(schema: dict[str, Any]) -> OutputSpec:
     validator = compile_schema(schema, "output_type")
-    is_object = schema.get("type") == "object"
+    root = object_root(schema)
+    is_object = root is not None
     path = "output" if is_object else _WRAP_KEY
 
     def check(value: Any) -> Any:
@@ -198,7 +201,7 @@ def _schema_spec(schema: dict[str, Any]) -> OutputSpec:
 
     label = str(schema.get("title") or "output")
     doc = str(schema.get("description") or "")
-    copied = json.loads(json.dumps(schema))
+    copied = json.loads(json.dumps(root if root is not None else schema))
     return _spec(copied, wrapped=not is_object, label=label, doc=doc, check=check, dump=_same)
 
 
@@ -234,6 +237,39 @@ def _spec(
     )
 
 
+def object_root(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """``schema`` as an object schema on the wire, or ``None`` if it is not an object.
+
+    A root that is only a local reference (``{"$ref": "#/$defs/Node", "$defs": ...}``, as
+    pydantic writes a recursive model) is an object when what it names is: the wire gets
+    the named definition at the root (providers want ``"type": "object"`` there), its
+    ``$defs`` kept so that references inside it (the recursion) still resolve. The same
+    rule decides whether the output is wrapped, so an answer in the type's own shape is
+    what validates.
+    """
+    if schema.get("type") == "object":
+        return schema
+    ref = schema.get("$ref")
+    defs = schema.get("$defs")
+    if not isinstance(ref, str) or not ref.startswith(_DEFS) or not isinstance(defs, dict):
+        return None
+    if set(schema) - _REF_ROOT_KEYS:
+        return None  # the reference is combined with other keywords: keep it whole
+    target = defs.get(ref[len(_DEFS) :])
+    if not isinstance(target, dict) or target.get("type") != "object" or "$defs" in target:
+        return None
+    inlined = dict(target)
+    for key in ("$schema", "$id"):
+        if key in schema:
+            inlined[key] = schema[key]
+    inlined["$defs"] = defs
+    return inlined
+
+
+_DEFS = "#/$defs/"
+_REF_ROOT_KEYS = frozenset({"$ref", "$defs", "$schema", "$id", "title", "description"})
+
+
 def _same(value: Any) -> Any:
     return value
 
@@ -250,7 +286,10 @@ def _pydantic_problems(exc: pydantic.ValidationError, *, wrapped: bool) -> list[
     for error in exc.errors(include_url=False):
         loc = ".".join(str(part) for part in error["loc"])
         where = ".".join(p for p in (_WRAP_KEY if wrapped else "", loc) if p) or "output"
-        shown = json.dumps(error.get("input"), default=repr)
+        try:
+            shown = json.dumps(error.get("input"), default=repr)
+        except (RecursionError, ValueError):  # a value pydantic found too deep
+            shown = type(error.get("input")).__name__
         if len(shown) > _MAX_INPUT_SHOWN:
             shown = shown[:_MAX_INPUT_SHOWN] + "..."
         lines.append(f"{where}: {error['msg']} (got {shown})")

@@ -21,12 +21,11 @@ can act on.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._encodable import Unencodable, clean_json, clean_text
+from .._encodable import Unencodable, clean_text, load_json
 from ..errors import ModelStreamError
 from ..events import ReasoningDelta, TextDelta
 from ..messages import ContentBlock, Message, StreamEvent, Usage
@@ -223,16 +222,15 @@ def _parse_tool_input(raw: str) -> tuple[dict[str, Any], str | None]:
     if not raw.strip():
         return {}, None
     try:
-        value = json.loads(raw)
+        value = load_json(raw, what="the tool input")
+    except Unencodable as exc:  # too deep, or NaN
+        return {}, str(exc)
     except ValueError as exc:
         shown = raw if len(raw) <= 200 else raw[:200] + "..."
         return {}, f"the tool input is not valid JSON ({exc}): {shown}"
     if not isinstance(value, dict):
         return {}, f"the tool input must be a JSON object, got {type(value).__name__}"
-    try:
-        return clean_json(value, what="the tool input"), None
-    except Unencodable as exc:
-        return {}, str(exc)
+    return value, None
 
 
 def _normalise_usage(usage: Any) -> Usage:

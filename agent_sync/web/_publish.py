@@ -29,7 +29,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
-from ..errors import ModelError, RunConflictError, StoreUnavailableError
+from ..errors import ModelError, OutputValidationError, RunConflictError, StoreUnavailableError
 from ..events import Done, MessageComplete, ToolStart
 from ..stores import RunEventLog
 from ._local_log import open_local_log
@@ -198,7 +198,7 @@ class Publisher:
                     self._track_calls(records)
                     self._outbox.put(records)
         except Exception as exc:  # the run's own failure (a model error), raised by next()
-            if not isinstance(exc, ModelError):
+            if not isinstance(exc, (ModelError, OutputValidationError)):
                 logger.exception("run_id=<%s> | the agent failed", self._run_id)
             failure = exc
         finally:

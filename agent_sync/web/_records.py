@@ -39,9 +39,13 @@ Records, in the order a run makes them:
                     ``event`` the record its event makes (a ``step`` there has no
                     ``cycle``; a grandchild's is a ``subagent`` record in it; the child's
                     ``done`` comes too)
-``done``            ``{"run_id", "stop_reason", "cancel_reason", "usage", "text"}``: last
-``error``           ``{"error", "message", "retryable", "status"?}``: last, the run failed
-                    (``StoreUnavailable``/``StoreError``: its records could not be stored)
+``done``            ``{"run_id", "stop_reason", "cancel_reason", "usage", "text",
+                    "output"?}``: last (``output``: with an ``output_type``, the validated
+                    answer as JSON)
+``error``           ``{"error", "message", "retryable", "status"?, "problems"?}``: last,
+                    the run failed (``StoreUnavailable``/``StoreError``: its records could
+                    not be stored; ``OutputValidationError``: ``problems``, one line per
+                    field of the last answer that did not validate)
 ==================  =====================================================================
 
 A pause is not an end: after ``approval_required`` the log waits for the resumed run's
@@ -52,11 +56,13 @@ released (a client that reacts to it by sending its next message is not refused)
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
+from .._encodable import Unencodable, clean_json, clean_text
 from .._run_state import RunSnapshot
-from ..errors import ModelError, ModelHTTPError, StoreUnavailableError
+from ..errors import ModelError, ModelHTTPError, OutputValidationError, StoreUnavailableError
 from ..events import (
     AgentEvent,
     ApprovalRequired,
@@ -90,12 +96,17 @@ __all__ = [
     "run_record",
 ]
 
+logger = logging.getLogger(__name__)
+
 TERMINAL_TYPES: Final = frozenset({"done", "error"})
 """A log whose last record has one of these types is complete."""
 
-_AI_SDK_ONLY: Final = frozenset({"output"})
-"""Record fields the native frames leave out: tool output is not sent to ``EventSource``
-clients (it may hold data not meant for the browser); the AI SDK protocol carries it."""
+_MAX_PROBLEMS: Final = 50
+"""The most problems an ``OutputValidationError`` record lists."""
+_AI_SDK_ONLY: Final = {"tool_end": frozenset({"output"})}
+"""Record fields the native frames leave out, by record type: tool output is not sent to
+``EventSource`` clients (it may hold data not meant for the browser); the AI SDK protocol
+carries it. (A ``done`` record's ``output`` is the run's answer: every client gets it.)"""
 
 
 def run_record(run_id: str, conversation_id: str) -> dict[str, Any]:
@@ -222,8 +233,17 @@ def cancelled_tool_ends(calls: Mapping[str, str]) -> list[dict[str, Any]]:
 
 
 def done_record(event: Done) -> dict[str, Any]:
-    """The last record of a run that ended (not paused)."""
-    return {"type": "done", **event.to_dict()}
+    """The last record of a run that ended (not paused); a run with an ``output_type``
+    adds ``output``: its validated answer as JSON (``null`` if it ended without one)."""
+    record = {"type": "done", **event.to_dict()}
+    output = event.result.output
+    if isinstance(output, str) and output == record["text"]:
+        return record  # no output type: the output is the text, sent once
+    try:
+        record["output"] = clean_json(output, what="the output", convert=True)
+    except Unencodable as exc:
+        logger.warning("run_id=<%s> | the output has no JSON form: %s", event.run_id, exc)
+    return record
 
 
 def error_record(exc: BaseException) -> dict[str, Any]:
@@ -233,6 +253,15 @@ def error_record(exc: BaseException) -> dict[str, Any]:
     only)."""
     if isinstance(exc, StoreUnavailableError):
         return dict(_STORE_UNAVAILABLE)
+    if isinstance(exc, OutputValidationError):
+        # the problems name fields of the model's own answer, which the client was shown
+        return {
+            "type": "error",
+            "error": "OutputValidationError",
+            "message": "the answer did not match the required output",
+            "problems": [clean_text(problem) for problem in exc.errors[:_MAX_PROBLEMS]],
+            "retryable": True,
+        }
     if isinstance(exc, ModelError):
         record: dict[str, Any] = {
             "type": "error",
@@ -330,7 +359,11 @@ def native_frame(run_id: str, seq: int, record: Mapping[str, Any]) -> bytes:
 def _native_fields(record: Mapping[str, Any]) -> dict[str, Any]:
     """A record without the fields only the AI SDK encoder reads, nested records too (a
     sub-agent's ``tool_end`` in a ``subagent`` record keeps its output to itself)."""
-    data = {key: value for key, value in record.items() if key not in _AI_SDK_ONLY}
+    hidden = _AI_SDK_ONLY.get(record.get("type"))  # type: ignore[arg-type]
+    if hidden is None:
+        data = dict(record)
+    else:
+        data = {key: value for key, value in record.items() if key not in hidden}
     nested = data.get("event")
     if data.get("type") == "subagent" and isinstance(nested, Mapping):
         data["event"] = _native_fields(nested)

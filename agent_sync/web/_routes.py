@@ -9,7 +9,10 @@ only translate. Every route:
 - asks ``authorize(request, conversation_id)`` (a run's conversation is looked up in the
   store; ``False``: 403, nothing touched; an unknown run: 404);
 - acts through the store, so it works on any worker: a run started here is published to
-  the run's event log (:mod:`._publish`) and every stream follows that log (:mod:`._follow`).
+  the run's event log (:mod:`._publish`) and every stream follows that log (:mod:`._follow`);
+- answers anything that fails before the stream starts (``make_agent`` or ``authorize``
+  raising included) in the same JSON shape: 500 ``{"error": "internal_error"}``, the
+  exception's text in the server log only.
 """
 
 from __future__ import annotations
@@ -343,6 +346,12 @@ class ChatRoutes:
         except StoreUnavailableError:
             logger.warning("the run store is unavailable", exc_info=True)
             return error_response(503, "store_unavailable", "the run store is unavailable")
+        except Exception:
+            # The app's own code failed (make_agent, authorize) or ours did: the client gets
+            # the routes' JSON shape, never the exception's text (it may hold a connection
+            # string or a key); the server log has it all.
+            logger.exception("the %s route failed", route.__name__.lstrip("_"))
+            return error_response(500, "internal_error", "the server could not answer")
 
     def _check_allowed(self, request: WebRequest, conversation_id: str) -> None:
         if self._authorize is not None and not self._authorize(request.native, conversation_id):

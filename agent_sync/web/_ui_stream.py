@@ -30,7 +30,8 @@ Mapping (one encoder per response; it may start at any record of a log):
                         ``subagent`` record in it)
 ``done``                ``finish`` (``stop``, ``length`` or ``other``); cancelled: the
                         open part closed, ``abort`` ``{reason}``, then ``finish``
-``error``               ``error`` ``{errorText}`` (the client stops reading there)
+``error``               ``error`` ``{errorText}`` (the client stops reading there; an
+                        answer that never validated lists its ``problems`` there)
 =====================  ================================================================
 
 Why a tool call is announced lazily (when it starts or is asked about, not when its model
@@ -185,6 +186,9 @@ class UIStreamEncoder:
             self._done(parts, record)
         elif kind == "error":
             message = str(record.get("message") or "the agent failed")
+            problems = record.get("problems")
+            if isinstance(problems, list) and problems:  # errorText is all useChat shows
+                message += ":\n" + "\n".join(f"- {problem}" for problem in problems)
             self._close_all(parts, error_text=message)
             parts.append({"type": "error", "errorText": message})
             self._finished = True

@@ -276,3 +276,36 @@ def test_a_resumed_run_answers_with_the_type_given_to_resume() -> None:
     assert result.output == Invoice(number="A-1", total=12.5)
     assert model.calls[1].output is not None
     assert validate_history(agent.messages) == []
+
+
+_DEEP = '{"number": "A-1", "total": ' + "[" * 3000 + "]" * 3000 + "}"
+
+
+@pytest.mark.parametrize(
+    "answer", [_DEEP, {"tool_calls": [{"name": "final_result", "raw_input": _DEEP}]}]
+)
+def test_an_answer_nested_too_deep_is_re_asked_with_the_bound(answer: Any) -> None:
+    model = ScriptedModel([answer, _final(GOOD)])
+    agent = Agent(model, output_type=Invoice)
+    assert agent.invoke("Extract").output.number == "A-1"
+    assert "nested deeper than 200 levels" in json.dumps(model.calls[1].messages[-1])
+    assert validate_history(agent.messages) == []
+
+
+def test_tool_input_nested_too_deep_is_an_error_result_for_the_model() -> None:
+    ran: list[object] = []
+
+    @tool
+    def lookup(key: Any) -> str:
+        """Look up a key."""
+        ran.append(key)
+        return "found"
+
+    deep = '{"key": ' + "[" * 3000 + "]" * 3000 + "}"
+    model = ScriptedModel([{"tool_calls": [{"name": "lookup", "raw_input": deep}]}, "sorry"])
+    agent = Agent(model, tools=[lookup])
+    assert agent.invoke("Look").text == "sorry"
+    answered = model.calls[1].messages[-1]["content"][0]["toolResult"]
+    assert answered["status"] == "error" and ran == []
+    assert "nested deeper than 200 levels" in answered["content"][0]["text"]
+    assert validate_history(agent.messages) == []

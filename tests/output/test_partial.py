@@ -141,3 +141,26 @@ def test_nothing_before_the_first_brace_is_a_value() -> None:
     parser = PartialJSON()
     assert parser.feed("Sure, here it is: ") is False
     assert parser.snapshot() is None
+
+
+_EMOJI = '{"city": "Os\\ud83d\\ude00lo", "lone": "a\\ud83db\\udc00", "k\\ud83d": [1]}'
+
+
+def test_a_surrogate_pair_split_anywhere_never_shows_half_a_character() -> None:
+    """Each partial must survive UTF-8 (a store, a frame); the last is the final parse's."""
+    final = {"city": "Os\U0001f600lo", "lone": "a\ufffdb\ufffd", "k\ufffd": [1]}
+    for cut in range(len(_EMOJI) + 1):
+        for second in range(cut, len(_EMOJI) + 1, 3):
+            parser, seen = _feed_all(_EMOJI, [cut, second])
+            for partial in seen:
+                json.dumps(partial, ensure_ascii=False).encode("utf-8")  # no lone half
+            assert parser.snapshot() == final
+
+
+def test_raw_surrogate_halves_in_separate_pieces_are_joined() -> None:
+    """A provider's JSON may carry an emoji's halves in two deltas as code points."""
+    parser = PartialJSON()
+    parser.feed('{"a": "x\ud83d')
+    assert parser.snapshot() == {"a": "x"}
+    parser.feed('\ude00y"}')
+    assert parser.snapshot() == {"a": "x\U0001f600y"}

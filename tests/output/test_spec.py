@@ -157,3 +157,45 @@ def test_a_non_finite_number_in_a_text_answer_is_a_problem(number: str) -> None:
 
 def test_a_large_finite_exponent_still_validates() -> None:
     assert output_spec(Line).parse_text('{"name": "x", "price": 1e200}').price == 1e200
+
+
+class Node(pydantic.BaseModel):
+    """A tree."""
+
+    name: str
+    children: list[Node] = []
+
+
+def test_a_recursive_model_is_an_object_on_the_wire_not_wrapped() -> None:
+    """pydantic's schema of a recursive model is a root ``$ref``: resolved, it is an object."""
+    spec = output_spec(Node)
+    assert not spec.wrapped
+    assert spec.schema["type"] == "object" and "name" in spec.schema["properties"]
+    assert spec.schema["properties"]["children"]["items"] == {"$ref": "#/$defs/Node"}
+    assert "Node" in spec.schema["$defs"]  # the recursion still resolves
+    tree = {"name": "a", "children": [{"name": "b"}]}
+    assert spec.validate(tree) == Node(name="a", children=[Node(name="b")])
+    assert spec.parse_text('{"name": "a"}') == Node(name="a")
+
+
+def test_a_schema_dict_whose_root_is_a_reference_to_an_object_is_an_object() -> None:
+    spec = output_spec(Node.model_json_schema())
+    assert not spec.wrapped and spec.schema["type"] == "object"
+    assert spec.validate({"name": "a", "children": []}) == {"name": "a", "children": []}
+    assert _problems(Node.model_json_schema(), {"children": []})[0].startswith("output")
+
+
+def test_a_root_reference_to_a_non_object_stays_wrapped() -> None:
+    schema = {"$ref": "#/$defs/N", "$defs": {"N": {"type": "integer"}}}
+    assert output_spec(schema).wrapped
+    assert output_spec(schema).validate({"result": 3}) == 3
+
+
+@pytest.mark.parametrize("output_type", [Invoice, list[int], {"type": "object"}])
+def test_an_answer_nested_too_deep_is_a_problem_not_a_recursion_error(
+    output_type: Any,
+) -> None:
+    deep = '{"result": ' + "[" * 3000 + "]" * 3000 + "}"
+    with pytest.raises(OutputProblems) as caught:
+        output_spec(output_type).parse_text(deep)
+    assert caught.value.problems == ["the answer is nested deeper than 200 levels"]

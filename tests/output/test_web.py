@@ -91,3 +91,32 @@ def test_each_model_call_starts_its_own_partials() -> None:
         message: Any = {"role": "assistant", "content": [{"text": "x"}]}
         assert throttle.keep(MessageComplete(message=message, run_id="r"))
     assert first[0] and first[10] and first[20]
+
+
+def test_an_emoji_escape_split_across_chunks_reaches_the_client_whole() -> None:
+    """A partial holding half a surrogate pair cannot be stored: the run once ended in a
+    StoreError with no answer."""
+    answer = '{"city": "Os\\ud83d\\ude00lo", "days": 3}'
+    store = MemoryRunStore()
+    model = ScriptedModel([{"text": answer, "chunk_size": 1}])
+
+    def make_agent(cid: str) -> Agent:
+        return Agent(model, store=store, conversation_id=cid, output_type=Trip)
+
+    app = flask.Flask(__name__)
+    app.register_blueprint(
+        chat_blueprint(make_agent, store=store, authorize=lambda request, cid: True),
+        url_prefix="/api",
+    )
+    with serve(app) as server:
+        conn = SSEConnection(
+            server.server_port, "/api/chat", {"conversation_id": "c1", "message": "Plan"}
+        )
+        try:
+            frames = frames_until(conn, "done")
+        finally:
+            conn.drop()
+    partials = [f.data["partial"] for f in frames if f.event == "partial_output"]
+    assert {"city": "Os"} in partials and {"city": "Os\U0001f600"} in partials
+    assert partials[-1] == {"city": "Os\U0001f600lo", "days": 3}
+    assert frames[-1].event == "done"
