@@ -9,7 +9,10 @@ have the same prefix digest only if they hold the same messages up to ``end``.
 :class:`PrefixDigests` remembers the chain for the message objects it was computed from, so
 checking a summary again on the same (or a grown) history costs one comparison of the
 lists (the same objects compare at C speed), and only new or changed messages are hashed:
-the cost of summarizing N messages is linear in N, never N squared.
+the cost of summarizing N messages is linear in N, never N squared. Agents of a conversation
+in one process share them (:func:`shared_digests`: a web handler builds its agent per
+request, and the messages it reads are the ones this process last read, see
+:mod:`agent_sync.run._log_cache`), so a new agent does not hash the whole log again.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from ..messages import Message
 
-__all__ = ["PrefixDigests", "chain_digest"]
+__all__ = ["MAX_SHARED", "PrefixDigests", "chain_digest", "shared_digests"]
 
 
 def chain_digest(previous: str, message: Message) -> str:
@@ -63,3 +68,26 @@ class PrefixDigests:
                 digests.append(chain_digest(digests[-1] if digests else "", message))
                 known.append(message)
             return digests[end - 1]
+
+
+MAX_SHARED = 32
+"""The conversations whose digests a process keeps for its next agents (least recently
+used dropped first)."""
+
+_shared_lock = threading.Lock()
+_shared: OrderedDict[tuple[int, str], tuple[weakref.ref[object], PrefixDigests]] = OrderedDict()
+
+
+def shared_digests(store: object, conversation_id: str) -> PrefixDigests:
+    """The prefix digests of a conversation of ``store``, shared by this process's agents."""
+    key = (id(store), conversation_id)
+    with _shared_lock:
+        entry = _shared.get(key)
+        if entry is not None and entry[0]() is store:
+            _shared.move_to_end(key)
+            return entry[1]
+        digests = PrefixDigests()
+        _shared[key] = (weakref.ref(store), digests)
+        while len(_shared) > MAX_SHARED:
+            _shared.popitem(last=False)
+        return digests

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..messages import Message, Usage
-from ._coverage import PrefixDigests
+from ._coverage import PrefixDigests, shared_digests
 from ._memo import Summary, SummaryMemo, memo_for
 from ._pieces import Summarizer, summarize_log
 from ._policies import ContextPolicy, SlidingWindow, Summarizing
@@ -58,7 +58,7 @@ class ContextKeeper:
         self._ceiling_chars: float | None = None
         self._fixed: tuple[int, int] | None = None  # (key, characters) of system + tools
         self._memo: SummaryMemo | None = None
-        self._prefix = PrefixDigests()
+        self._digests: PrefixDigests | None = None
         self._store, self._conversation_id = store, conversation_id
 
     # -- what the model step asks --
@@ -199,6 +199,18 @@ class ContextKeeper:
             and 0 < end < len(messages)
             and self._prefix.of(messages, end) == summary.digest
         )
+
+    @property
+    def _prefix(self) -> PrefixDigests:
+        digests = self._digests
+        if digests is None:
+            store, conversation_id = self._store, self._conversation_id
+            if store is None or conversation_id is None:
+                digests = PrefixDigests()
+            else:
+                digests = shared_digests(store, conversation_id)
+            self._digests = digests
+        return digests
 
     def _memo_of(self) -> SummaryMemo:
         memo = self._memo
