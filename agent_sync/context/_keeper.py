@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..messages import Message, Usage
-from ..models.base import Model
-from ._memo import Summary, SummaryMemo, digest_of, memo_for
+from ._coverage import PrefixDigests, shared_digests
+from ._memo import Summary, SummaryMemo, memo_for
+from ._pieces import Summarizer, summarize_log
 from ._policies import ContextPolicy, SlidingWindow, Summarizing
-from ._summary import summarize
 from ._window import CHARS_PER_TOKEN, Cut, chars_of, last_cut, widest_cut
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ class ContextKeeper:
         self._ceiling_chars: float | None = None
         self._fixed: tuple[int, int] | None = None  # (key, characters) of system + tools
         self._memo: SummaryMemo | None = None
+        self._digests: PrefixDigests | None = None
         self._store, self._conversation_id = store, conversation_id
 
     # -- what the model step asks --
@@ -154,9 +155,8 @@ class ContextKeeper:
         messages = ctx.messages
         length = len(messages)
         memo = self._memo_of()
-        kept = memo.get()
-        if kept is not None and not _covers(kept, messages):
-            kept = None
+        stored = memo.get()
+        kept = stored if stored is not None and self._covers(stored, messages) else None
         start = kept.end if kept is not None else 0
         previous = kept.text if kept is not None else None
         trigger = self._chars_for(policy.trigger_tokens, fixed)
@@ -167,22 +167,50 @@ class ContextKeeper:
         cut = last_cut(messages, before=length - policy.keep_last)
         if cut.start <= start:  # nothing older than the kept messages is left to summarize
             return render(messages, Cut(start, previous is not None), previous)
-        first = _older_within(messages, start, cut.start, trigger)
-        if first > start:
-            logger.debug(
-                "dropped=<%d> | older messages no summary covers were left out", first - start
-            )
-        model: Model = policy.model if policy.model is not None else ctx.settings.model
-        text = summarize(
-            model,
+        replacing = stored
+
+        def keep(end: int, text: str) -> Summary:
+            nonlocal replacing
+            summary = Summary(end=end, digest=self._prefix.of(messages, end), text=text)
+            memo.put(summary, replacing=replacing)
+            replacing = summary
+            return summary
+
+        summarizer = Summarizer(
+            model=policy.model if policy.model is not None else ctx.settings.model,
             instructions=policy.instructions,
-            previous=previous,
-            messages=messages[first : cut.start],
             scope=ctx.scope,
             count_usage=ctx.add_usage,
+            # the summary call sends neither the agent's system prompt nor its tools
+            window_chars=policy.trigger_tokens / self._tokens_per_char,
         )
-        memo.put(Summary(end=cut.start, digest=digest_of(messages[cut.start - 1]), text=text))
-        return render(messages, Cut(cut.start, True), text)
+        made = summarize_log(
+            messages, start, cut.start, previous=previous, summarizer=summarizer, keep=keep
+        )
+        if made is None:
+            return render(messages, Cut(start, previous is not None), previous)
+        return render(messages, Cut(made.end, True), made.text)
+
+    def _covers(self, summary: Summary, messages: Sequence[Message]) -> bool:
+        """Whether ``summary`` is of this log: the same messages up to its end."""
+        end = summary.end
+        return (
+            bool(summary.digest)
+            and 0 < end < len(messages)
+            and self._prefix.of(messages, end) == summary.digest
+        )
+
+    @property
+    def _prefix(self) -> PrefixDigests:
+        digests = self._digests
+        if digests is None:
+            store, conversation_id = self._store, self._conversation_id
+            if store is None or conversation_id is None:
+                digests = PrefixDigests()
+            else:
+                digests = shared_digests(store, conversation_id)
+            self._digests = digests
+        return digests
 
     def _memo_of(self) -> SummaryMemo:
         memo = self._memo
@@ -215,12 +243,6 @@ def _summary_in(message: Message) -> str | None:
     return None
 
 
-def _covers(summary: Summary, messages: Sequence[Message]) -> bool:
-    """Whether ``summary`` is of this log (its last summarized message is the same)."""
-    end = summary.end
-    return 0 < end < len(messages) and digest_of(messages[end - 1]) == summary.digest
-
-
 def _over(messages: Sequence[Message], start: int, limit: float) -> bool:
     """Whether ``messages[start:]`` has more than ``limit`` characters (walks back from the
     end and stops at the limit)."""
@@ -230,16 +252,3 @@ def _over(messages: Sequence[Message], start: int, limit: float) -> bool:
         if chars > limit:
             return True
     return False
-
-
-def _older_within(messages: Sequence[Message], start: int, end: int, limit: float) -> int:
-    """Where the part to summarize begins: at ``start``, or later so that ``[begin, end)``
-    holds at most about ``limit`` characters."""
-    chars = 0
-    index = end - 1
-    while index >= start:
-        chars += chars_of(messages[index])
-        if chars > limit:
-            return index + 1
-        index -= 1
-    return start

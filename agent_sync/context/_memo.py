@@ -1,9 +1,12 @@
 """Where summaries are kept: beside the conversation in the agent's store, so every worker
 of the conversation reuses them, or in the agent itself without a store.
 
-A summary is a :class:`Summary`: its text and the part of the log it covers (``end``, with a
-digest of the message before ``end`` so a summary of a replaced log is never reused). Each
-conversation keeps its latest summary; a write never replaces a summary that covers more.
+A summary is a :class:`Summary`: its text and the part of the log it covers (``end``, with
+the prefix digest of every message before ``end``, :mod:`._coverage`, so a summary of a
+replaced log is never reused). Each conversation keeps its latest summary; a write never
+replaces a summary that covers more, unless it replaces the very summary its writer read
+(one it found not to be of the log: a replaced history, or a summary stored by an older
+version, whose coverage cannot be proven and which is therefore never used).
 
 The stores have no conversation-scoped key/value of their own, so this module keeps it
 for each store of the package on that store's own storage: a dict beside a
@@ -15,50 +18,62 @@ process (logged once).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..messages import Message
 from ..stores import MemoryRunStore, RedisRunStore, SQLiteRunStore
 from ..stores._redis_client import text, translated
 
-__all__ = ["Summary", "SummaryMemo", "digest_of", "memo_for"]
+__all__ = ["Summary", "SummaryMemo", "memo_for"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Summary:
-    """A summary of a conversation's log before position ``end``."""
+    """A summary of a conversation's log before position ``end``.
+
+    ``digest`` is the prefix digest of ``log[:end]`` (:mod:`._coverage`); ``""`` for a
+    stored summary whose coverage cannot be proven (written by an older version, or
+    unreadable): it is never used, only replaced. ``stored`` is the exact value read from
+    the store (for a write that replaces it).
+    """
 
     end: int
     digest: str
     text: str
+    stored: str | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> str:
-        return json.dumps({"end": self.end, "digest": self.digest, "text": self.text})
+        return json.dumps({"end": self.end, "prefix": self.digest, "text": self.text})
+
+    @property
+    def raw(self) -> str:
+        """The value as stored: the one read, or the one this summary is written as."""
+        return self.stored if self.stored is not None else self.to_json()
 
     @classmethod
     def from_json(cls, raw: str | bytes | None) -> Summary | None:
+        """The summary stored as ``raw``; an unprovable one if ``raw`` is of an older
+        version (a single message's ``digest``) or unreadable."""
         if raw is None:
             return None
+        stored = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         try:
-            data = json.loads(raw)
-            return cls(end=int(data["end"]), digest=str(data["digest"]), text=str(data["text"]))
-        except (ValueError, KeyError, TypeError):
+            data = json.loads(stored)
+            return cls(
+                end=int(data["end"]),
+                digest=str(data.get("prefix", "")),
+                text=str(data["text"]),
+                stored=stored,
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
             logger.warning("an unreadable stored summary was ignored")
-            return None
-
-
-def digest_of(message: Message) -> str:
-    """A short fingerprint of one message (the last one a summary covers)."""
-    text = json.dumps(message, sort_keys=True, default=str, ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+            return cls(end=0, digest="", text="", stored=stored)
 
 
 class SummaryMemo(Protocol):
@@ -66,8 +81,9 @@ class SummaryMemo(Protocol):
 
     def get(self) -> Summary | None: ...
 
-    def put(self, summary: Summary) -> None:
-        """Keep ``summary`` unless the one kept covers more of the log."""
+    def put(self, summary: Summary, *, replacing: Summary | None) -> None:
+        """Keep ``summary`` unless the one kept covers more of the log and is not
+        ``replacing`` (the summary its writer read and found stale or extended)."""
         ...
 
 
@@ -81,9 +97,10 @@ class _Local:
     def get(self) -> Summary | None:
         return self._summary
 
-    def put(self, summary: Summary) -> None:
+    def put(self, summary: Summary, *, replacing: Summary | None) -> None:
         with self._lock:
-            if self._summary is None or self._summary.end <= summary.end:
+            kept = self._summary
+            if kept is None or kept is replacing or kept.end <= summary.end:
                 self._summary = summary
 
 
@@ -130,21 +147,27 @@ class _SQLite:
             ).fetchone()
         return Summary.from_json(row[0]) if row is not None else None
 
-    def put(self, summary: Summary) -> None:
+    def put(self, summary: Summary, *, replacing: Summary | None) -> None:
         self._ensure_table()
         with self._connections.transaction(write=True) as db:
             db.execute(
                 "INSERT INTO context_summaries (conversation_id, end_position, summary) "
                 "VALUES (?, ?, ?) ON CONFLICT (conversation_id) DO UPDATE SET "
                 "end_position = excluded.end_position, summary = excluded.summary "
-                "WHERE excluded.end_position >= context_summaries.end_position",
-                (self._conversation_id, summary.end, summary.to_json()),
+                "WHERE excluded.end_position >= context_summaries.end_position "
+                "OR context_summaries.summary = ?",
+                (
+                    self._conversation_id,
+                    summary.end,
+                    summary.to_json(),
+                    replacing.raw if replacing is not None else None,
+                ),
             )
 
 
 _REDIS_PUT = """
 local current = redis.call('GET', KEYS[1])
-if current then
+if current and current ~= ARGV[3] then
     local ok, kept = pcall(cjson.decode, current)
     if ok and tonumber(kept['end']) and tonumber(kept['end']) > tonumber(ARGV[1]) then
         return 0
@@ -167,9 +190,10 @@ class _Redis:
             raw = self._client.get(self._key)
         return Summary.from_json(text(raw)) if raw is not None else None
 
-    def put(self, summary: Summary) -> None:
+    def put(self, summary: Summary, *, replacing: Summary | None) -> None:
+        expected = replacing.raw if replacing is not None else ""
         with translated():
-            self._client.eval(_REDIS_PUT, 1, self._key, summary.end, summary.to_json())
+            self._client.eval(_REDIS_PUT, 1, self._key, summary.end, summary.to_json(), expected)
 
 
 _WARNED: set[str] = set()

@@ -58,10 +58,13 @@ class SlidingWindow(ContextPolicy):
 class Summarizing(ContextPolicy):
     """Replace the older part of the conversation with a summary once it grows too big.
 
-    When the view would be over ``trigger_tokens``, one call to ``model`` summarizes the
-    messages before the last ``keep_last`` (with the previous summary, if any, so a summary
-    grows incrementally); the view is then the summary (as a user message) followed by
-    the kept messages. The summary is stored with the conversation (in the agent's store,
+    When the view would be over ``trigger_tokens``, ``model`` summarizes the messages
+    before the last ``keep_last`` (with the previous summary, if any, so a summary grows
+    incrementally); the view is then the summary (as a user message) followed by the kept
+    messages. A summary is made from exactly the messages it replaces: what one call
+    cannot take is summarized in pieces, each piece's summary the next one's previous
+    summary. A call that fails or answers nothing stores nothing and leaves those messages
+    unsummarized (logged). The summary is stored with the conversation (in the agent's store,
     so other workers reuse it; in the agent without one). The summary call is cancelled
     with the run and its usage is counted in the run's usage.
 
@@ -71,9 +74,8 @@ class Summarizing(ContextPolicy):
         keep_last: At least this many recent messages are sent as they are (the cut moves
             back to a valid start: a prompt or an assistant message).
         trigger_tokens: Summarize when the view would be over about this many input tokens
-            (counted as for :attr:`SlidingWindow.max_tokens`). The summary call reads at
-            most about this many tokens of older messages: any older part no summary
-            covers yet is dropped, not summarized.
+            (counted as for :attr:`SlidingWindow.max_tokens`). Each summary call holds at
+            most about this many tokens (a piece holds at least one message).
         instructions: What the summarizer is told to do.
     """
 

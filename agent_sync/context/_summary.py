@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..cancel import CancelledError, CancelScope
-from ..errors import ModelStreamError
+from ..errors import ModelStreamError, UsageError
 from ..messages import Message, StreamEvent, Usage
 from ..models.base import Model, ModelRequest
-from ..run._assemble import MessageAssembler
+from ..run._assemble import EMPTY_RESPONSE_TEXT, MessageAssembler
 
-__all__ = ["summarize", "transcript"]
+__all__ = ["SYSTEM_PROMPT", "message_text", "request_chars", "summarize", "transcript"]
 
 _BLOCK_CHARS = 4_000  # a longer tool input or result is cut in the transcript
 
@@ -39,26 +39,41 @@ def _result_text(content: Sequence[Any]) -> str:
 
 def transcript(messages: Sequence[Message]) -> str:
     """The messages as plain text: who said what, which tools were called and answered."""
+    return "\n".join(line for line in map(message_text, messages) if line)
+
+
+def message_text(message: Message) -> str:
+    """One message's lines of the transcript (``""`` if it holds nothing to tell)."""
     lines: list[str] = []
-    for message in messages:
-        speaker = "User" if message["role"] == "user" else "Assistant"
-        for block in message["content"]:
-            if "text" in block:
-                lines.append(f"{speaker}: {block['text']}")
-            elif "toolUse" in block:
-                use = block["toolUse"]
-                arguments = json.dumps(use.get("input"), ensure_ascii=False, default=str)
-                lines.append(f"Assistant called tool {use.get('name')}: {_clip(arguments)}")
-            elif "toolResult" in block:
-                result = block["toolResult"]
-                status = " (error)" if result.get("status") == "error" else ""
-                body = _clip(_result_text(result.get("content", ())))
-                lines.append(f"Tool result{status}: {body}")
-            elif "reasoningContent" in block:
-                continue  # the model's private reasoning is not part of the conversation
-            else:
-                lines.append(f"{speaker}: [{next(iter(block), 'content')}]")
+    speaker = "User" if message["role"] == "user" else "Assistant"
+    for block in message["content"]:
+        if "text" in block:
+            lines.append(f"{speaker}: {block['text']}")
+        elif "toolUse" in block:
+            use = block["toolUse"]
+            arguments = json.dumps(use.get("input"), ensure_ascii=False, default=str)
+            lines.append(f"Assistant called tool {use.get('name')}: {_clip(arguments)}")
+        elif "toolResult" in block:
+            result = block["toolResult"]
+            status = " (error)" if result.get("status") == "error" else ""
+            body = _clip(_result_text(result.get("content", ())))
+            lines.append(f"Tool result{status}: {body}")
+        elif "reasoningContent" in block:
+            continue  # the model's private reasoning is not part of the conversation
+        else:
+            lines.append(f"{speaker}: [{next(iter(block), 'content')}]")
     return "\n".join(lines)
+
+
+SYSTEM_PROMPT = "You write summaries of conversations."
+_PREVIOUS_HEADING = "Summary of the conversation before this part:\n"
+_CONVERSATION_HEADING = "The conversation:\n"
+
+
+def request_chars(instructions: str, previous: str | None) -> int:
+    """The characters of a summary request besides its transcript."""
+    extra = len(_PREVIOUS_HEADING) + 2 + len(previous) if previous else 0
+    return len(SYSTEM_PROMPT) + len(instructions) + 2 + len(_CONVERSATION_HEADING) + extra
 
 
 def summarize(
@@ -66,23 +81,27 @@ def summarize(
     *,
     instructions: str,
     previous: str | None,
-    messages: Sequence[Message],
+    conversation: str,
     scope: CancelScope,
     count_usage: Callable[[Usage | None], None],
 ) -> str:
-    """One call to ``model``: a summary of ``messages`` (continuing ``previous``).
+    """One call to ``model``: a summary of ``conversation`` (a non-empty transcript of the
+    messages the summary replaces), continuing ``previous``.
 
     Raises:
+        UsageError: ``conversation`` is empty (a summary is never made from nothing).
         CancelledError: The run was cancelled before or during the call.
         ModelError: The call failed, or returned no text.
     """
+    if not conversation.strip():
+        raise UsageError("a summary is made from the messages it replaces, not from nothing")
     parts = [instructions]
     if previous:
-        parts.append(f"Summary of the conversation before this part:\n{previous}")
-    parts.append(f"The conversation:\n{transcript(messages)}")
+        parts.append(f"{_PREVIOUS_HEADING}{previous}")
+    parts.append(f"{_CONVERSATION_HEADING}{conversation}")
     request = ModelRequest(
         messages=({"role": "user", "content": [{"text": "\n\n".join(parts)}]},),
-        system_prompt="You write summaries of conversations.",
+        system_prompt=SYSTEM_PROMPT,
     )
     scope.raise_if_cancelled()  # never send a request after a cancel
     assembler = MessageAssembler(emit_deltas=False)
@@ -107,6 +126,6 @@ def summarize(
         raise ModelStreamError("the summary call's stream ended before its stop event")
     content = assembler.finish().message["content"]
     text = "".join(str(block["text"]) for block in content if "text" in block).strip()
-    if not text:
+    if not text or content == [{"text": EMPTY_RESPONSE_TEXT}]:  # the assembler's stand-in
         raise ModelStreamError("the summary call returned no text")
     return text

@@ -144,7 +144,7 @@ def test_a_summarized_view_keeps_its_summary_when_it_is_halved(
             {"role": "user", "content": [{"text": f"question {i} " + "q" * 300}]},
             {"role": "assistant", "content": [{"text": f"answer {i} " + "a" * 300}]},
         ]
-    summarizer = ScriptedModel(["THE SUMMARY"])
+    summarizer = ScriptedModel(["THE SUMMARY"], repeat=True)
     policy = Summarizing(summarizer, keep_last=6, trigger_tokens=500)
     agent = Agent(model, messages=history, context=policy)
 
@@ -154,4 +154,5 @@ def test_a_summarized_view_keeps_its_summary_when_it_is_halved(
     assert server.refused_too_long == 1 and len(retried) <= len(first) // 2
     assert retried[0]["content"][0]["text"] == f"{SUMMARY_HEADING}\nTHE SUMMARY"
     assert retried[-1]["content"][-1]["text"] == "question 10"
-    assert len(summarizer.calls) == 1
+    # the 14 older messages (about 4,400 characters) in pieces of about 2,000 (500 tokens)
+    assert len(summarizer.calls) == 3

@@ -36,6 +36,11 @@ def _long_history(pairs: int) -> list[Message]:
     return history
 
 
+def _transcripts(summarizer: ScriptedModel) -> str:
+    """Everything the summarizer was sent, its calls joined."""
+    return "\n".join(call.messages[0]["content"][0]["text"] for call in summarizer.calls)
+
+
 def _policy(summarizer: ScriptedModel) -> Summarizing:
     return Summarizing(summarizer, keep_last=4, trigger_tokens=1000)
 
@@ -47,7 +52,7 @@ def test_a_summary_written_by_one_worker_is_reused_by_another(
     Agent(
         ScriptedModel([]), store=make_store(), conversation_id=conversation
     ).messages = _long_history(20)
-    summarizer_a = ScriptedModel(["SUMMARY-A: the user asked twenty questions"])
+    summarizer_a = ScriptedModel(["SUMMARY-A: the user asked twenty questions"], repeat=True)
     worker_a = Agent(
         ScriptedModel(["short answer"]),
         store=make_store(),
@@ -55,10 +60,10 @@ def test_a_summary_written_by_one_worker_is_reused_by_another(
         context=_policy(summarizer_a),
     )
     worker_a.invoke("question 20")
-    assert len(summarizer_a.calls) == 1
-    # the summarizer read the older part (not the kept messages) as one transcript
-    transcript = summarizer_a.calls[0].messages[0]["content"][0]["text"]
+    # the summarizer read the whole older part (not the kept messages), in pieces
+    transcript = _transcripts(summarizer_a)
     assert "question 19" not in transcript and "answer 17" in transcript
+    assert "question 0 " in transcript
 
     summarizer_b = ScriptedModel([])  # would fail if it were asked
     main_b = ScriptedModel(["another answer"])
@@ -82,12 +87,11 @@ def test_a_summary_of_a_replaced_log_is_not_used(make_store: Callable[[], RunSto
     conversation = f"c-{uuid.uuid4().hex[:8]}"
     owner = Agent(ScriptedModel([]), store=make_store(), conversation_id=conversation)
     owner.messages = _long_history(20)
-    summarizer = ScriptedModel(["OLD SUMMARY", "NEW SUMMARY"])
     worker = Agent(
         ScriptedModel(["one", "two"]),
         store=make_store(),
         conversation_id=conversation,
-        context=_policy(summarizer),
+        context=_policy(ScriptedModel(["OLD SUMMARY"], repeat=True)),
     )
     worker.invoke("question 20")
     replaced = _long_history(20)
@@ -96,17 +100,18 @@ def test_a_summary_of_a_replaced_log_is_not_used(make_store: Callable[[], RunSto
     owner.messages = replaced  # the user rewrote the history
 
     main = ScriptedModel(["three"])
+    summarizer = ScriptedModel(["NEW SUMMARY"], repeat=True)
     fresh = Agent(
         main, store=make_store(), conversation_id=conversation, context=_policy(summarizer)
     )
     fresh.invoke("question 20 again")
 
-    assert len(summarizer.calls) == 2  # summarized again: the old summary is of another log
+    assert summarizer.calls  # summarized again: the old summary is of another log
     assert main.calls[0].messages[0]["content"][0]["text"].endswith("NEW SUMMARY")
 
 
 def test_cancel_during_the_summary_call_leaves_a_valid_history_with_the_prompt() -> None:
-    with AnthropicServer([{"stall_headers": True}, "the summary"]) as server:
+    with AnthropicServer([{"stall_headers": True}] + ["the summary"] * 10) as server:
         summarizer = AnthropicModel(
             "claude-test", client_args={"base_url": server.base_url, "api_key": "sk-sum"}
         )
@@ -155,7 +160,7 @@ def _open(spec: Spec) -> RunStore:
 
 def summarizing_worker(spec: Spec, out: Any) -> None:
     """A worker process: answers the conversation's next question, summarizing it."""
-    summarizer = ScriptedModel(["SUMMARY FROM ANOTHER PROCESS"])
+    summarizer = ScriptedModel(["SUMMARY FROM ANOTHER PROCESS"], repeat=True)
     agent = Agent(
         ScriptedModel(["short answer"]),
         store=_open(spec),
@@ -181,7 +186,7 @@ def test_a_summary_written_in_another_process_is_reused(
     out = context.Queue()
     child = context.Process(target=summarizing_worker, args=(spec, out))
     child.start()
-    assert out.get(timeout=60) == 1  # the other process wrote one summary
+    assert out.get(timeout=60) >= 1  # the other process wrote a summary
     child.join(30)
     assert child.exitcode == 0
 
