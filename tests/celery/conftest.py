@@ -32,7 +32,7 @@ _READY = " ready."  # celery@<host> ready.
 class Worker:
     """A running ``celery worker`` and what the test shares with it."""
 
-    pool: str  # "prefork" or "threads"
+    pool: str  # "prefork", "threads" or "solo"
     app: Any  # the test's own Celery app: same broker, backend and queue
     store: EventLogStore
     probe: Probe
@@ -83,11 +83,15 @@ def stop_worker(process: subprocess.Popen[str]) -> None:
             process.wait(5)
 
 
-@pytest.fixture(scope="module", params=["prefork-redis", "prefork-sqlite", "threads-redis"])
+@pytest.fixture(
+    scope="module", params=["prefork-redis", "prefork-sqlite", "threads-redis", "solo-redis"]
+)
 def worker(
     request: pytest.FixtureRequest, redis_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Worker]:
-    """A worker with one pool process (prefork) or thread, on a Redis or SQLite store."""
+    """A worker with one pool process (prefork), one thread, or solo, on a Redis or SQLite
+    store (the threads worker learns its store at its first task: ``configure`` is not
+    given it)."""
     pool, kind = str(request.param).split("-")
     folder = tmp_path_factory.mktemp("celery")
     queue = f"agent-sync-tests-{uuid.uuid4().hex[:8]}"
@@ -100,6 +104,7 @@ def worker(
         stores.STORE: (redis_server.url if kind == "redis" else f"sqlite:///{folder / 'runs.db'}"),
         stores.PREFIX: f"celery-{uuid.uuid4().hex[:8]}:",
         agents.PROBE_SOCKET: str(folder / "probe.sock"),
+        "AGENT_SYNC_TEST_NAMED_STORE": "0" if pool == "threads" else "1",
     }
     app = celery.Celery(
         "agent_sync_tests_client",
