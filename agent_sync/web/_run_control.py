@@ -90,6 +90,11 @@ class RunControl:
         self._slots = RunSlots(max_live_runs)
         self._recovering = False  # see notice_lost_runs
         self._next_look = 0.0
+        # From the routes' creation, not their first request: a worker that serves nothing
+        # (started after a crash, or behind a balancer that sends it nothing) takes lost
+        # runs over too. Only runs of agents with on_owner_lost="resume" are ever lost, so
+        # an app whose agents fail theirs pays one cheap poll.
+        self._recover_lost_runs()
 
     def current_run(self, conversation_id: str) -> StoredRun | None:
         """The conversation's current run, read without its messages."""
