@@ -68,7 +68,9 @@ def start_worker(
 
     threading.Thread(target=read, name="test-celery-worker-log", daemon=True).start()
     ready.wait(60)
-    assert process.poll() is None and any(_READY in line for line in lines), "".join(lines)
+    if process.poll() is not None or not any(_READY in line for line in lines):
+        stop_worker(process)  # never left running behind a failed start
+        pytest.fail("the worker did not start:\n" + "".join(lines))
     return process
 
 
