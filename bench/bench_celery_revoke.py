@@ -32,7 +32,7 @@ def _p99(samples: list[float]) -> float:
 
 
 def _bench_pool(pool: str, runs: int, server: RedisServer, folder: Path) -> None:
-    import celery
+    import celery  # type: ignore[import-untyped]
 
     from agent_sync.celery import run_task
     from tests.celery import agents, stores
