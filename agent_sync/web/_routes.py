@@ -231,6 +231,11 @@ class ChatRoutes:
     def _run_stop(self, request: WebRequest, run_id: str) -> WebResponse:
         _check_run_id(run_id)
         reason = optional_str(parse_json_body(request, required=False), "reason")
+        if self._store.get(run_id) is None:  # handed off (start=), its task not started yet?
+            conversation_id = self._runs.handed_off(run_id)
+            if conversation_id is not None:
+                self._check_allowed(request, conversation_id)
+                return json_response(200, {"cancelled": self._runs.stop_handed_off(run_id)})
         snapshot, top = self._run_in_tree(request, run_id)
         if top is not snapshot and snapshot.status == "paused":
             _refuse_sub_agent_run(top, "stop it through the run that started it")

@@ -49,6 +49,12 @@ RETRY_AFTER_S: Final = 5
 _LOOK_S: Final = 0.5
 """How often a worker that does not recover yet looks for lost runs, while it serves."""
 _SINCE_THE_END: Final = 1 << 62  # ``load(since=...)`` past any log: read no message
+_STOPPED: Final = {
+    "type": "error",
+    "error": "Stopped",
+    "message": "the answer was stopped before it started",
+    "retryable": False,
+}
 _NOT_STARTED: Final = {
     "type": "error",
     "error": "NotStarted",
@@ -84,6 +90,11 @@ class RunControl:
         self._slots = RunSlots(max_live_runs)
         self._recovering = False  # see notice_lost_runs
         self._next_look = 0.0
+        # From the routes' creation, not their first request: a worker that serves nothing
+        # (started after a crash, or behind a balancer that sends it nothing) takes lost
+        # runs over too. Only runs of agents with on_owner_lost="resume" are ever lost, so
+        # an app whose agents fail theirs pays one cheap poll.
+        self._recover_lost_runs()
 
     def current_run(self, conversation_id: str) -> StoredRun | None:
         """The conversation's current run, read without its messages."""
@@ -278,6 +289,28 @@ class RunControl:
             logged = self._store.read_events(run_id)
             close_log(self._store, run_id, logged[-1].seq if logged else 0, self._replay_ttl)
         return cancelled
+
+    def handed_off(self, run_id: str) -> str | None:
+        """The conversation of a run handed to another process (:meth:`hand_off`) whose
+        log only has its ``run`` record: its owner has not started it (or is starting it
+        now); ``None`` for any other run."""
+        logged = self._store.read_events(run_id)
+        if len(logged) != 1 or logged[0].data.get("type") != "run":
+            return None
+        conversation_id = logged[0].data.get("conversation_id")
+        return conversation_id if isinstance(conversation_id, str) else None
+
+    def stop_handed_off(self, run_id: str) -> bool:
+        """Stop a run handed off and not started: its log ends here (its streams end at
+        once), and its owner, seeing the log closed, never starts it; one that started
+        meanwhile finds its log closed under it and ends cancelled. ``False`` if its log
+        went on meanwhile (its owner wrote it first: stop it as a started run)."""
+        try:
+            self._store.append_events(run_id, [dict(_STOPPED)], after=1, keep_s=self._replay_ttl)
+        except RunConflictError:
+            snapshot = self._store.get(run_id)
+            return snapshot is not None and self.stop(snapshot, None)
+        return True
 
     def stop_conversation(self, conversation_id: str, reason: str | None) -> bool:
         """Cancel the conversation's current run, if it has one (:meth:`stop`)."""

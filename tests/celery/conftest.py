@@ -32,7 +32,7 @@ _READY = " ready."  # celery@<host> ready.
 class Worker:
     """A running ``celery worker`` and what the test shares with it."""
 
-    pool: str  # "prefork" or "threads"
+    pool: str  # "prefork", "threads" or "solo"
     app: Any  # the test's own Celery app: same broker, backend and queue
     store: EventLogStore
     probe: Probe
@@ -68,7 +68,9 @@ def start_worker(
 
     threading.Thread(target=read, name="test-celery-worker-log", daemon=True).start()
     ready.wait(60)
-    assert process.poll() is None and any(_READY in line for line in lines), "".join(lines)
+    if process.poll() is not None or not any(_READY in line for line in lines):
+        stop_worker(process)  # never left running behind a failed start
+        pytest.fail("the worker did not start:\n" + "".join(lines))
     return process
 
 
@@ -83,11 +85,15 @@ def stop_worker(process: subprocess.Popen[str]) -> None:
             process.wait(5)
 
 
-@pytest.fixture(scope="module", params=["prefork-redis", "prefork-sqlite", "threads-redis"])
+@pytest.fixture(
+    scope="module", params=["prefork-redis", "prefork-sqlite", "threads-redis", "solo-redis"]
+)
 def worker(
     request: pytest.FixtureRequest, redis_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Worker]:
-    """A worker with one pool process (prefork) or thread, on a Redis or SQLite store."""
+    """A worker with one pool process (prefork), one thread, or solo, on a Redis or SQLite
+    store (the threads worker learns its store at its first task: ``configure`` is not
+    given it)."""
     pool, kind = str(request.param).split("-")
     folder = tmp_path_factory.mktemp("celery")
     queue = f"agent-sync-tests-{uuid.uuid4().hex[:8]}"
@@ -100,6 +106,7 @@ def worker(
         stores.STORE: (redis_server.url if kind == "redis" else f"sqlite:///{folder / 'runs.db'}"),
         stores.PREFIX: f"celery-{uuid.uuid4().hex[:8]}:",
         agents.PROBE_SOCKET: str(folder / "probe.sock"),
+        "AGENT_SYNC_TEST_NAMED_STORE": "0" if pool == "threads" else "1",
     }
     app = celery.Celery(
         "agent_sync_tests_client",

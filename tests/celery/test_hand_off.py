@@ -18,13 +18,14 @@ from agent_sync.testing import ScriptedModel
 from tests.celery import agents
 
 celery_module = pytest.importorskip("agent_sync.celery", reason="pip install -e '.[celery]'")
+celery_config = pytest.importorskip("agent_sync.celery._config")
 flask = pytest.importorskip("flask", reason="pip install -e '.[flask]'")
 
 
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryRunStore]:
     """A store ``run_task`` is configured with, in this process (undone after the test)."""
-    monkeypatch.setattr(celery_module, "_config", None)
+    monkeypatch.setattr(celery_config, "_config", None)
     store = MemoryRunStore()
     celery_module.configure(functools.partial(agents.make_agent, store))
     yield store
@@ -35,17 +36,42 @@ def _log(store: MemoryRunStore, run_id: str) -> list[dict[str, Any]]:
 
 
 def test_configure_refuses_what_cannot_run_a_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(celery_module, "_config", None)
+    monkeypatch.setattr(celery_config, "_config", None)
     with pytest.raises(UsageError, match="callable"):
         celery_module.configure("make_agent")
-    with pytest.raises(UsageError, match="on the store"):
-        celery_module.configure(lambda cid: Agent(ScriptedModel([])))
-    elsewhere = functools.partial(agents.make_agent, MemoryRunStore())
-    with pytest.raises(UsageError, match="on the store"):
-        celery_module.configure(elsewhere, store=MemoryRunStore())
-    assert celery_module._config is None
+    with pytest.raises(UsageError, match="event logs"):
+        celery_module.configure(lambda cid: Agent(ScriptedModel([])), store=object())
+    assert celery_config._config is None
     with pytest.raises(UsageError, match="configure"):
         celery_module.run_task.apply(args=("c1", "hello")).get()
+    # make_agent is not called at configure: its agents are checked at each task
+    celery_module.configure(lambda cid: Agent(ScriptedModel([])))
+    with pytest.raises(UsageError, match="on the configured store"):
+        celery_module.run_task.apply(args=("c1", "hello")).get()
+    elsewhere = functools.partial(agents.make_agent, MemoryRunStore())
+    celery_module.configure(elsewhere, store=MemoryRunStore())
+    with pytest.raises(UsageError, match="on the configured store"):
+        celery_module.run_task.apply(args=("c1", "hello")).get()
+
+
+def test_configure_never_builds_an_agent_the_first_task_tells_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(celery_config, "_config", None)
+    store = MemoryRunStore()
+    built: list[str] = []
+
+    def make_agent(conversation_id: str) -> Agent:  # an app looks its conversation up
+        built.append(conversation_id)
+        if conversation_id != "c1":
+            raise LookupError(f"no such conversation: {conversation_id}")
+        return agents.make_agent(store, conversation_id)
+
+    celery_module.configure(make_agent)
+    assert built == []
+    summary = celery_module.run_task.apply(args=("c1", "hello"), task_id="run-1").get()
+    assert summary == {"run_id": "run-1", "status": "done", "stop_reason": "end_turn"}
+    assert built == ["c1"] and celery_config.configured().store is store
 
 
 def test_a_task_run_here_publishes_the_run_like_the_routes(store: MemoryRunStore) -> None:
@@ -124,7 +150,7 @@ def test_a_start_that_fails_answers_503_and_closes_the_log() -> None:
 
 
 def test_a_make_agent_that_fails_ends_the_log_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(celery_module, "_config", None)
+    monkeypatch.setattr(celery_config, "_config", None)
     store = MemoryRunStore()
 
     def make_agent(conversation_id: str) -> Agent:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from agent_sync.celery import TERMINATED_REASON, run_task
+from agent_sync.celery import REVOKED_REASON, TERMINATED_REASON, run_task
 from agent_sync.messages import CANCELLED_TEXT, validate_history
 from agent_sync.stores._event_log import EventLogStore
 from agent_sync.web._records import is_terminal
@@ -126,31 +126,36 @@ def test_store_cancel_from_any_process_stops_a_task_sent_directly(worker: Worker
     assert validate_history(worker.store.load(cid).messages) == []
 
 
-def test_revoke_terminate_cancels_the_run_then_ends_the_pool_process(worker: Worker) -> None:
-    if worker.pool != "prefork":
-        pytest.skip("Celery's threads pool cannot terminate a task (it refuses)")
+@pytest.mark.parametrize("terminate", [False, True], ids=["revoke", "terminate"])
+def test_revoke_cancels_the_run_on_every_pool(worker: Worker, terminate: bool) -> None:
     cid = _cid()
     result = run_task.delay(cid, f"wait {cid}")
     pool_process = worker.probe.started(cid)
-    worker.app.control.revoke(result.id, terminate=True)
+    worker.app.control.revoke(result.id, terminate=terminate)
     records = _follow(worker.store, result.id)
+    reason = TERMINATED_REASON if terminate else REVOKED_REASON
     assert records[-1]["type"] == "done"
-    assert (records[-1]["stop_reason"], records[-1]["cancel_reason"]) == (
-        "cancelled",
-        TERMINATED_REASON,
-    )
+    assert (records[-1]["stop_reason"], records[-1]["cancel_reason"]) == ("cancelled", reason)
     snapshot = worker.store.get(result.id)
     assert snapshot is not None and snapshot.status == "cancelled"
     messages = worker.store.load(cid).messages
     assert validate_history(messages) == [] and tool_result_texts(messages) == [agents.TOLD]
     result.get(timeout=30, propagate=False)  # its worker's main process marks it (a race)
-    assert result.state == "REVOKED"  # Celery's view: terminated, as without agent_sync
-    # The conversation goes on, in the pool process Celery started in place of the
-    # terminated one.
+    if worker.pool == "prefork" and terminate:
+        assert result.state == "REVOKED"  # Celery's view: terminated, as without agent_sync
+    else:  # not terminated (Celery cannot on threads and solo): the task saw its run end
+        assert result.result == {
+            "run_id": result.id,
+            "status": "cancelled",
+            "stop_reason": "cancelled",
+        }
+    # The conversation goes on (terminated: in the pool process Celery started in place).
     after = run_task.delay(cid, "hello again").get(timeout=30)
     assert (after["status"], after["stop_reason"]) == ("done", "end_turn")
     answer = history_texts(worker.store.load(cid).messages)[-1]
-    assert answer.startswith("finished in ") and answer != f"finished in {pool_process}"
+    assert answer.startswith("finished in ")
+    if worker.pool == "prefork" and terminate:
+        assert answer != f"finished in {pool_process}"
 
 
 def test_a_decision_resumes_the_worker_run_in_the_web_worker(worker: Worker, web: int) -> None:
@@ -177,22 +182,34 @@ def test_a_decision_resumes_the_worker_run_in_the_web_worker(worker: Worker, web
     assert tool_result_texts(messages) == ["wiped /data"] and validate_history(messages) == []
 
 
-def test_a_run_revoked_before_it_started_ends_its_stream(worker: Worker, web: int) -> None:
+def test_runs_revoked_or_stopped_before_they_started_end_their_streams(
+    worker: Worker, web: int
+) -> None:
     busy = _cid()
     holding = run_task.delay(busy, f"wait {busy}")  # the one pool process is busy
     worker.probe.started(busy)
-    cid = _cid()
-    conn = SSEConnection(web, "/api/chat", {"conversation_id": cid, "message": "hello"})
+    revoked, stopped = _cid(), _cid()
+    conns = [
+        SSEConnection(web, "/api/chat", {"conversation_id": cid, "message": "hello"})
+        for cid in (revoked, stopped)
+    ]
     try:
-        run_id = frames_until(conn, "run")[-1].data["run_id"]
-        worker.app.control.revoke(run_id)  # waits in the queue (or the worker's prefetch)
+        run_ids = [frames_until(conn, "run")[-1].data["run_id"] for conn in conns]
+        worker.app.control.revoke(run_ids[0])  # waits in the queue (or the worker's prefetch)
+        status, answer = request_json(web, "POST", f"/api/runs/{run_ids[1]}/stop", {})
+        assert (status, answer) == (200, {"cancelled": True})  # not 404: it was queued
+        stopped_end = frames_until(conns[1], "error")[-1]  # at once, before its task starts
         assert worker.store.cancel(holding.id) is True
         assert holding.get(timeout=30)["status"] == "cancelled"
-        end = frames_until(conn, "error")[-1]
+        revoked_end = frames_until(conns[0], "error")[-1]
+        # the stopped run's task comes next, and ends at once: the run never starts
+        assert worker.app.AsyncResult(run_ids[1]).get(timeout=30)["status"] is None
     finally:
-        conn.close()
-    assert end.data["error"] == "Revoked"
-    assert worker.store.get(run_id) is None and not worker.store.load(cid).messages
+        for conn in conns:
+            conn.close()
+    assert revoked_end.data["error"] == "Revoked" and stopped_end.data["error"] == "Stopped"
+    for run_id, cid in zip(run_ids, (revoked, stopped), strict=True):
+        assert worker.store.get(run_id) is None and not worker.store.load(cid).messages
 
 
 def test_a_killed_pool_process_s_run_goes_on_in_its_successor(worker: Worker) -> None:

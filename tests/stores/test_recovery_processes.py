@@ -301,6 +301,33 @@ def test_a_recovered_web_run_is_one_run_in_its_event_log(
     assert validate_history(list(store.load("c1").messages)) == []
 
 
+def test_routes_that_serve_nothing_take_a_lost_run_over(
+    spec: Spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The routes recover from their creation: a web worker started after the crash that
+    serves no request still takes the lost run over."""
+    pytest.importorskip("flask", reason="pip install -e '.[flask]'")
+    from agent_sync._recovery import stop_recovering
+    from agent_sync.web.flask import chat_blueprint
+
+    run_id = _kill_after_ready(spec, "tool", tmp_path, web=True)
+    monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tools.log"))
+    store = open_store(spec)
+    log = events_of(store)
+    routes = chat_blueprint(_make_recovering_agent(store, "tool"), store=store)  # no request
+    try:
+        events = log.read_events(run_id)
+        deadline = time.monotonic() + 30
+        while events[-1].data["type"] not in ("done", "error"):
+            assert time.monotonic() < deadline, "nobody took the lost run over"
+            events += log.read_events(run_id, after=events[-1].seq, timeout=5)
+    finally:
+        stop_recovering(store)
+    join_recovered(run_id)
+    assert events[-1].data["type"] == "done" and routes.name == "agent_sync_chat"
+    assert validate_history(list(store.load("c1").messages)) == []
+
+
 def test_a_worker_that_stood_still_stops_the_run_another_took_over(
     spec: Spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
