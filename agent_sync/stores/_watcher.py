@@ -74,13 +74,15 @@ class _Entry:
 
 class _Watcher:
     def __init__(self, store: RunStore) -> None:
-        self._store = store
+        # Weakly: the registry is process-wide, and a dropped store must free its
+        # connections; the thread holds the store only for one pass of its loop.
+        self._store = weakref.ref(store)
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._thread: threading.Thread | None = None
         self._failures = 0
         self._pause = threading.Event()  # never set: a wait that cannot be cut short
-        self._wake = getattr(store, "_wake_watcher", None)  # see the module docstring
+        self._wakeable = hasattr(store, "_wake_watcher")  # see the module docstring
         self._polls: dict[object, _Poll] = {}
         self._woken = threading.Event()  # a registration, while the thread waits for polls
 
@@ -89,11 +91,18 @@ class _Watcher:
             self._entries[run_id] = _Entry(run, owner, lease_s, time.monotonic() + lease_s / 3)
             started = self._start()
         self._woken.set()
-        if not started and self._wake is not None:  # a new thread's first look sees it
+        if not started and self._wakeable:  # a new thread's first look sees it
             try:  # its first renewal may be due before the running wait ends, too
                 self._wake()
             except Exception:  # the safety poll looks anyway
                 logger.debug("run_id=<%s> | the watcher was not woken", run_id, exc_info=True)
+
+    def _wake(self) -> None:
+        """End the store's running ``wait_signals`` early, if it can be (see the module
+        docstring)."""
+        store = self._store()
+        if store is not None and self._wakeable:
+            store._wake_watcher()  # type: ignore[attr-defined]
 
     def remove(self, run_id: str) -> None:
         with self._lock:
@@ -124,35 +133,43 @@ class _Watcher:
 
     def _loop(self) -> None:
         owned = _Owned(self)
-        while True:
-            with self._lock:
-                if not self._entries and not self._polls:
-                    self._thread = None
-                    return
-                polls_only = not self._entries
-            self._run_polls()
-            if polls_only:  # nothing to renew or hear: the store is not asked
-                self._woken.wait(self._timeout())
-                self._woken.clear()
-                continue
-            try:
-                # A live view: a run added during the wait is heard at once (a snapshot
-                # left it unheard for up to a tick: a Stop right after a start took 45 ms).
-                signals = self._store.wait_signals(owned, self._timeout())
-            except Exception:  # a store hiccup must not kill the watcher
-                self._failed()
-                signals = []
-            else:
-                self._failures = 0
-            for signal in signals:
-                self._deliver(signal)
-            self._renew()
+        while self._turn(owned):
+            pass
+
+    def _turn(self, owned: _Owned) -> bool:
+        """One pass of the loop; whether to go on. The store is held for this pass only
+        (a local of this frame): between two passes nothing here keeps it alive."""
+        store = self._store()
+        with self._lock:
+            if store is None or (not self._entries and not self._polls):
+                self._thread = None
+                return False
+            polls_only = not self._entries
+        self._run_polls()
+        if polls_only:  # nothing to renew or hear: the store is not asked
+            del store  # (a poll-only wait may be long)
+            self._woken.wait(self._timeout())
+            self._woken.clear()
+            return True
+        try:
+            # A live view: a run added during the wait is heard at once (a snapshot
+            # left it unheard for up to a tick: a Stop right after a start took 45 ms).
+            signals = store.wait_signals(owned, self._timeout())
+        except Exception:  # a store hiccup must not kill the watcher
+            self._failed()
+            signals = []
+        else:
+            self._failures = 0
+        for signal in signals:
+            self._deliver(signal)
+        self._renew(store)
+        return True
 
     def _timeout(self) -> float:
         """How long the next wait may last (see the module docstring)."""
         with self._lock:
             poll_at = min((p.due for p in self._polls.values()), default=math.inf)
-            if self._wake is None and self._entries:
+            if not self._wakeable and self._entries:
                 return max(0.0, min(TICK_S, poll_at - time.monotonic()))
             due = min((e.renew_at for e in self._entries.values()), default=math.inf)
         return max(0.0, min(IDLE_S, due - time.monotonic(), poll_at - time.monotonic()))
@@ -191,14 +208,14 @@ class _Watcher:
         except Exception:  # e.g. inject into a run that ended meanwhile
             logger.debug("run_id=<%s> | signal not applied", signal.run_id, exc_info=True)
 
-    def _renew(self) -> None:
+    def _renew(self, store: RunStore) -> None:
         now = time.monotonic()
         with self._lock:
             due = [(run_id, e) for run_id, e in self._entries.items() if e.renew_at <= now]
         for run_id, entry in due:
             entry.renew_at = now + entry.lease_s / 3
             try:
-                renewed = self._store.renew(run_id, owner=entry.owner, lease_s=entry.lease_s)
+                renewed = store.renew(run_id, owner=entry.owner, lease_s=entry.lease_s)
             except Exception:
                 logger.warning("run_id=<%s> | lease renewal failed", run_id, exc_info=True)
                 continue

@@ -1,0 +1,120 @@
+"""A dropped :class:`SQLiteRunStore` frees its file descriptors and threads: nothing
+process-wide (the watchers' registry, the event logs' shared readers) holds a store strongly.
+
+Each test opens 100 stores on files of their own, uses them (a write and a read; a lease
+renewed by the store's watcher; a reader that waited), drops them without ``close()`` and
+counts ``/proc/self/fd`` before and after. Before the watcher held its store weakly, 100
+stores whose watcher had run kept 300 descriptors open.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from agent_sync.cancel import CancelMode
+from agent_sync.stores import SQLiteRunStore, _watcher
+from agent_sync.testing.run_store_contract import make_state
+
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts /proc/self/fd"),
+    pytest.mark.timeout(120),
+]
+
+STORES = 100
+WAIT = 30.0  # the longest a test waits for what must happen
+SLACK = 10  # descriptors another part of the process may open meanwhile (each store: 3)
+THREADS = ("agent_sync-store-watcher", "agent_sync-sqlite-events")
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _join_store_threads() -> None:
+    """The stores' threads end once nothing is left for them (each joined with a bound)."""
+    for thread in threading.enumerate():
+        if thread.name in THREADS:
+            thread.join(WAIT)
+            assert not thread.is_alive(), f"{thread.name} outlived its dropped store"
+
+
+class _Renewing(SQLiteRunStore):
+    """A store whose ``renewed`` event is set when its watcher renews a lease."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.renewed = threading.Event()
+
+    def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
+        renewed = super().renew(run_id, owner=owner, lease_s=lease_s)
+        self.renewed.set()
+        return renewed
+
+
+class _Run:
+    """What the watcher needs of a run (it is handed no signal here)."""
+
+    def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
+        return True
+
+    def inject(self, content: object) -> None:
+        pass
+
+
+def _assert_freed(before: int) -> None:
+    gc.collect()
+    _join_store_threads()
+    gc.collect()
+    assert _open_fds() - before < SLACK
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> str:
+    """One file for every store (as an app's stores built per request are): created here,
+    so the count starts after its first opening."""
+    path = str(tmp_path / "stores.db")
+    SQLiteRunStore(path).append_events("r", [{"n": 1}], after=0)
+    gc.collect()
+    return path
+
+
+def test_dropped_stores_free_their_descriptors(path: str) -> None:
+    before = _open_fds()
+    stores = [SQLiteRunStore(path) for n in range(STORES)]
+    for n, store in enumerate(stores, start=1):
+        store.append_events("r", [{"n": n + 1}], after=n)
+        assert store.read_events("r", after=n)[0].seq == n + 1
+    assert _open_fds() - before >= 2 * STORES  # (the count sees what the stores opened)
+    del stores, store
+    _assert_freed(before)
+
+
+def test_dropped_stores_whose_watcher_renewed_a_lease_free_their_descriptors(path: str) -> None:
+    before = _open_fds()
+    stores = [_Renewing(path) for n in range(STORES)]
+    run_ids = []
+    for store in stores:
+        state = make_state()
+        store.begin(f"c-{state.run_id}", state, owner="me", lease_s=0.03, expected_length=0)
+        _watcher.watch(store).add(state.run_id, _Run(), owner="me", lease_s=0.03)
+        run_ids.append(state.run_id)
+    for store, run_id in zip(stores, run_ids, strict=True):
+        assert store.renewed.wait(WAIT)  # its watcher thread ran and renewed the lease
+        _watcher.watch(store).remove(run_id)  # the run is over: nothing is watched
+    del stores, store
+    _assert_freed(before)
+
+
+def test_dropped_stores_whose_readers_waited_free_their_descriptors(path: str) -> None:
+    before = _open_fds()
+    stores = [SQLiteRunStore(path) for n in range(STORES)]
+    for store in stores:
+        assert store.read_events("r", after=1, timeout=0.01) == []  # waited: a shared read
+    del stores, store
+    _assert_freed(before)
