@@ -79,7 +79,7 @@ def _round(kind: str, port: int, ports: list[int], args: argparse.Namespace) -> 
     for worker in workers:
         worker.start()
     for _ in workers:
-        ready.get(timeout=120)
+        ready.get(timeout=600)  # spawning is slow on a busy machine
     before = [_calls(p) for p in ports]
     start = time.perf_counter()
     go.set()
