@@ -39,8 +39,10 @@ Design:
   :class:`~agent_sync.errors.StoreUnavailableError` (:mod:`._redis_client`): a script either
   ran whole or not at all, so nothing changed (fail closed).
 
-Keys of one run and of its conversation are used together in scripts, so the store needs
-one Redis server (or a primary with replicas), not Redis Cluster.
+On a Redis Cluster (a ``redis.cluster.RedisCluster`` client) every key name also carries
+a hash tag, ``{prefix}{<tag>}run:{run_id}`` and so on, so each script touches one slot; the
+``finished`` and ``resumable`` sets are sharded the same way, and each run has a ``home`` key
+naming its shard (:mod:`._redis_keys`). On one server the names are those above.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from ._protocol import ConversationRecord, RunSignal, StoredRun
 from ._recoverable import Recoverable
 from ._redis_client import RedisScripts, text
 from ._redis_events import RedisEventLog
+from ._redis_keys import KeyLayout, RunHomes
 from ._redis_signals import RedisSignals
 from ._rules import (
     FINAL_STATUSES,
@@ -93,7 +96,7 @@ from ._rules import (
 )
 
 if TYPE_CHECKING:
-    import redis
+    from ._redis_client import Client
 
 __all__ = ["RedisRunStore"]
 
@@ -104,29 +107,35 @@ class RedisRunStore(RedisEventLog, Recoverable):
     """A :class:`~agent_sync.stores.RunStore` on a Redis server, for processes on many hosts.
 
     Args:
-        client: A ``redis.Redis`` client (``decode_responses`` either way). TLS, ACLs and
-            timeouts are set on it; the store never shows it in logs, errors or reprs.
+        client: A ``redis.Redis`` client, or a ``redis.cluster.RedisCluster`` one
+            (``decode_responses`` either way). TLS, ACLs and timeouts are set on it; the
+            store never shows it in logs, errors or reprs.
         prefix: Put before every key and the channel name (several apps, one server).
         lease_s: The lease agents on this store use by default (seconds).
         finished_ttl_s: Seconds a finished run (its state, for ``get``) is kept before
             Redis expires it; ``None`` keeps it until :meth:`prune`.
+        shards: On a Redis Cluster (a ``redis.cluster.RedisCluster`` client): how many hash
+            slots the store spreads its keys over (at most that many masters share the
+            load). Every process of the store must use the same number. Unused on one server.
 
     Raises:
-        UsageError: Not a ``redis.Redis`` client (a URL: pass ``redis.Redis.from_url(url)``),
-            an empty prefix, or a non-positive lease or TTL.
+        UsageError: Not a ``redis.Redis`` or ``RedisCluster`` client (a URL: pass
+            ``redis.Redis.from_url(url)``), an empty prefix (or, on a cluster, one with
+            ``{`` or ``}``), a non-positive lease or TTL, or ``shards`` not in 1..1024.
     """
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         *,
         prefix: str = "agent_sync:",
         lease_s: float = 30.0,
         finished_ttl_s: float | None = 7 * 24 * 3600,
+        shards: int = 16,
     ) -> None:
         if not callable(getattr(client, "register_script", None)):
             raise UsageError(  # never the value: a URL may hold a password
-                "RedisRunStore takes a redis.Redis client, not a "
+                "RedisRunStore takes a redis.Redis or RedisCluster client, not a "
                 f"{type(client).__name__}: for a URL, pass redis.Redis.from_url(url)"
             )
         if not prefix:
@@ -135,12 +144,20 @@ class RedisRunStore(RedisEventLog, Recoverable):
             raise UsageError("lease_s must be positive (seconds)")
         if finished_ttl_s is not None and not finished_ttl_s >= 1:
             raise UsageError("finished_ttl_s must be at least 1 second, or None")
+        if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= 1024:
+            raise UsageError("shards must be a whole number from 1 to 1024")
+        sharded = _is_cluster(client)
+        if sharded and ("{" in prefix or "}" in prefix):
+            raise UsageError("on a Redis Cluster the prefix must not hold { or }: the store "
+                             "puts its own hash tags after it")  # fmt: skip
         self.prefix = prefix
         self.lease_s = lease_s
         self._ttl = 0 if finished_ttl_s is None else int(finished_ttl_s)
+        self._keys = KeyLayout(prefix, sharded=sharded, shards=shards)
+        self._homes = RunHomes(client, self._keys)
         scripts = RedisScripts(client)
-        super().__init__(client, scripts, prefix=prefix, ttl_s=self._ttl)  # its event log
-        self._signals = RedisSignals(client, scripts, prefix=prefix)
+        super().__init__(client, scripts, layout=self._keys, ttl_s=self._ttl)  # its event log
+        self._signals = RedisSignals(client, scripts, prefix=prefix, homes=self._homes)
 
     def __repr__(self) -> str:
         return f"<RedisRunStore prefix={self.prefix!r}>"
@@ -158,7 +175,7 @@ class RedisRunStore(RedisEventLog, Recoverable):
             )
         self._expire(conversation_id)
         log, run, length, start, generation = self._run(
-            "load", self.prefix, conversation_id, max(0, int(since))
+            "load", self._keys.conversation(conversation_id), conversation_id, max(0, int(since))
         )
         stored = _stored_run(run, conversation_id) if run else None
         return ConversationRecord(
@@ -175,7 +192,9 @@ class RedisRunStore(RedisEventLog, Recoverable):
             raise bad_conversation_id(conversation_id)
         texts = encode_messages(messages)
         self._expire(conversation_id)
-        reply = self._run("replace", self.prefix, conversation_id, *texts)
+        reply = self._run(
+            "replace", self._keys.conversation(conversation_id), conversation_id, *texts
+        )
         outcome = text(reply[0])
         if outcome == "paused":
             raise conversation_paused(conversation_id)
@@ -197,9 +216,13 @@ class RedisRunStore(RedisEventLog, Recoverable):
         if not storable_id(conversation_id):
             raise bad_conversation_id(conversation_id)
         self._expire(conversation_id)
+        prefix = self._keys.conversation(conversation_id)
+        homed = self._homes.claim(state.run_id, prefix)
+        if homed is None:
+            raise run_exists(state.run_id)  # in another conversation's shard
         reply = self._run(
             "begin",
-            self.prefix,
+            prefix,
             conversation_id,
             state.run_id,
             encode_state(state),
@@ -211,6 +234,8 @@ class RedisRunStore(RedisEventLog, Recoverable):
         outcome = text(reply[0])
         if outcome == "ok":
             return 1
+        if homed:
+            self._homes.release(state.run_id)
         if outcome == "paused":
             raise conversation_paused(conversation_id)
         if outcome == "busy":
@@ -250,11 +275,17 @@ class RedisRunStore(RedisEventLog, Recoverable):
         """The runs whose owner died and that wait for a recoverer (see ``RunStore``):
         one script, a range read of the sorted set of resumable runs when there are none."""
         limit = check_limit(limit)
-        found = self._run("lost", self.prefix, "" if limit is None else limit)
-        return [_stored_run(item[1:5], text(item[5])) for item in found]
+        found = []
+        for prefix in self._keys.shards:
+            found += self._run("lost", prefix, "" if limit is None else limit)
+        found.sort(key=lambda item: float(text(item[4])))  # stable: one shard keeps its order
+        return [_stored_run(item[1:5], text(item[5])) for item in found[:limit]]
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
-        return bool(self._run("renew", self.prefix, run_id, owner, repr(float(lease_s))))
+        prefix = self._homes.of(run_id)
+        if prefix is None:
+            return False
+        return bool(self._run("renew", prefix, run_id, owner, repr(float(lease_s))))
 
     def get(self, run_id: str) -> RunSnapshot | None:
         if not storable_id(run_id):
@@ -279,8 +310,11 @@ class RedisRunStore(RedisEventLog, Recoverable):
         payload = json.dumps({"reason": reason, "mode": check_mode(mode)})
         if not storable_id(run_id):
             return False
+        prefix = self._homes.of(run_id)
+        if prefix is None:
+            return False
         for _ in range(_CAS_ATTEMPTS):
-            reply = self._run("signal", self.prefix, run_id, "cancel", payload)
+            reply = self._run("signal", prefix, run_id, "cancel", payload, self._signals.channel)
             outcome = text(reply[0])
             if outcome == "queued":
                 return True
@@ -311,9 +345,10 @@ class RedisRunStore(RedisEventLog, Recoverable):
     def inject(self, run_id: str, content: Sequence[ContentBlock] | str) -> None:
         blocks = content_blocks(content, what="injected input")  # checked at the edge
         (encoded,) = encode_messages([{"role": "user", "content": blocks}])
-        if not storable_id(run_id):
+        prefix = self._homes.of(run_id) if storable_id(run_id) else None
+        if prefix is None:
             raise not_running(run_id)
-        reply = self._run("signal", self.prefix, run_id, "inject", encoded)
+        reply = self._run("signal", prefix, run_id, "inject", encoded, self._signals.channel)
         if text(reply[0]) != "queued":
             raise not_running(run_id)
 
@@ -326,7 +361,13 @@ class RedisRunStore(RedisEventLog, Recoverable):
         self._signals.wake()
 
     def prune(self, *, older_than: float) -> int:
-        return int(self._run("prune", self.prefix, repr(float(older_than))))
+        removed = 0
+        events_here = "0" if self._keys.sharded else "1"  # on a cluster they live by run id
+        for prefix in self._keys.shards:
+            reply = self._run("prune", prefix, repr(float(older_than)), events_here)
+            removed += int(reply[0])
+            self._homes.pruned([text(run_id) for run_id in reply[1:]])
+        return removed
 
     # -- helpers --
 
@@ -344,9 +385,12 @@ class RedisRunStore(RedisEventLog, Recoverable):
         """One compare-and-set write of ``state`` at ``version`` (by ``owner`` if given;
         ``new_owner``: a claim; ``lost``: only if the run is lost, by the server's clock)."""
         messages = encode_messages(state.messages) if state.status in FINAL_STATUSES else []
+        prefix = self._homes.of(state.run_id)
+        if prefix is None:
+            raise stale_write(state.run_id, "unknown run")
         reply = self._run(
             "write",
-            self.prefix,
+            prefix,
             state.run_id,
             version,
             owner,
@@ -363,6 +407,8 @@ class RedisRunStore(RedisEventLog, Recoverable):
         )
         outcome = text(reply[0])
         if outcome == "ok":
+            if state.status in FINAL_STATUSES:
+                self._homes.ended(state.run_id, self._ttl)
             return int(reply[1])
         if outcome == "unknown":
             raise stale_write(state.run_id, "unknown run")
@@ -377,7 +423,8 @@ class RedisRunStore(RedisEventLog, Recoverable):
         raise stale_write(state.run_id, moved_on(int(text(reply[1])), version))
 
     def _read(self, run_id: str) -> dict[str, str] | None:
-        reply = self._run("read", self.prefix, run_id)
+        prefix = self._homes.of(run_id)
+        reply = None if prefix is None else self._run("read", prefix, run_id)
         if not reply:
             return None
         names = ("state", "status", "version", "conversation_id", "started_at", "updated_at")
@@ -385,7 +432,7 @@ class RedisRunStore(RedisEventLog, Recoverable):
 
     def _expire(self, conversation_id: str) -> bool:
         """Fail the conversation's running run if its lease ran out; ``True`` if it did."""
-        run_id = self._run("expired", self.prefix, conversation_id)
+        run_id = self._run("expired", self._keys.conversation(conversation_id), conversation_id)
         if not run_id:
             return False
         fields = self._read(text(run_id))
@@ -399,6 +446,13 @@ class RedisRunStore(RedisEventLog, Recoverable):
 
     def _run(self, name: str, *args: Any) -> Any:
         return self._scripts.run(name, *args)
+
+
+def _is_cluster(client: Any) -> bool:
+    """Is ``client`` a Redis Cluster client (redis-py's ``RedisCluster``)?"""
+    from redis.cluster import RedisCluster  # the client is redis-py's: it is installed
+
+    return isinstance(client, RedisCluster)
 
 
 def _stored_run(fields: Sequence[Any], conversation_id: str) -> StoredRun:

@@ -14,7 +14,13 @@ from ..errors import StoreUnavailableError
 from ._redis_scripts import SCRIPTS
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     import redis
+    from redis.cluster import RedisCluster
+
+    Client: TypeAlias = redis.Redis | RedisCluster
+    """The clients the store takes: one server's, or a Redis Cluster's."""
 
 __all__ = ["RedisScripts", "text", "translated"]
 
@@ -22,13 +28,16 @@ __all__ = ["RedisScripts", "text", "translated"]
 class RedisScripts:
     """The store's scripts, registered on ``client`` (redis-py loads each on first use)."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Client) -> None:
         self._scripts = {name: client.register_script(source) for name, source in SCRIPTS.items()}
 
-    def run(self, name: str, *args: Any) -> Any:
-        """Run the script ``name`` with ``args`` as its ``ARGV``; its reply."""
+    def run(self, name: str, prefix: str, *args: Any) -> Any:
+        """Run the script ``name`` with ``prefix`` and ``args`` as its ``ARGV``; its reply.
+
+        ``prefix`` (the shard's, :mod:`._redis_keys`) is also its one declared key, which a
+        Redis Cluster client routes by: every key the script names starts with it."""
         with translated():
-            return self._scripts[name](args=list(args))
+            return self._scripts[name](keys=[prefix], args=[prefix, *args])
 
 
 @contextmanager

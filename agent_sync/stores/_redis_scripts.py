@@ -221,7 +221,7 @@ index_run(ARGV[1], ARGV[2], 'running', fields[3], expires)
 return 1
 """
 
-# ARGV: prefix, run_id, kind, payload (JSON). Queue a signal for a running run's owner and
+# ARGV: prefix, run_id, kind, payload (JSON), channel. Queue a signal for a running run's owner and
 # wake the watchers. Otherwise say why not: {'unknown'}, {'over'}, {'expired', conversation}
 # (its owner's lease ran out: it fails), {'paused', version, state} or {'lost', version,
 # state} (a cancel applies at once). An inject into a lost run is queued (its new owner
@@ -243,7 +243,7 @@ local seq = redis.call('INCR', prefix .. 'signal-seq')
 if ARGV[3] == 'inject' then redis.call('HINCRBY', key, 'injects', 1) end
 redis.call('RPUSH', signals_key(prefix, run_id),
            cjson.encode({seq = seq, kind = ARGV[3], payload = ARGV[4]}))
-redis.call('PUBLISH', prefix .. 'signals', run_id)
+redis.call('PUBLISH', ARGV[5], run_id)
 return {'queued'}
 """
 
@@ -290,21 +290,26 @@ end
 return {'ok', last}
 """
 
-# ARGV: prefix, older_than. Remove runs that ended more than older_than seconds ago.
+# ARGV: prefix, older_than, events too ('1': the runs' event logs live under this prefix).
+# Remove runs that ended more than older_than seconds ago: {removed, run ids...} (how many
+# runs were still stored; every id taken off the set, whose keys elsewhere go too).
 _PRUNE = """
 local prefix = ARGV[1]
 local cutoff = now() - tonumber(ARGV[2])
 local old = redis.call('ZRANGEBYSCORE', prefix .. 'finished', '-inf', cutoff)
-local removed = 0
+local reply = {0}
 for _, run_id in ipairs(old) do
   local key = run_key(prefix, run_id)
-  removed = removed + redis.call('DEL', key)
-  redis.call('DEL', signals_key(prefix, run_id), events_key(prefix, run_id),
-             complete_key(prefix, run_id))
+  reply[1] = reply[1] + redis.call('DEL', key)
+  reply[#reply + 1] = run_id
+  redis.call('DEL', signals_key(prefix, run_id))
+  if ARGV[3] == '1' then
+    redis.call('DEL', events_key(prefix, run_id), complete_key(prefix, run_id))
+  end
   redis.call('ZREM', prefix .. 'finished', run_id)
   redis.call('ZREM', resumable_key(prefix), run_id)
 end
-return removed
+return reply
 """
 
 # ARGV: prefix, limit ('': all). The lost runs (running, resumable, past their lease by the

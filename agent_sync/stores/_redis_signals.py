@@ -11,6 +11,10 @@ Waking: the listener also subscribes to a channel of its own (``{prefix}wake:<ra
 watcher, when a run registers). A subscribe confirmation makes the listener take again, so a
 connection redis-py re-established (and subscribed again) by itself loses no signal queued
 while it was down: the listener needs no polling to stay exact.
+
+On a Redis Cluster the lists live in their runs' shards (:mod:`._redis_keys`): a take runs
+once per shard of the runs asked for, and signals of runs of different shards are in order
+per run (each shard numbers its own). Pub/sub reaches every node of a cluster.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 from ..errors import StoreUnavailableError
 from ._protocol import RunSignal
 from ._redis_client import RedisScripts, text, translated
+from ._redis_keys import RunHomes
 from ._rules import decode_messages
 
 if TYPE_CHECKING:
-    import redis
+    from ._redis_client import Client
 
 __all__ = ["RedisSignals"]
 
@@ -39,11 +44,15 @@ _POLL_S = 0.005  # wait_signals, when another thread of this store holds the pub
 class RedisSignals:
     """The signals queued under ``prefix``, taken by the runs' owner. Thread-safe."""
 
-    def __init__(self, client: redis.Redis, scripts: RedisScripts, *, prefix: str) -> None:
+    def __init__(
+        self, client: Client, scripts: RedisScripts, *, prefix: str, homes: RunHomes
+    ) -> None:
         self._client = client
         self._scripts = scripts
         self._prefix = prefix
-        self._channel = f"{prefix}signals"
+        self._homes = homes
+        self.channel = f"{prefix}signals"
+        """The channel the ``signal`` script publishes a run's id on."""
         self._listener_lock = threading.Lock()
         self._pubsub: Any = None
         self._pid = os.getpid()
@@ -92,7 +101,9 @@ class RedisSignals:
 
     def take(self, run_ids: list[str]) -> list[RunSignal]:
         """Take (read and delete) the signals queued for these runs, in the order queued."""
-        flat = self._scripts.run("take", self._prefix, *run_ids)
+        flat = []
+        for prefix, ids in self._homes.group(run_ids).items():
+            flat += self._scripts.run("take", prefix, *ids)
         items = []
         for n in range(0, len(flat), 2):
             run_id = text(flat[n])
@@ -132,7 +143,7 @@ class RedisSignals:
             client: Any = self._client  # redis-py's pubsub() is untyped
             pubsub = client.pubsub()  # subscribe confirmations too: see the module docstring
             with translated():
-                pubsub.subscribe(self._channel, self._wake_channel)
+                pubsub.subscribe(self.channel, self._wake_channel)
             self._pubsub = pubsub
         return self._pubsub
 

@@ -44,7 +44,7 @@ from ._redis_client import text, translated
 from ._rules import decode_event
 
 if TYPE_CHECKING:
-    import redis
+    from ._redis_client import Client
 
 __all__ = ["KEEP_READING_S", "READER_BLOCK_S", "RETRY_S", "StreamWaits", "stream_events"]
 
@@ -80,7 +80,7 @@ class StreamWaits:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         *,
         events_prefix: str,
         wake_prefix: str,

@@ -17,10 +17,13 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-__all__ = ["RedisServer", "RedisServerError", "redis_server_binary"]
+__all__ = ["RedisCluster", "RedisServer", "RedisServerError", "redis_server_binary"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +62,12 @@ class RedisServer:
 
     @classmethod
     def start(
-        cls, folder: str | os.PathLike[str], *, port: int | None = None, durable: bool = False
+        cls,
+        folder: str | os.PathLike[str],
+        *,
+        port: int | None = None,
+        durable: bool = False,
+        extra: Sequence[str] = (),
     ) -> RedisServer:
         """Start a server whose files live in ``folder``, on ``port`` (a free one by default).
 
@@ -90,6 +98,7 @@ class RedisServer:
                     "--protected-mode", "no",
                     "--logfile", "",
                     "--loglevel", "notice",
+                    *extra,
                 ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -160,3 +169,102 @@ def _wait_ready(process: subprocess.Popen[str]) -> tuple[bool, str, threading.Th
     ready.wait(_START_TIMEOUT_S)
     ok = process.poll() is None and any(_READY in line for line in lines)
     return ok, "".join(lines), reader
+
+
+class RedisCluster:
+    """A Redis Cluster of ``masters`` ``redis-server --cluster-enabled yes`` processes (no
+    replicas) on free loopback ports, its 16384 slots split evenly between them. Use
+    :meth:`start`; stop with :meth:`stop` (or ``with``).
+
+    The slots are assigned and the nodes introduced with ``CLUSTER ADDSLOTSRANGE`` and
+    ``CLUSTER MEET`` (no ``redis-cli`` needed); :meth:`start` returns once every node says
+    ``cluster_state:ok`` and knows every other, read by polling ``CLUSTER INFO`` and
+    ``CLUSTER NODES`` (each poll waits on a timer, the servers are not assumed fast).
+    """
+
+    def __init__(self, servers: list[RedisServer], bus_ports: list[int]) -> None:
+        self.servers = servers
+        self._bus_ports = bus_ports
+
+    @classmethod
+    def start(cls, folder: str | os.PathLike[str], *, masters: int = 3) -> RedisCluster:
+        """Start the nodes in subfolders of ``folder`` and form the cluster.
+
+        Raises:
+            RedisServerError: A node did not start, or the cluster did not become ready.
+        """
+        servers: list[RedisServer] = []
+        bus_ports = [_free_port() for _ in range(masters)]
+        try:
+            for n, bus_port in enumerate(bus_ports):
+                servers.append(
+                    RedisServer.start(
+                        Path(folder) / f"node{n}",
+                        extra=("--cluster-enabled", "yes", "--cluster-port", str(bus_port),
+                               "--cluster-config-file", "nodes.conf",
+                               "--cluster-node-timeout", "5000"),
+                    )
+                )  # fmt: skip
+            cluster = cls(servers, bus_ports)
+            cluster._form()
+            return cluster
+        except BaseException:
+            for server in servers:
+                server.kill()
+            raise
+
+    @property
+    def ports(self) -> list[int]:
+        """The nodes' ports."""
+        return [server.port for server in self.servers]
+
+    def _form(self) -> None:
+        import redis  # the ``redis`` extra: only the cluster's users need it
+
+        clients: list[Any] = [redis.Redis(port=port, decode_responses=True) for port in self.ports]
+        try:
+            count = len(clients)
+            for n, client in enumerate(clients):
+                first, last = n * 16384 // count, (n + 1) * 16384 // count - 1
+                client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+            for client in clients[1:]:
+                client.execute_command(
+                    "CLUSTER", "MEET", "127.0.0.1", self.ports[0], self._bus_ports[0]
+                )
+            deadline = time.monotonic() + _START_TIMEOUT_S
+            pause = threading.Event()
+            while not all(_node_ready(client, count) for client in clients):
+                if time.monotonic() > deadline:
+                    raise RedisServerError("the cluster did not reach cluster_state:ok")
+                pause.wait(0.05)  # the nodes gossip on their own clock: poll, bounded
+        finally:
+            for client in clients:
+                client.close()
+
+    def stop(self) -> None:
+        """Stop every node; idempotent."""
+        for server in self.servers:
+            server.stop()
+
+    def __enter__(self) -> RedisCluster:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _node_ready(client: Any, count: int) -> bool:
+    """Does this node see the cluster whole: state ok, ``count`` masters all connected?"""
+    info = client.execute_command("CLUSTER", "INFO")
+    text = info if isinstance(info, str) else str(info)
+    if "cluster_state:ok" not in text or f"cluster_known_nodes:{count}" not in text:
+        return False
+    nodes = client.execute_command("CLUSTER", "NODES")
+    listing = nodes if isinstance(nodes, str) else ""
+    lines = [line for line in listing.splitlines() if line.strip()]
+    return len(lines) == count and all(" connected" in line for line in lines)

@@ -51,6 +51,11 @@ def open_store(spec: Spec, lease_s: float = 30.0) -> RunStore:
     from agent_sync.stores import RedisRunStore
 
     port, prefix = where.split("/", 1)
+    if kind == "redis-cluster":  # a node of a cluster (test_redis_cluster.py)
+        from redis.cluster import RedisCluster
+
+        cluster = RedisCluster(host="127.0.0.1", port=int(port), socket_timeout=10)
+        return RedisRunStore(cluster, prefix=prefix, lease_s=lease_s)
     client = redis.Redis(port=int(port), retry=Retry(NoBackoff(), 0), socket_timeout=10)
     return RedisRunStore(client, prefix=prefix, lease_s=lease_s)
 

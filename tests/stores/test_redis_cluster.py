@@ -1,0 +1,139 @@
+"""RedisRunStore on a real Redis Cluster (three masters, ``redis-server --cluster-enabled
+yes``, one for the whole session): the contract suite (with real processes), a cancel from
+another process, a killed worker's run recovered in another, the keys spread over every
+master, and the rules of the key layout (hash tags; one server keeps its key names).
+
+A cluster refuses a script or command whose keys span hash slots (``CROSSSLOT``): every
+test here would fail on a store that mixed them."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_sync._run_state import RunState
+from agent_sync.errors import UsageError
+from agent_sync.stores import RedisRunStore, RunStore
+from agent_sync.stores._redis_keys import SLOTS, shard_tags, slot_of
+from agent_sync.testing.redis_server import RedisCluster, RedisServer, redis_server_binary
+from agent_sync.testing.run_store_contract import RunStoreContract, make_state
+from tests.stores import test_processes, test_recovery_processes
+
+redis = pytest.importorskip("redis", reason="pip install -e '.[redis]'")
+from redis.cluster import RedisCluster as ClusterClient  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """Three masters on free loopback ports, for the whole session."""
+    if redis_server_binary() is None:
+        message = "redis-server is not installed (apt-get install redis-server)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must install it: {message}")
+        pytest.skip(message)
+    cluster = RedisCluster.start(tmp_path_factory.mktemp("redis-cluster"), masters=3)
+    yield cluster
+    cluster.stop()
+
+
+_CLIENTS: list[Any] = []  # this process's cluster clients, closed after each test
+
+
+def _open(port: int, prefix: str) -> RunStore:
+    client = ClusterClient(host="127.0.0.1", port=port)
+    _CLIENTS.append(client)
+    return RedisRunStore(client, prefix=prefix)
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    """A cluster client's sockets are closed by ``close()`` only (else: ResourceWarning)."""
+    yield
+    while _CLIENTS:
+        _CLIENTS.pop().close()
+
+
+class TestRedisClusterRunStore(RunStoreContract):
+    @pytest.fixture(autouse=True)
+    def _cluster(self, redis_cluster: RedisCluster) -> None:
+        self.port = redis_cluster.ports[0]
+
+    def make_store(self) -> RunStore:
+        self.prefix = f"t{uuid.uuid4().hex[:12]}:"  # a fresh, empty store on the cluster
+        return _open(self.port, self.prefix)
+
+    def process_factory(self) -> Callable[[], RunStore]:
+        return partial(_open, self.port, self.prefix)
+
+
+@pytest.fixture
+def cluster_spec(redis_cluster: RedisCluster) -> tuple[str, str]:
+    return ("redis-cluster", f"{redis_cluster.ports[1]}/p{uuid.uuid4().hex[:12]}:")
+
+
+def test_cancel_from_another_process_on_a_cluster(
+    cluster_spec: tuple[str, str], tmp_path: Path
+) -> None:
+    test_processes.test_cancel_from_another_process_stops_the_owner(cluster_spec, "tool", tmp_path)
+
+
+def test_a_killed_workers_run_goes_on_in_another_process_on_a_cluster(
+    cluster_spec: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    test_recovery_processes.test_a_killed_workers_run_goes_on_in_another_process(
+        cluster_spec, "idempotent_tool", tmp_path, monkeypatch
+    )
+
+
+def test_the_shards_spread_over_the_slots_evenly() -> None:
+    for shards in (1, 3, 16, 64):
+        slots = [slot_of(tag) for tag in shard_tags(shards)]
+        assert [slot * shards // SLOTS for slot in slots] == list(range(shards))
+
+
+def test_conversations_spread_over_every_master(redis_cluster: RedisCluster) -> None:
+    prefix = f"s{uuid.uuid4().hex[:12]}:"
+    store = _open(redis_cluster.ports[0], prefix)
+    for n in range(60):
+        store.begin(f"c{n}", make_state(), owner="o", lease_s=30, expected_length=0)
+    counts = []
+    for port in redis_cluster.ports:
+        node = redis.Redis(port=port)
+        counts.append(sum(1 for _ in node.scan_iter(match=f"{prefix}*run:*", count=1000)))
+        node.close()
+    assert sum(counts) == 60 and min(counts) > 0
+
+
+def test_a_cluster_prefix_with_braces_is_refused(redis_cluster: RedisCluster) -> None:
+    with pytest.raises(UsageError, match="hash tags"):
+        _open(redis_cluster.ports[0], "{app}:")
+
+
+def _done(state: RunState) -> RunState:
+    return replace(state, status="done", next_step=None, stop_reason="end_turn")
+
+
+def test_one_server_keeps_its_key_names(redis_server: RedisServer) -> None:
+    """On one server the keys are named as they always were: data written before the
+    cluster layout stays readable, and a store of today reads what one of before wrote."""
+    client: Any = redis.Redis(port=redis_server.port, decode_responses=True)
+    prefix = f"k{uuid.uuid4().hex[:12]}:"
+    store = RedisRunStore(client, prefix=prefix)
+    state = make_state()
+    store.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+    store.append_events(state.run_id, [{"n": 1}], after=0)
+    store.commit(_done(state), owner="o", version=1)
+    assert sorted(client.keys(f"{prefix}*")) == sorted(
+        [f"{prefix}run:{state.run_id}", f"{prefix}conv:c1:log", f"{prefix}finished",
+         f"{prefix}events:{state.run_id}"]
+    )  # fmt: skip
+    client.close()
