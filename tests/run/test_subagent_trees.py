@@ -38,7 +38,7 @@ class Itself:
     def __init__(self) -> None:
         self.tools: list[Tool[Any]] = []
 
-    def agent_tools(self) -> Sequence[Tool[Any]]:
+    def agent_tools(self, cancel: CancelScope | None = None) -> Sequence[Tool[Any]]:
         return self.tools
 
 
