@@ -8,6 +8,7 @@ import logging
 
 from ._decisions import ApprovalRequest, Approve, Deny
 from ._repair import repair_history
+from ._version import __version__ as __version__
 from .agent import Agent, AgentStream, Prompt
 from .cancel import CancelledError, CancelScope, CancelToken
 from .errors import (
@@ -26,8 +27,6 @@ from .result import AgentMetrics, AgentResult
 from .retry import RetryPolicy
 from .run import Run, RunSnapshot, RunState, Step
 from .tools import Tool, ToolContext, tool
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Agent",

@@ -206,7 +206,9 @@ def build(root: Path = ROOT, *, by_module: bool = False, every: bool = False) ->
 
 
 LAYERS: dict[str, int] = {
-    **dict.fromkeys(["_encodable", "_redact", "_signal_safe", "_deadlines", "_extras"], 0),
+    **dict.fromkeys(
+        ["_encodable", "_redact", "_signal_safe", "_deadlines", "_extras", "_version"], 0
+    ),
     **dict.fromkeys(["_lazy", "errors", "_message_checks"], 1),
     **dict.fromkeys(["messages", "cancel", "_jsonschema"], 2),
     **dict.fromkeys(["events", "hooks", "result", "_decisions", "_prompt", "models"], 3),

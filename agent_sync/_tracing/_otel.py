@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._version import __version__
+
 if TYPE_CHECKING:
     from types import ModuleType
 
@@ -56,8 +58,6 @@ def current_tracer() -> Tracer | None:
         return cached[1]
     tracer: Tracer | None = None
     if not isinstance(provider, (api.ProxyTracerProvider, api.NoOpTracerProvider)):
-        from .. import __version__  # here: this module is imported while agent_sync loads
-
         tracer = provider.get_tracer("agent_sync", __version__)
         if isinstance(tracer, (api.NoOpTracer, api.ProxyTracer)):  # e.g. OTEL_SDK_DISABLED
             tracer = None

@@ -40,7 +40,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError as SDKError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .. import __version__
+from .._version import __version__
 from ..cancel import CancelledError, CancelScope
 from ._call import Call, CallTimedOut, ConnectionLost, Done, ProgressSink, wait
 from ._endpoint import Endpoint, StderrTail
