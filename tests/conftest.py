@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import compileall
 import ipaddress
+import re
 import socket
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +25,21 @@ settings.register_profile("agent_sync", deadline=None)
 settings.load_profile("agent_sync")
 
 __all__ = ["root_records"]  # fixture, shared with every test
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the package and the tests' helpers once, for the processes tests start.
+
+    Hundreds of tests start Python processes (gunicorn and Celery workers, spawned owners
+    and recoverers), and each imports agent_sync. Where ``PYTHONDONTWRITEBYTECODE`` is set
+    (CI images often set it) none of them keeps its bytecode, so each compiled the package
+    again. A child reads a ``__pycache__`` written here (gitignored) whatever that setting.
+    """
+    if not sys.dont_write_bytecode:
+        return  # each process writes and reuses its own bytecode
+    root = Path(__file__).resolve().parent.parent
+    for part in ("agent_sync", "tests"):
+        compileall.compile_dir(root / part, quiet=2, rx=re.compile(r"node_modules"))
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
