@@ -41,6 +41,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for part in ("agent_sync", "tests"):
         compileall.compile_dir(root / part, quiet=2, rx=re.compile(r"node_modules"))
 
+
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
 

@@ -15,6 +15,7 @@ from agent_sync.errors import ModelStreamError
 from agent_sync.events import Done, MessageComplete, TextDelta, ToolEnd, ToolStart
 from agent_sync.messages import CANCELLED_TEXT, StreamEvent
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.doubles import BackgroundInvoke, ObservedModel, assert_valid
 
 
@@ -149,7 +150,7 @@ def test_second_invoke_on_a_busy_agent_is_refused_and_touches_nothing() -> None:
     model = ObservedModel(ScriptedModel([{"text": "slow", "stall_after": 0}]))
     agent = Agent(model)
     running = BackgroundInvoke(agent, "first")
-    assert model.called.wait(5)
+    assert model.called.wait(HANG_BOUND)
     before = copy.deepcopy(agent.messages)
     with pytest.raises(ConcurrentInvocationError):
         agent.invoke("second")

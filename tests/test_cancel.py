@@ -16,6 +16,7 @@ from agent_sync.errors import ModelThrottledError
 from agent_sync.events import ModelRetry, TextDelta
 from agent_sync.messages import CANCELLED_TEXT, StreamEvent
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.doubles import BackgroundInvoke, ObservedModel, assert_valid, texts
 
 TOOL_TURN = {"tool_calls": [{"name": "lookup", "input": {"q": "x"}}]}
@@ -45,9 +46,9 @@ def test_cancel_mid_stream_keeps_streamed_text_and_closes_the_message() -> None:
     stream = agent.stream("question")
     worker = threading.Thread(target=consume, name="test-consumer")
     worker.start()
-    assert seen.wait(5)
+    assert seen.wait(HANG_BOUND)
     assert agent.cancel("user pressed stop") is True
-    worker.join(5)
+    worker.join(HANG_BOUND)
     assert not worker.is_alive()
     assert stream.result is not None
     assert stream.result.stop_reason == "cancelled"
@@ -82,7 +83,7 @@ def test_cancel_mid_stream_drops_unfinished_tool_use() -> None:
     observed = ObservedModel(model, signal_after_events=7)
     agent = Agent(observed, tools=[lookup])
     running = BackgroundInvoke(agent)
-    assert observed.events_reached.wait(5)
+    assert observed.events_reached.wait(HANG_BOUND)
     agent.cancel()
     result = running.result()
     assert result.stop_reason == "cancelled"
@@ -98,7 +99,7 @@ def test_cancel_while_stalled_before_any_event() -> None:
     model = ObservedModel(inner)
     agent = Agent(model)
     running = BackgroundInvoke(agent)
-    assert model.called.wait(5)
+    assert model.called.wait(HANG_BOUND)
     assert agent.cancel() is True
     result = running.result()
     assert result.stop_reason == "cancelled"
@@ -156,7 +157,7 @@ def test_cancel_during_cooperative_tool_stops_it_promptly() -> None:
     model = ScriptedModel([TOOL_TURN, "unreachable"])
     agent = Agent(model, tools=[lookup], tool_grace_period=10)
     running = BackgroundInvoke(agent)
-    assert started.wait(5)
+    assert started.wait(HANG_BOUND)
     agent.cancel()
     result = running.result(timeout=5)  # far below the 10 s grace: the tool cooperated
     assert result.stop_reason == "cancelled"
@@ -178,7 +179,7 @@ def test_cooperative_tool_result_returned_after_cancel_is_kept() -> None:
 
     agent = Agent(ScriptedModel([TOOL_TURN]), tools=[lookup])
     running = BackgroundInvoke(agent)
-    assert started.wait(5)
+    assert started.wait(HANG_BOUND)
     agent.cancel()
     assert running.result().stop_reason == "cancelled"
     result_block = agent.messages[2]["content"][0]["toolResult"]
@@ -212,14 +213,14 @@ def test_non_cooperative_tool_is_abandoned_after_grace_and_late_result_discarded
     try:
         agent = Agent(ScriptedModel([TOOL_TURN]), tools=[lookup], tool_grace_period=0.05)
         running = BackgroundInvoke(agent)
-        assert started.wait(5)
+        assert started.wait(HANG_BOUND)
         agent.cancel()
         result = running.result()
         assert result.stop_reason == "cancelled"
         snapshot = [dict(m) for m in agent.messages]
         assert _cancelled_tool_result(agent.messages[2]) == [CANCELLED_TEXT]
         release.set()
-        assert late_log.seen.wait(5), "the late result was not logged"
+        assert late_log.seen.wait(HANG_BOUND), "the late result was not logged"
         assert agent.messages == snapshot  # never written into the history
         assert "late result" not in str(agent.messages)
         assert_valid(agent)
@@ -294,9 +295,9 @@ def test_cancel_during_backoff_wakes_at_once_and_sends_no_new_request() -> None:
 
     worker = threading.Thread(target=consume, name="test-consumer")
     worker.start()
-    assert retrying.wait(5)
+    assert retrying.wait(HANG_BOUND)
     agent.cancel()
-    worker.join(5)  # far below the 60 s back-off
+    worker.join(HANG_BOUND)  # far below the 60 s back-off
     assert not worker.is_alive()
     assert result_holder[0].stop_reason == "cancelled"
     assert len(model.calls) == 1
@@ -336,7 +337,7 @@ def test_cancel_twice_keeps_the_first_reason() -> None:
     model = ObservedModel(ScriptedModel([{"text": "x", "stall_after": 0}]))
     agent = Agent(model)
     running = BackgroundInvoke(agent)
-    assert model.called.wait(5)
+    assert model.called.wait(HANG_BOUND)
     assert agent.cancel("first") is True
     assert agent.cancel("second") is True
     result = running.result()
@@ -351,16 +352,16 @@ def test_cancel_racing_the_natural_end(round_: int) -> None:
     barrier = threading.Barrier(2)
 
     def canceller() -> None:
-        barrier.wait(5)
+        barrier.wait(HANG_BOUND)
         for _ in range(round_ * 10):
             pass
         agent.cancel("race")
 
     thread = threading.Thread(target=canceller, name="test-canceller")
     thread.start()
-    barrier.wait(5)
+    barrier.wait(HANG_BOUND)
     result = agent.invoke("go")
-    thread.join(5)
+    thread.join(HANG_BOUND)
     assert result.stop_reason in ("end_turn", "cancelled")
     assert_valid(agent)
     assert agent.invoke("again").stop_reason == "end_turn"  # reusable, no leaked cancel
@@ -371,7 +372,7 @@ def test_agent_is_reusable_after_a_cancel() -> None:
     model = ObservedModel(ScriptedModel([{"text": "x", "stall_after": 0}, "second answer"]))
     agent = Agent(model)
     running = BackgroundInvoke(agent)
-    assert model.called.wait(5)
+    assert model.called.wait(HANG_BOUND)
     agent.cancel()
     assert running.result().stop_reason == "cancelled"
     result = agent.invoke("next question")
@@ -397,7 +398,7 @@ def test_abandoned_tool_sees_its_own_scope_stay_cancelled() -> None:
     model = ObservedModel(ScriptedModel([TOOL_TURN, {"text": "second", "stall_after": 1}]))
     agent = Agent(model, tools=[lookup], tool_grace_period=0.01)
     running = BackgroundInvoke(agent)
-    assert started.wait(5)
+    assert started.wait(HANG_BOUND)
     agent.cancel()
     running.result()
     model.called.clear()
@@ -406,7 +407,7 @@ def test_abandoned_tool_sees_its_own_scope_stay_cancelled() -> None:
     release.set()
     for thread in threading.enumerate():
         if thread.name.startswith("agent_sync-tool"):
-            thread.join(5)
+            thread.join(HANG_BOUND)
     assert observed == [True]
     # Only once run 2 is live: a cancel() of an idle agent is a no-op, and run 2 would
     # stall for good (the flake: the thread had not taken the agent yet).

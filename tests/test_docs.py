@@ -133,5 +133,5 @@ def test_readme_links_work_on_pypi_and_name_files_that_exist() -> None:
     assert used and used <= set(defined), sorted(used - set(defined))
     for label, url in defined.items():
         assert url.startswith(source.group(1) + "/"), url
-        path = re.sub(r"^/(blob|tree)/main/", "", url[len(source.group(1)):])
+        path = re.sub(r"^/(blob|tree)/main/", "", url[len(source.group(1)) :])
         assert (ROOT / path).exists(), f"README links {label} to {path}, which does not exist"

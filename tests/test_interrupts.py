@@ -71,7 +71,7 @@ for n in range(1, count + 1):
         armed = False
     while handled < n:  # the signal may land after invoke returned: wait for its handler
         os.read(read_end, 1)  # returns once the C-level handler has run
-    timer.join(5)
+    timer.join(HANG_BOUND)
     if agent.is_running:
         seen["stuck"] += 1
         agent = Agent(ScriptedModel(["quick answer"], repeat=True))
@@ -125,6 +125,7 @@ def test_random_sigints_never_leave_the_agent_running(timeout: str) -> None:
 CHURN_CHILD = r"""
 import json, os, random, signal, sys, threading
 from agent_sync._deadlines import schedule
+from tests.fixtures.bounds import HANG_BOUND
 
 count, seed = int(sys.argv[1]), int(sys.argv[2])
 rng = random.Random(seed)
@@ -160,7 +161,7 @@ for n in range(1, count + 1):
     report["interrupts"] += handled == n
     while handled < n:
         os.read(read_end, 1)
-    timer.join(5)
+    timer.join(HANG_BOUND)
     fired = []
     def probe():
         event = threading.Event()

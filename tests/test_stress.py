@@ -27,6 +27,7 @@ from agent_sync.cancel import CancelScope
 from agent_sync.messages import StreamEvent
 from agent_sync.models.base import ModelRequest
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.doubles import assert_valid
 
 pytestmark = pytest.mark.stress
@@ -224,7 +225,7 @@ def test_two_threads_racing_on_one_agent_one_wins_one_is_refused() -> None:
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(5)
+            thread.join(HANG_BOUND)
         assert "ran" in outcomes
         assert_valid(agent)
         # each run added exactly one user+assistant pair: a refused call touched nothing
@@ -257,13 +258,13 @@ def test_no_thread_outlives_a_cancelled_run(thread_baseline: set[threading.Threa
         target=agent.invoke, args=("go",), kwargs={"timeout": 30}, name="test-runner"
     )
     runner.start()
-    assert started.wait(5)
+    assert started.wait(HANG_BOUND)
     agent.cancel()
-    runner.join(5)
+    runner.join(HANG_BOUND)
     assert not runner.is_alive()
     release.set()  # the abandoned tool may now finish
     for thread in set(threading.enumerate()) - thread_baseline:
-        thread.join(5)
+        thread.join(HANG_BOUND)
     leftover = [t.name for t in set(threading.enumerate()) - thread_baseline if t.is_alive()]
     assert leftover == []
 

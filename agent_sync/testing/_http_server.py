@@ -31,6 +31,11 @@ from typing import Any, ClassVar, TypeVar, Union
 
 __all__ = ["RecordedRequest", "ScriptedServer", "ServerTurn", "TurnSpec", "WireHandler"]
 
+WAIT_TIMEOUT_S = 30.0
+"""How long the ``wait_for_*`` methods wait by default. The bound only catches a hang: on a
+busy machine a stream takes seconds to reach a stall, and a test that gave up sooner would
+fail for the machine's speed, not for a defect (or, waiting to cancel, hang on)."""
+
 _S = TypeVar("_S", bound="ScriptedServer")
 
 logger = logging.getLogger(__name__)
@@ -309,17 +314,17 @@ class ScriptedServer:
         with self._lock:
             return self._open_connections
 
-    def wait_for_stall(self, count: int = 1, timeout: float = 5.0) -> bool:
+    def wait_for_stall(self, count: int = 1, timeout: float = WAIT_TIMEOUT_S) -> bool:
         """Block until ``count`` responses have gone silent (stall or stalled headers)."""
         with self._changed:
             return self._changed.wait_for(lambda: self._stalls >= count, timeout)
 
-    def wait_for_requests(self, count: int, timeout: float = 5.0) -> bool:
+    def wait_for_requests(self, count: int, timeout: float = WAIT_TIMEOUT_S) -> bool:
         """Block until ``count`` requests have been received."""
         with self._changed:
             return self._changed.wait_for(lambda: len(self.requests) >= count, timeout)
 
-    def wait_for_idle(self, timeout: float = 5.0) -> bool:
+    def wait_for_idle(self, timeout: float = WAIT_TIMEOUT_S) -> bool:
         """Block until no client connection is open (sockets released)."""
         with self._changed:
             return self._changed.wait_for(lambda: self._open_connections == 0, timeout)

@@ -20,6 +20,7 @@ import pytest
 from agent_sync.stores._event_log import EventLogStore
 from tests.celery import agents, stores
 from tests.deploy.test_deployments import Probe  # the test's end of wait_for_stop
+from tests.fixtures.bounds import HANG_BOUND
 
 celery = pytest.importorskip("celery", reason="pip install -e '.[celery]'")
 celery_state: Any = pytest.importorskip("celery._state")
@@ -82,7 +83,7 @@ def stop_worker(process: subprocess.Popen[str]) -> None:
             process.wait(20)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait(5)
+            process.wait(HANG_BOUND)
 
 
 @pytest.fixture(

@@ -14,8 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from agent_sync.models._abort._connect import connect
-
-HANG_BOUND = 5.0  # seconds; only catches a hang
+from tests.fixtures.bounds import HANG_BOUND
 
 
 class Handle:

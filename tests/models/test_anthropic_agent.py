@@ -18,12 +18,12 @@ from agent_sync.events import ModelRetry, TextDelta
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.models import AnthropicModel
 from agent_sync.testing.anthropic_server import AnthropicServer
+from tests.fixtures.bounds import HANG_BOUND
 
 from ._anthropic_fixtures import anthropic_fixtures
 
 API_KEY = "sk-ant-agent-test"
 FAST_RETRY = RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.05, jitter=0.0)
-HANG_BOUND = 5.0
 
 
 @tool

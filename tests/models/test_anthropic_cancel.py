@@ -23,13 +23,13 @@ from agent_sync.messages import Message, StreamEvent
 from agent_sync.models import AnthropicModel, ModelRequest
 from agent_sync.models.anthropic import abortable_http_client
 from agent_sync.testing.anthropic_server import AnthropicServer
+from tests.fixtures.bounds import HANG_BOUND
 
 from ._anthropic_fixtures import anthropic_fixtures
 
 API_KEY = "sk-ant-cancel-test"
 HELLO: list[Message] = [{"role": "user", "content": [{"text": "hi"}]}]
 REQUEST = ModelRequest(messages=HELLO)
-HANG_BOUND = 5.0  # seconds; only catches a hang
 
 
 server, model = anthropic_fixtures(API_KEY)

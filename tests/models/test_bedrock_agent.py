@@ -16,13 +16,13 @@ from agent_sync.events import Done, ModelRetry
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.models import BedrockModel
 from agent_sync.testing.bedrock_server import BedrockServer
+from tests.fixtures.bounds import HANG_BOUND
 
 from ._bedrock_fixtures import aws_session, server
 
 __all__ = ["server"]  # fixture, imported for pytest
 
 FAST_RETRY = RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.05, jitter=0)
-HANG_BOUND = 5.0
 
 
 @tool

@@ -24,6 +24,7 @@ from agent_sync.cancel import CancelledError, CancelScope
 from agent_sync.messages import Message, StreamEvent
 from agent_sync.models import BedrockModel, ModelRequest
 from agent_sync.testing.bedrock_server import BedrockServer
+from tests.fixtures.bounds import HANG_BOUND
 
 from ._bedrock_fixtures import aws_session, server
 
@@ -31,7 +32,6 @@ __all__ = ["server"]  # fixture, imported for pytest
 
 HELLO: list[Message] = [{"role": "user", "content": [{"text": "hi"}]}]
 REQUEST = ModelRequest(messages=HELLO)
-HANG_BOUND = 5.0  # seconds; only catches a hang, the bench measures latency
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from agent_sync.testing._http_server import ScriptedServer, TurnSpec
 from agent_sync.testing.anthropic_server import AnthropicServer
 from agent_sync.testing.bedrock_server import BedrockServer
 from agent_sync.testing.openai_server import OpenAIServer
+from tests.fixtures.bounds import HANG_BOUND
 
 from ._bedrock_fixtures import aws_session
 
@@ -40,7 +41,6 @@ OPENAI_KEY = "sk-openai-mapping-rule-secret-0002"
 AWS_SECRET = "bedrock-mapping-rule-secret-0003"
 HELLO: list[Message] = [{"role": "user", "content": [{"text": "hi"}]}]
 REQUEST = ModelRequest(messages=HELLO)
-HANG_BOUND = 5.0  # seconds; only catches a hang
 
 
 class Provider(Protocol):

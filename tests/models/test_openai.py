@@ -23,6 +23,7 @@ from agent_sync.messages import StreamEvent
 from agent_sync.models import OpenAIModel
 from agent_sync.models.base import ModelRequest
 from agent_sync.testing.openai_server import OpenAIServer
+from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.streams import assemble, collect
 
 from ._openai_fixtures import openai_fixtures
@@ -405,7 +406,7 @@ def _cancel_on_stall(
     server: OpenAIServer, scope: CancelScope, cancelled_at: list[float]
 ) -> threading.Thread:
     def run() -> None:
-        if server.wait_for_stall(1, timeout=5):
+        if server.wait_for_stall(1, timeout=HANG_BOUND):
             cancelled_at.append(time.monotonic())
             scope.cancel("user")
 
@@ -428,7 +429,7 @@ def test_cancel_while_stream_is_silent(server: OpenAIServer, model: OpenAIModel)
                 canceller = _cancel_on_stall(server, scope, cancelled_at)
     returned_at = time.monotonic()
     assert canceller is not None
-    canceller.join(5)
+    canceller.join(HANG_BOUND)
     assert returned_at - cancelled_at[0] < 2  # milliseconds in practice; see bench/
     assert any("contentBlockDelta" in e for e in seen)
     assert server.wait_for_idle()
@@ -443,7 +444,7 @@ def test_cancel_before_headers(server: OpenAIServer, model: OpenAIModel) -> None
     with pytest.raises(CancelledError):
         collect_with(model, scope)
     returned_at = time.monotonic()
-    canceller.join(5)
+    canceller.join(HANG_BOUND)
     assert returned_at - cancelled_at[0] < 2
     assert server.wait_for_idle()
     assert assemble(collect(model)).message["content"] == [{"text": "next call works"}]
@@ -483,14 +484,14 @@ def test_cancel_while_connecting(monkeypatch: pytest.MonkeyPatch) -> None:
         model = OpenAIModel("gpt-test", base_url=f"http://{host}:{port}/v1", timeout=(10, 10))
         scope = CancelScope()
         canceller = threading.Thread(
-            target=lambda: connecting.wait(5) and scope.cancel(), name="test-canceller"
+            target=lambda: connecting.wait(HANG_BOUND) and scope.cancel(), name="test-canceller"
         )
         canceller.start()
         started = time.monotonic()
         with pytest.raises(CancelledError):
             collect_with(model, scope)
         assert time.monotonic() - started < 5  # the connect timeout is 10 s
-        canceller.join(5)
+        canceller.join(HANG_BOUND)
         model.close()
     finally:
         for filler in fillers:
@@ -530,6 +531,6 @@ def test_shared_model_cancel_hits_only_its_own_call(
             stalled_scope.cancel()
         if "contentBlockDelta" in event:
             text += event["contentBlockDelta"]["delta"].get("text", "")
-    worker.join(5)
+    worker.join(HANG_BOUND)
     assert text == "y" * 200
     assert len(outcome) == 1 and isinstance(outcome[0], CancelledError)

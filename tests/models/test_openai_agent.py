@@ -14,6 +14,7 @@ from agent_sync.errors import ModelHTTPError
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.models import OpenAIModel
 from agent_sync.testing.openai_server import OpenAIServer
+from tests.fixtures.bounds import HANG_BOUND
 
 from ._openai_fixtures import openai_fixtures
 
@@ -112,9 +113,9 @@ def test_rate_limit_storm_then_cancel_during_back_off(
         results.append(stream.result)
 
     thread, box = run_in_thread(consume)
-    assert seen_retry.wait(5)
+    assert seen_retry.wait(HANG_BOUND)
     assert agent.cancel("user")
-    thread.join(5)
+    thread.join(HANG_BOUND)
     assert not thread.is_alive() and "error" not in box
     assert box["elapsed"] < 5  # the back-off asked for 30 s
     assert results[0].stop_reason == "cancelled"
@@ -136,10 +137,10 @@ def test_cancel_while_the_stream_is_silent(server: OpenAIServer, model: OpenAIMo
         return stream.result
 
     thread, box = run_in_thread(consume)
-    assert first_text.wait(5) and server.wait_for_stall(1)
+    assert first_text.wait(HANG_BOUND) and server.wait_for_stall(1)
     cancelled_at = time.monotonic()
     assert agent.cancel("stop")
-    thread.join(5)
+    thread.join(HANG_BOUND)
     assert time.monotonic() - cancelled_at < 2
     result: AgentResult = box["result"]
     assert result.stop_reason == "cancelled" and result.cancel_reason == "stop"
@@ -170,7 +171,7 @@ def test_agents_in_threads_share_one_model(server: OpenAIServer, model: OpenAIMo
 
     def worker() -> None:
         agent = Agent(model)
-        barrier.wait(5)
+        barrier.wait(HANG_BOUND)
         text = agent.invoke("hi").text
         with lock:
             texts.append(text)
@@ -201,7 +202,7 @@ def test_random_cancels_across_threads_leave_valid_histories_and_no_sockets(
 
     def worker(delay: float) -> None:
         agent = Agent(model, tools=[get_weather])
-        barrier.wait(5)
+        barrier.wait(HANG_BOUND)
         # A random timeout is a random cancel moment, started inside invoke (no race with
         # an idle agent, on which cancel() would be a no-op).
         result = agent.invoke("go", timeout=delay)

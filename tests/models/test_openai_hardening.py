@@ -26,6 +26,7 @@ from agent_sync.models._openai_stream import ChunkTranslator
 from agent_sync.models.base import CacheMode, ModelRequest
 from agent_sync.testing._keepalive_server import KeepAliveServer, Mode, chunked_response
 from agent_sync.testing.openai_server import ErrorShape, OpenAIServer
+from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.keepalive import (
     check_failure_after_a_byte_not_resent,
     check_fresh_failure_not_resent,
@@ -281,7 +282,7 @@ def test_cache_field_drop_is_remembered_once_across_threads(
 
         def call() -> None:
             try:
-                start.wait(5)
+                start.wait(HANG_BOUND)
                 request = ModelRequest(messages=PROMPT.messages, cache="long")
                 texts.append(assemble(collect(model, request)).message["content"][0]["text"])
             except BaseException as exc:  # noqa: BLE001 (asserted below)

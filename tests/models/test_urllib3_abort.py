@@ -16,6 +16,7 @@ from agent_sync.cancel import CancelScope
 from agent_sync.models._abort.requests import AbortableHTTPAdapter
 from agent_sync.models._abort.urllib3 import RequestAbort, abort_on_cancel
 from agent_sync.testing.openai_server import OpenAIServer
+from tests.fixtures.bounds import HANG_BOUND
 
 BODY = {"model": "m", "messages": [], "stream": True}
 
@@ -29,7 +30,7 @@ def session() -> Iterator[requests.Session]:
 
 def _cancel_when(ready: threading.Event | None, scope: CancelScope) -> threading.Thread:
     def run() -> None:
-        if ready is None or ready.wait(5):
+        if ready is None or ready.wait(HANG_BOUND):
             scope.cancel("test")
 
     thread = threading.Thread(target=run, name="test-canceller")
@@ -41,7 +42,7 @@ def _cancel_after_stall(server: OpenAIServer, scope: CancelScope) -> threading.T
     stalled = threading.Event()
 
     def watch() -> None:
-        if server.wait_for_stall(1, timeout=5):
+        if server.wait_for_stall(1, timeout=HANG_BOUND):
             stalled.set()
 
     threading.Thread(target=watch, name="test-stall-watch", daemon=True).start()
@@ -58,7 +59,7 @@ def test_abort_wakes_a_request_waiting_for_headers(session: requests.Session) ->
                 session.post(f"{server.url}/chat/completions", json=BODY, timeout=(5, 30))
         assert time.monotonic() - started < 5
         assert abort.aborted
-        canceller.join(5)
+        canceller.join(HANG_BOUND)
         assert server.wait_for_idle()
 
 
@@ -76,7 +77,7 @@ def test_abort_wakes_a_silent_body_read_outside_capture(session: requests.Sessio
                 for chunk in response.iter_content(chunk_size=None):
                     received.append(chunk)
             response.close()
-        canceller.join(5)
+        canceller.join(HANG_BOUND)
         assert b"".join(received).startswith(b"data: ")  # what arrived before the stall
         assert server.wait_for_idle()
 
@@ -105,7 +106,7 @@ def test_session_still_works_after_an_abort(session: requests.Session) -> None:
             canceller = _cancel_after_stall(server, scope)
             with pytest.raises(requests.RequestException):
                 response.content  # noqa: B018 (reads the body)
-        canceller.join(5)
+        canceller.join(HANG_BOUND)
         after = session.post(f"{server.url}/chat/completions", json=BODY, timeout=(5, 30))
         assert after.status_code == 200
         assert b"second" in after.content
@@ -172,7 +173,7 @@ def test_abort_only_hits_its_own_request_in_a_shared_session(session: requests.S
                 if index == 3:
                     scope.cancel()  # cancels the *other* request, mid-way through this one
                 body += chunk
-        worker.join(5)
+        worker.join(HANG_BOUND)
         assert not worker.is_alive()
         assert isinstance(outcome.get("stalled"), requests.ConnectionError)
         assert body.count(b'"content":"xxxxxxxxxx"') == 40
@@ -240,7 +241,7 @@ def test_abort_wakes_a_connect_that_gets_no_answer(
             with abort_on_cancel(scope) as abort, abort.capture():
                 session.post(f"http://{address[0]}:{address[1]}/v1", json=BODY, timeout=(10, 10))
         elapsed = time.monotonic() - started
-        canceller.join(5)
+        canceller.join(HANG_BOUND)
         assert connecting.is_set()
         assert elapsed < 5  # the connect timeout is 10 s: the abort cut it short
     finally:
@@ -276,9 +277,9 @@ def test_abort_wakes_a_tls_handshake_with_a_silent_server(session: requests.Sess
                 session.post(f"https://{host}:{port}/v1", json=BODY, timeout=(10, 10))
         assert time.monotonic() - started < 5  # the handshake timeout is 10 s
         assert client_hello.is_set()
-        canceller.join(5)
+        canceller.join(HANG_BOUND)
     finally:
-        server_thread.join(5)
+        server_thread.join(HANG_BOUND)
         for conn in held:
             conn.close()
         listener.close()

@@ -11,6 +11,7 @@ import pytest
 import requests.structures
 
 from agent_sync.models._wire import CacheRejection, retry_after_seconds, shorten
+from tests.fixtures.bounds import HANG_BOUND
 
 
 @pytest.mark.parametrize(
@@ -57,7 +58,7 @@ def test_cache_rejection_is_remembered_and_logged_once_across_threads(
     start = threading.Barrier(threads_n)
 
     def reject(number: int) -> None:
-        start.wait(5)
+        start.wait(HANG_BOUND)
         rejection.remember("caller=<%d> | server rejected the cache fields", number)
 
     workers = [
@@ -67,7 +68,7 @@ def test_cache_rejection_is_remembered_and_logged_once_across_threads(
     for worker in workers:
         worker.start()
     for worker in workers:
-        worker.join(5)
+        worker.join(HANG_BOUND)
     assert not any(worker.is_alive() for worker in workers)
     assert rejection.rejected
     records = [r for r in caplog.records if "rejected the cache fields" in r.getMessage()]

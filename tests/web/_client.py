@@ -19,6 +19,8 @@ from wsgiref import simple_server
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
+from tests.fixtures.bounds import HANG_BOUND
+
 __all__ = ["Frame", "SSEConnection", "frames_until", "request_json", "serve", "serve_wsgiref"]
 
 
@@ -51,7 +53,7 @@ def serve(app: Any) -> Iterator[BaseWSGIServer]:
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(5)
+        thread.join(HANG_BOUND)
 
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
@@ -78,7 +80,7 @@ def serve_wsgiref(app: Any) -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(5)
+        thread.join(HANG_BOUND)
 
 
 class SSEConnection:

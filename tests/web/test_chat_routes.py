@@ -20,6 +20,7 @@ from agent_sync import Agent, tool, validate_history
 from agent_sync.stores import MemoryRunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.web.flask import chat_blueprint
+from tests.fixtures.bounds import HANG_BOUND
 from tests.run._gates import Gate, gate_call
 
 from ._client import Frame, SSEConnection, frames_until, request_json, serve
@@ -256,7 +257,7 @@ def test_a_denied_call_says_so_and_racing_decisions_run_the_tool_once() -> None:
         answers: list[int] = []
 
         def answer() -> None:
-            barrier.wait(5)
+            barrier.wait(HANG_BOUND)
             answers.append(app.post(path, deny)[0])
 
         racers = [threading.Thread(target=answer) for _ in range(2)]

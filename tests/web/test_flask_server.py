@@ -14,6 +14,7 @@ from agent_sync import Agent
 from agent_sync.messages import validate_history
 from agent_sync.testing import ScriptedModel
 from agent_sync.web import ConversationRegistry
+from tests.fixtures.bounds import HANG_BOUND
 
 from ._client import SSEConnection, request_json, serve
 from .conftest import CloseRecorder
@@ -94,7 +95,7 @@ def test_disconnect_while_streaming_cancels_and_leaves_history_valid(
         streamed = read_text(conn, 3)
         conn.drop(reset=reset)
 
-        assert app.recorder.closed.wait(5), "the server never closed the response"
+        assert app.recorder.closed.wait(HANG_BOUND), "the server never closed the response"
         agent = app.agent()
         assert_stopped_validly(agent, streamed)
         assert agent.messages[0] == {"role": "user", "content": [{"text": "hi"}]}
@@ -116,7 +117,7 @@ def test_disconnect_while_model_is_silent_is_noticed_through_keepalives(
         assert conn.next_frame(skip_comments=False) == conn_frame_keepalive()
         conn.drop()
 
-        assert app.recorder.closed.wait(5), "silent stream: disconnect never noticed"
+        assert app.recorder.closed.wait(HANG_BOUND), "silent stream: disconnect never noticed"
         assert_stopped_validly(app.agent(), streamed)
 
 
@@ -131,7 +132,7 @@ def test_disconnect_while_silent_is_noticed_at_once_through_the_socket(
         streamed = read_text(conn, 3)
         conn.drop(reset=reset)
 
-        assert app.recorder.closed.wait(5), "silent stream: disconnect never noticed"
+        assert app.recorder.closed.wait(HANG_BOUND), "silent stream: disconnect never noticed"
         assert_stopped_validly(app.agent(), streamed)
 
 
@@ -146,7 +147,7 @@ def test_client_bytes_during_the_stream_are_not_taken_for_a_disconnect(
         assert frames == [conn_frame_keepalive()] * 3
         assert app.agent().is_running
         conn.drop()
-        assert app.recorder.closed.wait(5)
+        assert app.recorder.closed.wait(HANG_BOUND)
         assert not app.agent().is_running
 
 
@@ -171,7 +172,7 @@ def test_stop_button_cancel_endpoint_ends_stream_with_cancelled_done(
         assert done.data["cancel_reason"] == "stopped by user"
         assert conn.next_frame() is None
         conn.close()
-        assert app.recorder.closed.wait(5)
+        assert app.recorder.closed.wait(HANG_BOUND)
         assert_stopped_validly(app.agent(), streamed)
 
         # Cancelling an idle conversation is a harmless no-op.
@@ -309,7 +310,7 @@ def test_many_concurrent_clients_some_leaving_mid_answer(flask_example: Any) -> 
     lock = threading.Lock()
 
     def client(n: int, port: int) -> None:
-        barrier.wait(5)
+        barrier.wait(HANG_BOUND)
         conn = SSEConnection(port, "/chat", {"conversation_id": f"k{n}", "message": "hi"})
         try:
             if n % 2:  # leave after a few deltas, at different moments

@@ -11,6 +11,7 @@ from agent_sync.errors import UsageError
 from agent_sync.messages import validate_history
 from agent_sync.testing import ScriptedModel
 from agent_sync.web import ConversationRegistry, RegistryFullError, sse_events
+from tests.fixtures.bounds import HANG_BOUND
 
 STALL = {"text": "abc", "chunk_size": 1, "stall_after": 1}
 
@@ -43,7 +44,7 @@ def test_concurrent_first_requests_share_one_agent() -> None:
     lock = threading.Lock()
 
     def request() -> None:
-        barrier.wait(5)
+        barrier.wait(HANG_BOUND)
         agent = registry.get("same")
         with lock:
             got.append(agent)
@@ -52,7 +53,7 @@ def test_concurrent_first_requests_share_one_agent() -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(5)
+        t.join(HANG_BOUND)
     assert len(got) == 8
     assert all(agent is got[0] for agent in got)
     assert len(registry) == 1

@@ -13,6 +13,7 @@ from agent_sync.errors import ConcurrentInvocationError, ModelHTTPError, UsageEr
 from agent_sync.messages import validate_history
 from agent_sync.testing import ScriptedModel
 from agent_sync.web import SSEStream, encode_frame, sse_events
+from tests.fixtures.bounds import HANG_BOUND
 
 from ._client import Frame, _parse
 
@@ -92,9 +93,9 @@ def test_close_from_another_thread_ends_a_blocked_iteration() -> None:
 
     consumer = threading.Thread(target=consume, name="test-consumer")
     consumer.start()
-    assert first_text.wait(5)
+    assert first_text.wait(HANG_BOUND)
     stream.close()  # the consumer is blocked waiting for the next event
-    consumer.join(5)
+    consumer.join(HANG_BOUND)
 
     assert not consumer.is_alive()
     assert not agent.is_running
