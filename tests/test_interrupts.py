@@ -35,6 +35,7 @@ CHILD = r"""
 import json, os, random, signal, sys, threading
 from agent_sync import Agent, ConcurrentInvocationError, validate_history
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.bounds import HANG_BOUND
 
 count, timeout, seed = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 timeout = None if timeout == "none" else float(timeout)
