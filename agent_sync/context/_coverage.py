@@ -52,22 +52,35 @@ class PrefixDigests:
         """The prefix digest of ``messages[:end]`` (``""`` for ``end == 0``)."""
         if end <= 0:
             return ""
+        with self._lock:
+            return self._extend(messages, end)[end - 1]
+
+    def chain(self, messages: Sequence[Message], end: int) -> list[str]:
+        """The prefix digests of ``messages[:1]`` to ``messages[:end]``, in one pass: what
+        a caller checking many ends of one history (a summary made in pieces) looks up,
+        where calling :meth:`of` for each would compare the prefix again each time."""
+        if end <= 0:
+            return []
+        with self._lock:
+            return self._extend(messages, end)[:end]
+
+    def _extend(self, messages: Sequence[Message], end: int) -> list[str]:
+        """The digests, computed at least up to ``end`` for ``messages`` (lock held)."""
         if end > len(messages):
             raise ValueError(f"end={end} is past the history's {len(messages)} messages")
-        with self._lock:
-            known = self._messages
-            same = min(len(known), end)
-            # Equal lists: the same objects compare by identity (C speed); a replaced
-            # history's messages by content, which is what the digest proves anyway.
-            if known[:same] != list(messages[:same]):
-                same = next(index for index in range(same) if known[index] != messages[index])
-                del known[same:], self._digests[same:]
-            digests = self._digests
-            for index in range(len(known), end):
-                message = messages[index]
-                digests.append(chain_digest(digests[-1] if digests else "", message))
-                known.append(message)
-            return digests[end - 1]
+        known = self._messages
+        same = min(len(known), end)
+        # Equal lists: the same objects compare by identity (C speed); a replaced
+        # history's messages by content, which is what the digest proves anyway.
+        if known[:same] != list(messages[:same]):
+            same = next(index for index in range(same) if known[index] != messages[index])
+            del known[same:], self._digests[same:]
+        digests = self._digests
+        for index in range(len(known), end):
+            message = messages[index]
+            digests.append(chain_digest(digests[-1] if digests else "", message))
+            known.append(message)
+        return digests
 
 
 MAX_SHARED = 32

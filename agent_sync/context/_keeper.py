@@ -168,10 +168,13 @@ class ContextKeeper:
         if cut.start <= start:  # nothing older than the kept messages is left to summarize
             return render(messages, Cut(start, previous is not None), previous)
         replacing = stored
+        chain: list[str] = []  # the prefix digests up to the cut, computed at the first piece
 
         def keep(end: int, text: str) -> Summary:
             nonlocal replacing
-            summary = Summary(end=end, digest=self._prefix.of(messages, end), text=text)
+            if not chain:
+                chain.extend(self._prefix.chain(messages, cut.start))
+            summary = Summary(end=end, digest=chain[end - 1], text=text)
             memo.put(summary, replacing=replacing)
             replacing = summary
             return summary

@@ -233,3 +233,33 @@ def test_the_prefix_digest_proves_every_covered_message() -> None:
     assert digests.of(changed, 10) != PrefixDigests().of(history, 10)  # ... yet it differs
     assert digests.of(changed, 2) == PrefixDigests().of(history, 2)
     assert digests.of(history, 0) == ""
+
+
+def test_digests_of_many_ends_come_from_one_chain() -> None:
+    messages = _history(20)
+    digests = PrefixDigests()
+    chain = digests.chain(messages, 30)
+    assert chain == [PrefixDigests().of(messages, end) for end in range(1, 31)]
+    assert digests.chain(messages, 0) == [] and digests.of(messages, 0) == ""
+
+
+def test_a_summary_in_pieces_walks_the_history_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each piece's summary is kept with the digest of the prefix it covers, looked up in one
+    chain: checking the whole prefix again per piece (N / window pieces of a history of N
+    messages) made a long history's summary quadratic."""
+    summarizer = ScriptedModel(["so far"], repeat=True)
+    policy = Summarizing(summarizer, keep_last=4, trigger_tokens=600)
+    agent = Agent(ScriptedModel(["ok"]), messages=_history(100), context=policy)
+    walks: list[int] = []
+    for name in ("of", "chain"):
+        real = getattr(PrefixDigests, name, None)
+        if real is not None:
+
+            def counting(self: PrefixDigests, history: Any, end: int, real: Any = real) -> Any:
+                walks.append(end)
+                return real(self, history, end)
+
+            monkeypatch.setattr(PrefixDigests, name, counting)
+    agent.invoke("next")
+    assert len(summarizer.calls) > 3  # made in pieces
+    assert len(walks) == 1, walks  # one chain up to the cut (no summary was stored before)
