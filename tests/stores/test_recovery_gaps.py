@@ -1,0 +1,141 @@
+"""The recovery gaps of issue 29, with real worker processes SIGKILLed:
+
+* an inject the dying worker had taken (its watcher handed it to the run) but not committed
+  reaches the recovered run: a signal is acknowledged at the commit that consumes it.
+
+Children are spawned and report through a queue; nothing waits on timing but the lease,
+which is what is tested (``_wait_past``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_sync import Agent, ToolContext, tool, validate_history
+from agent_sync.stores import RunStore
+from agent_sync.testing import ScriptedModel
+from agent_sync.testing.run_store_contract import _wait_past
+from tests.fixtures.recovered import join_recovered
+from tests.stores.test_processes import Spec, open_store
+
+pytestmark = pytest.mark.timeout(120)
+
+LEASE_S = 0.5
+INJECTED = "and one more thing"
+
+
+def _log_call(name: str, argument: str) -> None:
+    with open(os.environ["TOOL_LOG"], "a", encoding="utf-8") as log:
+        log.write(f"{name} {argument} {os.getpid()}\n")
+
+
+def _block_in_dying_worker(context: ToolContext) -> None:
+    """In the dying worker ($BLOCK_TOOLS): say the call started, then block (until killed)."""
+    if os.environ.get("BLOCK_TOOLS"):
+        Path(os.environ["TOOL_STARTED"]).write_text("started")
+        context.wait(60)
+
+
+@tool(idempotent=True)
+def look_up(context: ToolContext) -> str:
+    """Look something up (idempotent)."""
+    _log_call("look_up", "-")
+    _block_in_dying_worker(context)
+    return f"looked up in {os.getpid()}"
+
+
+TOOLS = [look_up]
+
+
+def _agent(store: RunStore, turns: list[Any]) -> Agent:
+    return Agent(
+        ScriptedModel(turns),
+        tools=TOOLS,
+        store=store,
+        conversation_id="c1",
+        lease_s=LEASE_S,
+        on_owner_lost="resume",
+    )
+
+
+def _wait_for(check: Any) -> None:
+    pause = threading.Event()
+    while not check():
+        pause.wait(0.001)
+
+
+def dying_worker(spec: Spec, case: str, ready: Any, folder: str) -> None:
+    """Conversation c1's worker, killed by the test once it reported ``ready``:
+    ``inject``: while an idempotent call blocks, after its watcher handed the run an
+    inject (the run's queued input shows it)."""
+    os.environ["BLOCK_TOOLS"] = "1"
+    os.environ["TOOL_LOG"] = os.path.join(folder, "tools.log")
+    started = os.environ["TOOL_STARTED"] = os.path.join(folder, "tool-started")
+    store = open_store(spec)
+
+    def report() -> None:
+        _wait_for(lambda: os.path.exists(started))
+        run = agent.active_run
+        assert run is not None
+        ready.put(run.run_id)
+        if case == "inject":
+            _wait_for(lambda: run.snapshot().queued_inputs)  # taken from the store
+            ready.put("taken")
+
+    if case == "inject":
+        agent = _agent(store, [{"tool_calls": [{"name": "look_up", "input": {}}]}])
+        threading.Thread(target=report, daemon=True).start()
+        agent.invoke("go")
+        return
+
+
+def _crash(spec: Spec, case: str, folder: Path) -> str:
+    """Start the dying worker, let it reach its point, SIGKILL it and let its lease run
+    out; the lost run's id."""
+    context = multiprocessing.get_context("spawn")
+    ready = context.Queue()
+    worker = context.Process(target=dying_worker, args=(spec, case, ready, str(folder)))
+    worker.start()
+    try:
+        run_id: str = ready.get(timeout=60)
+        if case == "inject":
+            open_store(spec).inject(run_id, INJECTED)
+            assert ready.get(timeout=60) == "taken"  # the dying worker has it, uncommitted
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        worker.join(30)
+    _wait_past(time.time() + LEASE_S + 0.1)
+    return run_id
+
+
+def _calls(folder: Path) -> list[str]:
+    path = folder / "tools.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_an_inject_the_dying_worker_took_reaches_the_recovered_run(
+    spec: Spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = _crash(spec, "inject", tmp_path)
+    monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tools.log"))
+    store = open_store(spec)
+    # one model call answers the input if it went out with the tool's result, two if it
+    # came after (queued input is answered at the end of the turn): both are right
+    recovered = ["answered after the crash", "answered after the crash"]
+    assert store.recover(lambda cid: _agent(store, list(recovered))) == [run_id]
+    join_recovered(run_id)
+    snapshot = store.get(run_id)
+    assert snapshot is not None and snapshot.status == "done"
+    history = list(store.load("c1").messages)
+    assert validate_history(history) == []
+    asked = [m for m in history if m["role"] == "user" and {"text": INJECTED} in m["content"]]
+    assert len(asked) == 1, history  # answered once: neither lost nor doubled
+    assert history[-1]["content"] == [{"text": "answered after the crash"}]
