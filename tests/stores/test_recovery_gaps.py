@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from agent_sync import Agent, Approve, ToolContext, tool, validate_history
+from agent_sync import Agent, Approve, Deny, RunState, ToolContext, tool, validate_history
 from agent_sync.stores import MemoryRunStore, RunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.run_store_contract import _wait_past
@@ -66,7 +66,18 @@ def archive(path: str, context: ToolContext) -> str:
     return f"archived {path} in {os.getpid()}"
 
 
-TOOLS = [look_up, archive]
+@tool(requires_approval=True)
+def purge(path: str) -> str:
+    """Purge a path (gated, not idempotent).
+
+    Args:
+        path: The path.
+    """
+    _log_call("purge", path)
+    return f"purged {path}"
+
+
+TOOLS = [look_up, archive, purge]
 
 
 def _agent(store: RunStore, turns: list[Any]) -> Agent:
@@ -184,8 +195,6 @@ def test_a_kept_decision_answers_its_own_call_only(
     """A lost run whose state kept the decision of one gated idempotent call (``t1``) and
     none for another (``t2``): the recovered run asks for ``t2`` only (its paused state keeps
     ``t1``'s), and runs ``t1`` with its kept decision once ``t2`` is answered."""
-    from agent_sync import RunState
-
     monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tools.log"))
     store = MemoryRunStore()
     asking = {
@@ -219,3 +228,35 @@ def test_a_kept_decision_answers_its_own_call_only(
     calls = sorted(call.split()[:2] for call in _calls(tmp_path))
     assert calls == [["archive", "b"], ["archive", "kept.txt"]]
     assert validate_history(list(store.load("c1").messages)) == []
+
+
+def test_a_kept_denial_is_answered_with_its_reason_not_effect_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A denied call never ran: cut by a crash, it is answered with the reviewer's reason
+    again, even for a tool that is not idempotent (not "effect unknown")."""
+    monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tools.log"))
+    store = MemoryRunStore()
+    tool_use = {"toolUseId": "t1", "name": "purge", "input": {"path": "all"}}
+    state = RunState(
+        run_id="run_kept_denial",
+        status="running",
+        next_step="tools",
+        cycle=1,
+        messages=(
+            {"role": "user", "content": [{"text": "purge it"}]},
+            {"role": "assistant", "content": [{"toolUse": tool_use}]},  # type: ignore[typeddict-item]
+        ),
+        history_start=0,
+        pending_tool_uses=(tool_use,),  # type: ignore[arg-type]
+        on_owner_lost="resume",
+        decisions={"t1": Deny("not everything")},
+    )
+    store.begin("c1", state, owner="dead", lease_s=0, expected_length=0)
+    assert store.recover(lambda cid: _agent(store, ["left it"])) == [state.run_id]
+    join_recovered(state.run_id)
+    history = list(store.load("c1").messages)
+    assert validate_history(history) == [] and _calls(tmp_path) == []
+    (result,) = [b["toolResult"] for b in history[2]["content"] if "toolResult" in b]
+    assert result["status"] == "error" and "not everything" in str(result["content"])
+    assert "effect unknown" not in str(history)
