@@ -14,7 +14,14 @@ from typing import Any, TypeAlias, Union
 from ._encodable import clean_text
 from .messages import ToolUse
 
-__all__ = ["ApprovalRequest", "Approve", "Decision", "Deny"]
+__all__ = [
+    "ApprovalRequest",
+    "Approve",
+    "Decision",
+    "Deny",
+    "decision_from_dict",
+    "decision_to_dict",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,3 +100,17 @@ class Deny:
 
 Decision: TypeAlias = Union[Approve, Deny, bool]
 """``True`` is ``Approve()``, ``False`` is ``Deny()``."""
+
+
+def decision_to_dict(decision: Approve | Deny) -> dict[str, Any]:
+    """A JSON-ready dict of a checked decision (what a run's state keeps of it)."""
+    if isinstance(decision, Approve):
+        return {"approved": True, "input": decision.input, "data": decision.data}
+    return {"approved": False, "reason": decision.reason, "data": decision.data}
+
+
+def decision_from_dict(data: dict[str, Any]) -> Approve | Deny:
+    """The decision :func:`decision_to_dict` described."""
+    if data["approved"]:
+        return Approve(input=data.get("input"), data=data.get("data"))
+    return Deny(reason=data.get("reason") or "", data=data.get("data"))

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from ._decisions import ApprovalRequest
+from ._decisions import ApprovalRequest, Approve, Deny, decision_from_dict, decision_to_dict
 from .errors import UsageError
 from .messages import ContentBlock, Message, ToolResult, ToolUse, Usage
 
@@ -162,6 +162,11 @@ class RunState:
     """What a store does when the run's owner dies (its lease expires while it runs):
     ``"fail"`` it on the next read, or leave it for a recoverer to ``"resume"`` from this
     state (``Agent(on_owner_lost=...)``)."""
+    decisions: Mapping[str, Approve | Deny] = field(default_factory=dict)
+    """While a resumed round runs: ``toolUseId`` -> the reviewer's decision for each of its
+    pending calls that has no result yet. Kept from the resume until the commit that
+    records the call's result, so a run recovered after its worker died reuses the
+    decision for the same call instead of asking again."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready ``dict`` (``"format": "agent_sync.run/1"``), independent of the run."""
@@ -186,6 +191,10 @@ class RunState:
             "round_results": json_ready(list(self.round_results)),
             "subruns": json_ready(dict(self.subruns)),
             "on_owner_lost": self.on_owner_lost,
+            "decisions": {
+                tool_use_id: json_ready(decision_to_dict(decision))
+                for tool_use_id, decision in self.decisions.items()
+            },
         }
 
     @classmethod
@@ -240,9 +249,18 @@ class RunState:
                 round_results=tuple(from_json_ready(data.get("round_results") or [])),
                 subruns=dict(from_json_ready(data.get("subruns") or {})),
                 on_owner_lost=on_owner_lost,
+                decisions=_decisions(data),
             )
         except KeyError as exc:
             raise UsageError(f"a RunState dict needs the field {exc.args[0]!r}") from None
+
+
+def _decisions(data: Mapping[str, Any]) -> dict[str, Approve | Deny]:
+    """The ``decisions`` field (absent: a state of an earlier version)."""
+    raw = data.get("decisions") or {}
+    if not isinstance(raw, dict) or not all(isinstance(d, dict) for d in raw.values()):
+        raise UsageError("RunState field 'decisions' must map toolUseId -> decision dict")
+    return {key: decision_from_dict(from_json_ready(value)) for key, value in raw.items()}
 
 
 def _zero_usage() -> Usage:

@@ -65,7 +65,8 @@ class Commits:
         """Commit a running run's state at a step boundary (a failure stops the run)."""
         link = self._link
         if link is not None and self._ctx.status == "running":
-            link.commit(self._ctx.state())
+            received = link.received()  # first: the state then holds every inject it counts
+            link.commit(self._ctx.state(), injects_received=received)
 
     def final(self, *, strict: bool) -> list[ContentBlock]:
         """Commit the end of the run; ``strict``: raise a failure, else log it.

@@ -163,6 +163,8 @@ class RunContext:
         if self.next_step == "tools" and messages and messages[-1]["role"] == "assistant":
             pending = tuple(b["toolUse"] for b in messages[-1]["content"] if "toolUse" in b)
         result = self.result
+        round_results, decisions = self.round_results, self.decisions  # one read of each
+        owed = {tool_use["toolUseId"] for tool_use in pending} - round_results.keys()
         return RunState(
             run_id=self.run_id,
             status=self.status,
@@ -180,10 +182,13 @@ class RunContext:
             invalid_tool_inputs=dict(self.invalid_tool_inputs) if pending else {},
             output=output_json(self),
             parent_run_id=self.parent_run_id,
-            round_results=tuple(self.round_results.values()),
+            round_results=tuple(round_results.values()),
             subruns=dict(self.subruns),
             # a sub-agent's run ends with its caller's: only a top-level run is resumed
             on_owner_lost=self.settings.on_owner_lost if self.parent_run_id is None else "fail",
+            # kept until the call's result is: a recovered run reuses them (never for
+            # another call: only the pending calls' own, by toolUseId)
+            decisions={key: d for key, d in decisions.items() if key in owed},
         )
 
     def snapshot(self) -> RunSnapshot:
@@ -205,13 +210,15 @@ class RunContext:
         )
 
     def restore(self, state: RunState, decisions: dict[str, Approve | Deny]) -> None:
-        """Set this new context up to go on from a paused run's state, with the decisions."""
+        """Set this new context up to go on from a paused or lost run's state, with the
+        decisions: the new ones, and those the state kept (made before its worker died:
+        each reused for its own call, never asked again)."""
         self.history_start = state.history_start
         self.cycle = state.cycle
         self.usage = dict(state.usage)  # type: ignore[assignment]
         self.next_step = state.next_step or "tools"
         self.inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
         self.invalid_tool_inputs = dict(state.invalid_tool_inputs)
-        self.decisions = decisions
+        self.decisions = {**state.decisions, **decisions}
         self.round_results = {result["toolUseId"]: result for result in state.round_results}
         self.subruns = {key: dict(info) for key, info in state.subruns.items()}

@@ -11,7 +11,10 @@ hands each to :meth:`StoreLink.inject`, which counts it and puts it in the run's
 once the run's inbox is closed (it is ending), keeps it. The final commit says how many it
 received, and the store refuses it while it accepted more (``InputPending``): so an inject
 accepted just before the end is answered by the run (:meth:`StoreLink.commit_end` hands it
-back), never dropped with the run's queue.
+back), never dropped with the run's queue. A running commit tells the store how many it
+received too (:meth:`StoreLink.received`, read before the state is made, so the state holds
+each of them): the store acknowledges those and keeps the rest for a recoverer, should this
+worker die before its next commit.
 """
 
 from __future__ import annotations
@@ -114,11 +117,23 @@ class StoreLink:
         )
         self._watch(state.run_id, run)
 
-    def commit(self, state: RunState) -> None:
-        """Store ``state`` (compare-and-set on the version this run holds)."""
+    def received(self) -> int | None:
+        """How many injects the watcher handed this run, each in its inbox since (or taken
+        from it into the history by the run's own thread): read before making a state, the
+        count its commit acknowledges. ``None`` while one waits outside the inbox (the run
+        is ending: :meth:`commit_end` hands it back)."""
+        with self._arrived_lock:
+            return None if self._late else self._received
+
+    def commit(self, state: RunState, *, injects_received: int | None = None) -> None:
+        """Store ``state`` (compare-and-set on the version this run holds); with
+        ``injects_received`` (:meth:`received`, read before ``state`` was made), the store
+        acknowledges the injects it holds."""
         if self.ended:
             return
-        self.version = self.store.commit(state, owner=self.owner, version=self.version)
+        self.version = self.store.commit(
+            state, owner=self.owner, version=self.version, injects_received=injects_received
+        )
         if state.status != "running":
             self.close()
 

@@ -6,7 +6,9 @@ model call or tool calls in flight when its worker died. The model call is made 
 state says ``next_step == "model"``). A tool call in flight is run again if its tool is
 idempotent (``@tool(idempotent=True)``); any other is answered with the error result a
 store writes for a dead worker's calls ("worker stopped; effect unknown"), as a result
-the round already holds, so it is not run.
+the round already holds, so it is not run. A gated call keeps the reviewer's decision the
+state holds for it (``RunState.decisions``): approved, it is not asked again; denied, it
+never ran, so it is answered with the reason again, whatever its tool.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from .._decisions import Deny
 from .._run_state import RunState
 from ..stores._rules import WORKER_STOPPED_TEXT
 from ..tools._results import error_result
@@ -36,7 +39,7 @@ def resumed_state(state: RunState, tools: Mapping[str, Tool[Any]]) -> RunState:
 def in_flight_answers(state: RunState, tools: Mapping[str, Tool[Any]]) -> list[Any]:
     """The "worker stopped; effect unknown" results of the state's pending calls that have
     no committed result and are not idempotent (an unknown tool never ran: it is run, to
-    be answered as such)."""
+    be answered as such; a denied call never ran either: answered with its reason)."""
     if state.status != "running" or state.next_step != "tools":
         return []
     answered = {result["toolUseId"] for result in state.round_results}
@@ -46,7 +49,7 @@ def in_flight_answers(state: RunState, tools: Mapping[str, Tool[Any]]) -> list[A
         if tool_use_id in answered:
             continue
         tool = tools.get(tool_use["name"])
-        if tool is None or tool.idempotent:
+        if tool is None or tool.idempotent or isinstance(state.decisions.get(tool_use_id), Deny):
             continue
         answers.append(error_result(tool_use_id, WORKER_STOPPED_TEXT))
     return answers

@@ -67,6 +67,8 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     if _awaiting_approval(ctx, assistant):
         return "approval"  # nothing of this round runs before every gated call is answered
     calls = _tool_calls(ctx, assistant)
+    if ctx.keep_progress is not None and ctx.decisions:  # a resumed round: its decisions
+        ctx.keep_progress()  # are stored before a gated call runs (a recoverer reuses them)
     ctx.phase = "tools"
     ctx.pending_tool_ids = tuple(call.tool_use["toolUseId"] for call in calls)
     started = time.perf_counter()

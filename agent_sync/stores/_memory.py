@@ -24,6 +24,7 @@ from ._recoverable import Recoverable
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
+    acknowledged_injects,
     bad_conversation_id,
     cancelled_while_lost,
     cancelled_while_paused,
@@ -63,8 +64,9 @@ class _Run:
     started_at: float
     updated_at: float
     ended_at: float | None = None
-    signals: list[RunSignal] = field(default_factory=list)
-    injects: int = 0  # how many inputs inject() accepted
+    signals: list[RunSignal] = field(default_factory=list)  # queued, not yet acknowledged
+    taken: int = 0  # how many of ``signals`` its current owner has taken
+    injects: int = 0  # injects counted for its current owner (queued at its claim, or since)
     resumable: bool = False  # its state's on_owner_lost is "resume" (the lost rule)
 
 
@@ -182,6 +184,7 @@ class MemoryRunStore(MemoryEventLog, Recoverable):
                 and run.injects > injects_received
             ):
                 raise input_pending(state.run_id, run.injects, injects_received)
+            self._consume(run, state.status, injects_received)
             self._write(run, state, now)
             if state.status == "running":
                 run.lease_expires_at = now + run.lease_s  # a commit is a sign of life
@@ -197,6 +200,7 @@ class MemoryRunStore(MemoryEventLog, Recoverable):
             claimable(run_id, state.status, resumable=run.resumable, expired=self._past_lease(run))
             run.version += 1
             run.owner = owner
+            run.taken = 0  # the new owner takes every signal still queued
             run.injects = sum(1 for signal in run.signals if signal.kind == "inject")
             run.lease_s = lease_s
             run.lease_expires_at = now + lease_s
@@ -292,9 +296,9 @@ class MemoryRunStore(MemoryEventLog, Recoverable):
                 taken: list[RunSignal] = []
                 for run_id in run_ids:
                     run = self._runs.get(run_id)
-                    if run is not None and run.signals:
-                        taken.extend(run.signals)
-                        run.signals.clear()
+                    if run is not None and len(run.signals) > run.taken:
+                        taken.extend(run.signals[run.taken :])  # kept until consumed
+                        run.taken = len(run.signals)
                 remaining = deadline - time.monotonic()
                 if taken or remaining <= 0 or self._wake_pending:
                     self._wake_pending = False
@@ -354,7 +358,24 @@ class MemoryRunStore(MemoryEventLog, Recoverable):
             run.lease_expires_at = None
             run.ended_at = now
             run.signals.clear()
+            run.taken = 0
         self._index(state.run_id)
+
+    def _consume(self, run: _Run, status: RunStatus, received: int | None) -> None:
+        """Drop the signals the owner's commit consumes (the signal rule of
+        :mod:`._protocol`): a running commit, the injects its state holds; a pause, every
+        signal the owner took (a final commit drops them all, in :meth:`_write`)."""
+        if status == "paused":
+            del run.signals[: run.taken]
+            run.taken = 0
+            return
+        if status != "running" or received is None:
+            return
+        queued = [n for n, signal in enumerate(run.signals) if signal.kind == "inject"]
+        dropped = set(queued[: acknowledged_injects(run.injects, len(queued), received)])
+        if dropped:
+            run.taken -= sum(1 for n in dropped if n < run.taken)
+            run.signals = [s for n, s in enumerate(run.signals) if n not in dropped]
 
     def _index(self, run_id: str) -> None:
         """Keep ``_resumable`` (what ``lost_runs`` looks at) in step with the run."""

@@ -44,11 +44,18 @@ Rules every store follows (:mod:`agent_sync.stores._rules` holds the shared part
   it (the new owner takes those). ``cancel`` of a lost run cancels it at once, as for a
   paused run (its in-flight calls answered "worker stopped; effect unknown").
 * **Signals.** ``cancel`` and ``inject`` on a running run are queued for its owner, who takes
-  them with ``wait_signals`` (each delivered once, in order). ``cancel`` on a paused run
-  cancels it at once (pending calls answered "Cancelled by user", turn closed, written).
+  them with ``wait_signals`` (each delivered once to it, in order). ``cancel`` on a paused
+  run cancels it at once (pending calls answered "Cancelled by user", turn closed, written).
   The store counts the injects it accepted per run, and a final commit that says its owner
   received fewer is refused (``InputPending``): an accepted inject is answered by the run
   (or written to its history), never dropped; an inject after the final commit is refused.
+* **A signal is acknowledged at the commit that consumes it**, not when it is taken: an
+  inject when a commit's state holds it (a running commit with ``injects_received=n``
+  acknowledges the first ``n`` injects its owner received), a cancel when the run ends;
+  a pause consumes every signal its owner took, a final commit all of them. Until then
+  it stays queued, and a claim hands every signal still queued to the new owner: an
+  inject or a cancel the dying worker had taken but not committed reaches the recoverer
+  (each once: an inject its state already holds is never delivered again).
 * **Ids.** No id names another key or row: a run or conversation id that is not a
   non-empty, UTF-8-encodable ``str`` names nothing (``get`` -> ``None``, ``cancel`` ->
   ``False``, ``inject`` -> ``UsageError``), never an error from the storage.
@@ -189,10 +196,13 @@ class RunStore(Protocol):
         one (``done``/``cancelled``/``failed``) writes the log and ends the run.
 
         ``injects_received``: how many inputs accepted by :meth:`inject` for this run its
-        owner has received (``None``: not checked). A final or paused commit (the run's
-        last look at its input) is refused while the store has accepted more, so an inject
-        accepted just before the end or the pause is answered by the run (or carried by
-        the paused state), never dropped with its queue.
+        owner has received since it began or claimed the run, every one of them held by
+        ``state`` (``None``: not checked, nothing acknowledged). A running commit
+        acknowledges them (see the module rules: they are not handed to a recoverer
+        again). A final or paused commit (the run's last look at its input) is refused
+        while the store has accepted more, so an inject accepted just before the end or
+        the pause is answered by the run (or carried by the paused state), never dropped
+        with its queue.
 
         Raises:
             InputPending: (a ``RunConflictError``) a final or paused commit while accepted
@@ -256,7 +266,9 @@ class RunStore(Protocol):
 
     def wait_signals(self, run_ids: Collection[str], timeout: float) -> list[RunSignal]:
         """Take the signals queued for these runs, waiting up to ``timeout`` seconds for
-        the first. Each signal is returned once, in the order it was queued.
+        the first. Each signal is returned once to the run's owner, in the order it was
+        queued; it stays queued until the commit that consumes it (see the module rules),
+        so after a claim the new owner takes those its predecessor did not commit.
 
         ``run_ids`` may change while this waits (the watcher passes a live view of the
         runs its process owns): it is read again at every check, so a run added during

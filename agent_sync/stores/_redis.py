@@ -7,8 +7,10 @@ Design:
 * Keys, under a configurable prefix (``agent_sync:`` by default)::
 
       {prefix}run:{run_id}            hash: state, status, version, owner, lease, times,
-                                      injects (how many inputs inject() accepted)
-      {prefix}signals:{run_id}        list: the run's queued cancel/inject signals
+                                      injects (counted for its owner), signals_taken
+      {prefix}signals:{run_id}        list: the run's queued cancel/inject signals (its
+                                      owner took the first signals_taken; kept until
+                                      the commit that consumes them)
       {prefix}conv:{id}:log           list: the conversation's messages (JSON), in order
       {prefix}conv:{id}:current       string: the run id of its running or paused run
       {prefix}conv:{id}:generation    integer: how many times the log was replaced

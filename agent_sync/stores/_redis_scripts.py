@@ -172,8 +172,35 @@ return {'ok', 1}
 # ('' = not checked), resumable ('1': on_owner_lost "resume"), lost only ('1': refused
 # unless the run is lost: {'notlost', status, resumable, past its lease ('1'/'0')}),
 # messages... A final write while the run has accepted more injects than its owner
-# received: {'injects', accepted}, nothing changed.
+# received: {'injects', accepted}, nothing changed. The write drops the signals it consumes
+# (the signal rule of _protocol): a running one with injects received, the injects its
+# state holds (as _rules.acknowledged_injects counts them); a pause, every signal the owner
+# took ('signals_taken': how many of the list's first items); a final one, all of them.
 _WRITE = """
+local function acknowledge(key, list, received)
+  local items = redis.call('LRANGE', list, 0, -1)
+  local injects = {}
+  for n, item in ipairs(items) do
+    if cjson.decode(item).kind == 'inject' then injects[#injects + 1] = n end
+  end
+  local accepted = tonumber(redis.call('HGET', key, 'injects') or '0')
+  local count = math.max(0, math.min(#injects, received - (accepted - #injects)))
+  if count == 0 then return end
+  local dropped, kept = {}, {}
+  for i = 1, count do dropped[injects[i]] = true end
+  local taken = tonumber(redis.call('HGET', key, 'signals_taken') or '0')
+  local still_taken = taken
+  for n, item in ipairs(items) do
+    if dropped[n] then
+      if n <= taken then still_taken = still_taken - 1 end
+    else
+      kept[#kept + 1] = item
+    end
+  end
+  redis.call('DEL', list)
+  for _, item in ipairs(kept) do redis.call('RPUSH', list, item) end
+  redis.call('HSET', key, 'signals_taken', still_taken)
+end
 local prefix, run_id = ARGV[1], ARGV[2]
 local key = run_key(prefix, run_id)
 if redis.call('EXISTS', key) == 0 then return {'unknown'} end
@@ -196,12 +223,20 @@ if ARGV[11] ~= '' and status ~= 'running' then  -- an end or a pause: its last l
   local accepted = tonumber(redis.call('HGET', key, 'injects') or '0')
   if accepted > tonumber(ARGV[11]) then return {'injects', accepted} end
 end
-if ARGV[9] ~= '' then  -- a claim: the new owner receives the injects still queued
+local list = signals_key(prefix, run_id)
+if ARGV[9] ~= '' then  -- a claim: the new owner takes every signal still queued
   local queued = 0
-  for _, item in ipairs(redis.call('LRANGE', signals_key(prefix, run_id), 0, -1)) do
+  for _, item in ipairs(redis.call('LRANGE', list, 0, -1)) do
     if cjson.decode(item).kind == 'inject' then queued = queued + 1 end
   end
-  redis.call('HSET', key, 'owner', ARGV[9], 'lease_s', ARGV[10], 'injects', queued)
+  redis.call('HSET', key, 'owner', ARGV[9], 'lease_s', ARGV[10], 'injects', queued,
+             'signals_taken', 0)
+elseif status == 'paused' then  -- the pause consumes every signal its owner took
+  local taken = tonumber(redis.call('HGET', key, 'signals_taken') or '0')
+  if taken > 0 then redis.call('LTRIM', list, taken, -1) end
+  redis.call('HSET', key, 'signals_taken', 0)
+elseif status == 'running' and ARGV[11] ~= '' then
+  acknowledge(key, list, tonumber(ARGV[11]))
 end
 local msgs = {}
 for i = 14, #ARGV do msgs[#msgs + 1] = ARGV[i] end
@@ -247,15 +282,22 @@ redis.call('PUBLISH', ARGV[5], run_id)
 return {'queued'}
 """
 
-# ARGV: prefix, run ids... Take (read and delete) the queued signals of these runs.
+# ARGV: prefix, run ids... Take the queued signals of these runs their owners have not
+# taken (after the first 'signals_taken' items of each list, moved on): they stay queued
+# until the commit that consumes them (_WRITE). A run whose hash is gone has its list taken.
 _TAKE = """
 local prefix = ARGV[1]
 local taken = {}
 for i = 2, #ARGV do
-  local key = signals_key(prefix, ARGV[i])
-  local items = redis.call('LRANGE', key, 0, -1)
+  local key, run = signals_key(prefix, ARGV[i]), run_key(prefix, ARGV[i])
+  local before = tonumber(redis.call('HGET', run, 'signals_taken') or '0')
+  local items = redis.call('LRANGE', key, before, -1)
   if #items > 0 then
-    redis.call('DEL', key)
+    if redis.call('EXISTS', run) == 1 then
+      redis.call('HSET', run, 'signals_taken', before + #items)
+    else
+      redis.call('DEL', key)
+    end
     for _, item in ipairs(items) do taken[#taken + 1] = ARGV[i]; taken[#taken + 1] = item end
   end
 end

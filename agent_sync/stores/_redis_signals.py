@@ -2,9 +2,12 @@
 
 Signals are a list per run plus a ``PUBLISH`` on one channel (the ``signal`` script);
 ``wait_signals`` listens on that channel (one pub/sub connection per store object) and takes
-a run's list atomically (the ``take`` script), so a signal is delivered once, in order, and
-never lost between a look and a wait. While one thread of the store listens, the others
-poll every :data:`_POLL_S`. A forked child opens its own pub/sub connection.
+what the run's owner has not taken from its list atomically (the ``take`` script), so a
+signal is delivered once, in order, and never lost between a look and a wait. It stays in
+the list until the commit that consumes it (the ``write`` script), so a recoverer's claim
+hands it to the new owner if the one that took it died first. While one thread of the store
+listens, the others poll every :data:`_POLL_S`. A forked child opens its own pub/sub
+connection.
 
 Waking: the listener also subscribes to a channel of its own (``{prefix}wake:<random>``):
 :meth:`RedisSignals.wake` publishes there, which ends the listening wait at once (the store
@@ -100,7 +103,8 @@ class RedisSignals:
             self._client.publish(self._wake_channel, "")
 
     def take(self, run_ids: list[str]) -> list[RunSignal]:
-        """Take (read and delete) the signals queued for these runs, in the order queued."""
+        """Take the signals queued for these runs that their owners have not taken yet,
+        in the order queued (they stay queued until the commit that consumes them)."""
         flat = []
         for prefix, ids in self._homes.group(run_ids).items():
             flat += self._scripts.run("take", prefix, *ids)

@@ -9,6 +9,8 @@ every store (memory, SQLite, Redis) so that they cannot drift.
 * :func:`encode_state` / :func:`decode_state` and :func:`encode_messages` /
   :func:`decode_messages`: the one JSON form of states and log messages (``bytes`` kept);
 * :func:`snapshot_of`: what ``store.get`` returns;
+* :func:`acknowledged_injects`: how many queued injects a running commit acknowledges
+  (the signal rule of :mod:`._protocol`; the Redis store's ``write`` script mirrors it);
 * :data:`FINAL_STATUSES`, :data:`WORKER_STOPPED_TEXT`;
 * the errors every store raises for the same refusals (:func:`conversation_paused`,
   :func:`conversation_busy`, :func:`conversation_recovering`, :func:`log_moved_on`,
@@ -41,6 +43,7 @@ from ._rules_events import decode_event, encode_events, events_complete, events_
 __all__ = [
     "FINAL_STATUSES",
     "InputPending",
+    "acknowledged_injects",
     "bad_conversation_id",
     "check_reason",
     "input_pending",
@@ -274,6 +277,17 @@ def bad_conversation_id(conversation_id: object) -> UsageError:
 
 
 # -- the refusals, worded once --
+
+
+def acknowledged_injects(accepted: int, queued: int, received: int) -> int:
+    """How many of a run's oldest queued injects a running commit acknowledges (removes).
+
+    ``accepted``: the injects counted for the run's current owner (those queued when it
+    claimed the run, and every one accepted since); ``queued``: those still queued;
+    ``received``: how many the owner says its committed state holds (its count since it
+    began or claimed the run). ``accepted - queued`` were acknowledged before, so the
+    rest of ``received`` are acknowledged now, never more than are queued."""
+    return max(0, min(queued, received - (accepted - queued)))
 
 
 class InputPending(RunConflictError):

@@ -22,10 +22,11 @@ Design:
   positions from ``history_start`` on and inserts the run's messages, so its cost does not
   grow with the conversation (:mod:`._sqlite_runs`, the rows read and written inside a
   transaction).
-* Signals are rows (autoincrement id = order); ``wait_signals`` takes (selects and deletes)
-  them in one transaction, polling every few milliseconds until its timeout. Polling is what
-  SQLite offers across processes; a poll is one indexed read, and only a poll that finds
-  rows takes the write lock.
+* Signals are rows (autoincrement id = order); ``wait_signals`` takes those its owner has
+  not taken (after the run's ``signals_taken`` id, which it moves on) in one transaction,
+  polling every few milliseconds until its timeout; a commit deletes the ones it consumes
+  (:func:`._sqlite_runs.consume_signals`). Polling is what SQLite offers across processes;
+  a poll is one indexed read, and only a poll that finds rows takes the write lock.
 * A run's event log (the :class:`~agent_sync.stores.RunEventLog` role) is
   :mod:`._sqlite_events`; the schema and the opening of a file are :mod:`._sqlite_schema`,
   the connections and fork safety :mod:`._sqlite_pool`.
@@ -77,6 +78,8 @@ from ._rules import (
 from ._sqlite_events import SQLiteEventLog
 from ._sqlite_runs import (
     LOST_RUNS,
+    UNTAKEN,
+    consume_signals,
     conversation_record,
     expire,
     lease_ran_out,
@@ -227,6 +230,7 @@ class SQLiteRunStore(SQLiteEventLog, Recoverable):
                 and injects > injects_received
             ):
                 raise input_pending(state.run_id, injects, injects_received)
+            consume_signals(db, state.run_id, state.status, injects, injects_received)
             write_state(db, state, now)
             if state.status == "running":  # a commit is a sign of life
                 db.execute(
@@ -249,7 +253,7 @@ class SQLiteRunStore(SQLiteEventLog, Recoverable):
             db.execute(
                 "UPDATE runs SET state = ?, status = 'running', version = ?, owner = ?,"
                 f" lease_s = ?, lease_expires_at = {NOW} + ?, updated_at = ?,"  # noqa: S608
-                " resumable = ?, injects = (SELECT COUNT(*) FROM signals"
+                " resumable = ?, signals_taken = 0, injects = (SELECT COUNT(*) FROM signals"
                 " WHERE run_id = runs.run_id AND kind = 'inject') WHERE run_id = ?",
                 (
                     encode_state(running),
@@ -260,7 +264,7 @@ class SQLiteRunStore(SQLiteEventLog, Recoverable):
                     now,
                     resumable(running),
                     run_id,
-                ),  # the new owner receives the injects still queued
+                ),  # the new owner takes every signal still queued, and counts its injects
             )
             return version + 1
 
@@ -384,7 +388,7 @@ class SQLiteRunStore(SQLiteEventLog, Recoverable):
     def _take_signals(self, run_ids: list[str]) -> list[RunSignal]:
         marks = ",".join("?" * len(run_ids))
         queued = self._connections.rows(  # a read first (WAL: no lock a writer waits for)
-            f"SELECT 1 FROM signals WHERE run_id IN ({marks}) LIMIT 1",  # noqa: S608
+            "SELECT 1 " + UNTAKEN.format(marks=marks) + " LIMIT 1",
             run_ids,
         )
         if not queued:

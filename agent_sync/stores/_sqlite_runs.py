@@ -20,6 +20,7 @@ from ._protocol import ConversationRecord, RunSignal, StoredRun
 from ._rules import (
     FINAL_STATUSES,
     abandoned,
+    acknowledged_injects,
     conversation_busy,
     conversation_paused,
     conversation_recovering,
@@ -32,6 +33,8 @@ from ._rules import (
 from ._sqlite_schema import NOW
 
 __all__ = [
+    "UNTAKEN",
+    "consume_signals",
     "conversation_record",
     "current_run",
     "expire",
@@ -215,19 +218,31 @@ def refuse_unless_free(db: sqlite3.Connection, conversation_id: str) -> None:
         raise conversation_busy(conversation_id)
 
 
+UNTAKEN = (
+    "FROM runs AS r JOIN signals AS s ON s.run_id = r.run_id AND s.id > r.signals_taken"
+    " WHERE r.run_id IN ({marks})"
+)
+"""The signals queued for some runs that their owners have not taken (``{marks}``: one
+``?`` per run id), through the index of signals by run."""
+
+
 def take_signals(db: sqlite3.Connection, run_ids: list[str]) -> list[RunSignal]:
-    """Take (select and delete) the signals queued for these runs, in the order queued."""
+    """Take the signals queued for these runs that their owners have not taken yet, in
+    the order queued: marked taken, kept until the commit that consumes them."""
     marks = ",".join("?" * len(run_ids))
     rows = db.execute(
-        f"SELECT id, run_id, kind, reason, content FROM signals"  # noqa: S608 - marks only
-        f" WHERE run_id IN ({marks}) ORDER BY id",
+        "SELECT s.id, s.run_id, s.kind, s.reason, s.content "  # noqa: S608 - marks only
+        + UNTAKEN.format(marks=marks)
+        + " ORDER BY s.id",
         run_ids,
     ).fetchall()
-    if rows:
-        db.execute(
-            f"DELETE FROM signals WHERE id IN ({','.join('?' * len(rows))})",  # noqa: S608
-            [row[0] for row in rows],
-        )
+    last: dict[str, int] = {}
+    for signal_id, run_id, *_ in rows:
+        last[run_id] = signal_id
+    db.executemany(
+        "UPDATE runs SET signals_taken = ? WHERE run_id = ?",
+        [(signal_id, run_id) for run_id, signal_id in last.items()],
+    )
     signals = []
     for _, run_id, kind, reason, content in rows:
         if kind == "cancel":  # its content column holds the mode (NULL: "now")
@@ -238,3 +253,30 @@ def take_signals(db: sqlite3.Connection, run_ids: list[str]) -> list[RunSignal]:
         blocks = tuple(decode_messages([content])[0]["content"])
         signals.append(RunSignal(run_id=run_id, kind="inject", content=blocks))
     return signals
+
+
+def consume_signals(
+    db: sqlite3.Connection, run_id: str, status: str, accepted: int, received: int | None
+) -> None:
+    """Delete the signals an owner's commit consumes (the signal rule of
+    :mod:`._protocol`): a running commit, the injects its state holds; a pause, every
+    signal the owner took (a final commit deletes them all, in :func:`write_state`)."""
+    if status == "paused":
+        db.execute(
+            "DELETE FROM signals WHERE run_id = ?"
+            " AND id <= (SELECT signals_taken FROM runs WHERE run_id = ?)",
+            (run_id, run_id),
+        )
+        return
+    if status != "running" or received is None:
+        return
+    (queued,) = db.execute(
+        "SELECT COUNT(*) FROM signals WHERE run_id = ? AND kind = 'inject'", (run_id,)
+    ).fetchone()
+    count = acknowledged_injects(accepted, queued, received)
+    if count:
+        db.execute(
+            "DELETE FROM signals WHERE id IN (SELECT id FROM signals"
+            " WHERE run_id = ? AND kind = 'inject' ORDER BY id LIMIT ?)",
+            (run_id, count),
+        )

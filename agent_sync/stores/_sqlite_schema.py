@@ -32,8 +32,9 @@ CREATE TABLE IF NOT EXISTS runs (
     started_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     ended_at REAL,
-    injects INTEGER NOT NULL DEFAULT 0, -- how many inputs store.inject accepted
-    resumable INTEGER NOT NULL DEFAULT 0 -- 1: its state's on_owner_lost is "resume"
+    injects INTEGER NOT NULL DEFAULT 0, -- injects counted for its current owner
+    resumable INTEGER NOT NULL DEFAULT 0, -- 1: its state's on_owner_lost is "resume"
+    signals_taken INTEGER NOT NULL DEFAULT 0 -- the last signal id its current owner took
 );
 CREATE TABLE IF NOT EXISTS conversations (
     conversation_id TEXT PRIMARY KEY,
@@ -110,6 +111,8 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE runs ADD COLUMN injects INTEGER NOT NULL DEFAULT 0")
     if "resumable" not in columns:  # runs begun before: on_owner_lost "fail" (the default)
         db.execute("ALTER TABLE runs ADD COLUMN resumable INTEGER NOT NULL DEFAULT 0")
+    if "signals_taken" not in columns:  # signals were deleted when taken: none kept
+        db.execute("ALTER TABLE runs ADD COLUMN signals_taken INTEGER NOT NULL DEFAULT 0")
     for statement in INDEXES.split(";"):
         if statement.strip():
             db.execute(statement)

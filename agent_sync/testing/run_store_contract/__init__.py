@@ -19,8 +19,9 @@ the test's timeout. The ``process_factory`` store is also used in this process, 
 store object on the same data (a reader must wake for its appends as for another process's).
 
 The suite is one class per concern, combined in :class:`RunStoreContract`: runs
-(``_runs``), conversations (``_conversations``), signals (``_signals``), event logs
-(``_event_log``) and lost runs (``_lost_runs``), on a shared base (``_base``: the
+(``_runs``), conversations (``_conversations``), signals (``_signals``) and when they are
+acknowledged (``_signal_acks``), event logs (``_event_log``) and lost runs
+(``_lost_runs``), on a shared base (``_base``: the
 fixture, :func:`make_state`).
 """
 
@@ -32,12 +33,18 @@ from ._conversations import TURNS, ConversationsContract, take_turns
 from ._event_log import EventLogContract
 from ._lost_runs import LostRunsContract
 from ._runs import RunsContract
+from ._signal_acks import SignalAcksContract
 from ._signals import SignalsContract
 
 __all__ = ["LEASE_S", "TURNS", "RunStoreContract", "make_state", "take_turns"]
 
 
 class RunStoreContract(
-    RunsContract, ConversationsContract, SignalsContract, EventLogContract, LostRunsContract
+    RunsContract,
+    ConversationsContract,
+    SignalsContract,
+    SignalAcksContract,
+    EventLogContract,
+    LostRunsContract,
 ):
     """Inherit it; override :meth:`make_store` (and :meth:`process_factory`)."""
