@@ -8,9 +8,13 @@ silence. It ends after the log's terminal record, or, for an encoder that
 ``stops_at_pause``, once the run is paused.
 
 A log whose writer died, or a paused run cancelled by a plain ``store.cancel``, never gets
-its terminal record: when the store says the run is over and nothing was appended for a
-whole check interval, the follower appends :func:`._records.closing_record` itself (a
-compare-and-set, so it never lands after a record it has not seen), and sends it.
+its terminal record: when the store says the run is over and nothing was appended for
+:data:`WRITER_GRACE_S` (and a whole check interval), the follower appends
+:func:`._records.closing_record` itself (a compare-and-set, so it never lands after a
+record it has not seen), and sends it. A run's writer that lost the store keeps trying to
+append its own end (it knows why the run stopped), at most
+:data:`._publish.FAILURE_RETRY_MAX_S` apart: the grace is longer than that, and a follower
+never closes the log of a run whose writer is alive in this process.
 
 Disconnects: a WSGI server learns the client left when a write fails, and then calls
 ``close()``. When the server shows the client socket, the follower has the process's one
@@ -45,13 +49,14 @@ from ..stores._rules import FINAL_STATUSES
 from ._client_watch import Watch, watch_client
 from ._encoders import StreamEncoder
 from ._local_log import local_log
+from ._publish import FAILURE_RETRY_MAX_S
 from ._records import closing_record, is_terminal
 from ._stall import StallGuard
 
 if TYPE_CHECKING:
     import socket
 
-__all__ = ["UNWOKEN_WAIT_S", "WRITE_BYTES", "Follower", "close_log"]
+__all__ = ["UNWOKEN_WAIT_S", "WRITER_GRACE_S", "WRITE_BYTES", "Follower", "close_log"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +68,11 @@ holds)."""
 WRITE_BYTES: Final = 64 * 1024
 """About the most one chunk of a stream holds (a record is never split): a client that
 catches up on a long backlog costs this much at a time, not the backlog."""
+
+WRITER_GRACE_S: Final = 2.5 * FAILURE_RETRY_MAX_S
+"""How long a run must have been over, with its log not ended, before a follower in a
+process that does not hold the run's writer closes the log itself (the writer's next
+attempt comes sooner, once the store is back)."""
 
 _CHECK_INTERVAL_S: Final = 15.0
 """Without keep-alives, how often a silent follower asks the store whether the run is over."""
@@ -195,7 +205,7 @@ class Follower:
             return
         interval = self._keepalive if self._keepalive is not None else _CHECK_INTERVAL_S
         quiet_since = time.monotonic()
-        over_seen = False
+        over_since: float | None = None  # when the run was first seen over, log not ended
         while True:
             waited = time.monotonic() - quiet_since
             events = self._read(max(0.0, interval - waited))
@@ -225,7 +235,7 @@ class Follower:
                 if any(chunks):
                     yield b"".join(chunks)
                 quiet_since = time.monotonic()
-                over_seen = False
+                over_since = None
                 continue
             if self._gone:
                 self._client_left()
@@ -240,9 +250,12 @@ class Follower:
                     self._ended = True
                     yield encoder.closing()  # nothing after ``after``, and nothing to come
                     return
-                if over_seen:
+                now = time.monotonic()
+                if over_since is None:
+                    over_since = now
+                elif now - over_since >= WRITER_GRACE_S and local_log(self._run_id) is None:
+                    # No writer here, and none elsewhere appended its end in time: it died.
                     close_log(self._store, self._run_id, self._after, self._replay_ttl)
-                over_seen = True
 
     def _read(self, timeout: float) -> list[RunEvent]:
         """The records after ``after``: from this process's publisher while it has them

@@ -16,7 +16,12 @@ complete and keeps it ``replay_ttl`` seconds. A run that pauses appends its
 A log that cannot go on (the store is unavailable, or refuses a record) is reported once:
 the run is stopped (it stores its own end, so the conversation is released) and the log
 ends with an ``error`` record (``StoreError``, or ``StoreUnavailable`` once the store is
-back), so no stream waits on a writer that is gone.
+back), so no stream waits on a writer that is gone. A writer that lost the store keeps
+trying to append that record, with back-off (at most :data:`FAILURE_RETRY_MAX_S` apart),
+for as long as the log would be kept (``replay_ttl``): the worker that knows why the run
+stopped says so, whenever the store comes back. Followers leave it the time to
+(:mod:`._follow`): one in this process never closes a log its writer still holds, one in
+another process waits a grace period longer than the writer's back-off.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from ._records import (
 )
 from ._sse import DISCONNECT_REASON, RunStream
 
-__all__ = ["REPLAY_TTL_S", "Publisher", "RunSlots"]
+__all__ = ["FAILURE_RETRY_MAX_S", "REPLAY_TTL_S", "Publisher", "RunSlots"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +58,9 @@ routes' ``replay_ttl``, a Celery task's run, a recovered run)."""
 
 _thread_ids = itertools.count(1)
 _JOIN_TIMEOUT_S: Final = 10.0
-_FAILURE_RETRY_S: Final = 30.0
-"""How long a writer that lost the store tries to append the log's ``error`` record."""
+FAILURE_RETRY_MAX_S: Final = 2.0
+"""The longest pause between two attempts of a writer that lost the store to append the
+log's ``error`` record (it tries for ``replay_ttl`` seconds)."""
 
 
 class Publisher:
@@ -305,9 +311,10 @@ class Publisher:
             self._append_failure(log_failure_record(exc))
 
     def _append_failure(self, record: dict[str, Any]) -> None:
-        """Append the log's last record, retrying while the store is unavailable (up to
-        :data:`_FAILURE_RETRY_S`): a stream that reconnects then learns why it ended."""
-        deadline = time.monotonic() + _FAILURE_RETRY_S
+        """Append the log's last record, retrying while the store is unavailable, for as
+        long as the log would be kept (``replay_ttl``): a stream that reconnects once the
+        store is back learns why the run ended, from the one worker that knows."""
+        deadline = time.monotonic() + self._replay_ttl
         delay = 0.05
         while True:
             try:
@@ -317,12 +324,13 @@ class Publisher:
             except StoreUnavailableError:
                 if time.monotonic() + delay > deadline:
                     logger.warning(
-                        "run_id=<%s> | the store stayed unavailable; the log has no end",
+                        "run_id=<%s> | the store stayed unavailable for replay_ttl; "
+                        "the log has no end",
                         self._run_id,
                     )
                     return
                 time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, FAILURE_RETRY_MAX_S)
                 continue
             except Exception:  # a conflict (a follower closed it), or the store refuses
                 logger.warning(

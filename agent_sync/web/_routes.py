@@ -51,6 +51,7 @@ from ._publish import REPLAY_TTL_S, Publisher
 from ._records import is_terminal, parse_event_id
 from ._run_control import RunControl
 from ._sse import SSE_HEADERS
+from ._stall import bound_send_buffer
 from ._ui_request import UIChatRequest, is_ui_chat, parse_ui_chat
 from ._ui_stream import UI_STREAM_HEADERS, UIStreamEncoder, shown_calls
 
@@ -400,6 +401,7 @@ class ChatRoutes:
         client = socket_from_environ(request.environ)
         if client is not None:
             no_delay(client)
+            bound_send_buffer(client)  # a client that stops reading pins little
         body = Follower(
             self._store,
             run_id,

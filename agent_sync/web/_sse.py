@@ -14,8 +14,9 @@ close the agent's iterator (which leaves the history valid) and joins it. Discon
 detection is therefore bounded by the keep-alive interval while the model is silent (the
 first write after the peer left may still succeed: allow up to two intervals), and by the
 event rate otherwise. A client that stops reading without leaving (its socket buffers
-full) is closed once a write has been blocked for :data:`WRITE_TIMEOUT_S`, when the server
-shows its socket: the events it did not take are not kept for ever.
+full) is closed once it has taken no byte for :data:`WRITE_TIMEOUT_S`, when the server
+shows its socket: the events it did not take are not kept for ever, and what its socket
+queues in the kernel is capped (:func:`._stall.bound_send_buffer`).
 
 Threads: the worker thread is the only one that iterates and closes the run's event
 iterator (a generator cannot be closed from another thread while it runs); other threads
@@ -47,7 +48,7 @@ from ..events import (
     ToolStart,
 )
 from ._disconnect import DisconnectWatch
-from ._stall import StallGuard
+from ._stall import StallGuard, bound_send_buffer
 
 if TYPE_CHECKING:
     import socket
@@ -77,8 +78,9 @@ _OPEN_FRAME: Final = b": stream open\n\n"
 _KEEPALIVE_FRAME: Final = b": keep-alive\n\n"
 _JOIN_TIMEOUT_S: Final = 10.0
 WRITE_TIMEOUT_S: Final = 60.0
-"""Seconds a write may stay blocked (the client stopped reading) before the stream is
-closed and the run cancelled (with a client socket only; see :mod:`._stall`)."""
+"""Seconds a write may go without the client taking a byte of it (it stopped reading)
+before the stream is closed and the run cancelled (with a client socket only; see
+:mod:`._stall`)."""
 _thread_ids = itertools.count(1)
 
 
@@ -244,6 +246,8 @@ class SSEStream:
         self._finished = False
         self._watch = None if client_socket is None else DisconnectWatch(client_socket)
         self._guard = None if client_socket is None else StallGuard(client_socket, WRITE_TIMEOUT_S)
+        if client_socket is not None:
+            bound_send_buffer(client_socket)  # a client that stops reading pins little
         self._thread = threading.Thread(
             target=self._pump, name=f"agent-sync-sse-{next(_thread_ids)}", daemon=True
         )

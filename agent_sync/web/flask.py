@@ -128,10 +128,11 @@ def chat_blueprint(
             (and a decision that would resume a run here) answers 503 with
             ``Retry-After`` and starts nothing. A run is live until it is over or paused,
             whether or not a client still follows it.
-        write_timeout: Seconds a stream waits for a client that does not read (its
-            socket buffers are full) before closing it (60; ``None``: for ever). The
-            client may reconnect with ``Last-Event-ID``. Needs a server that shows the
-            client socket (werkzeug, gunicorn).
+        write_timeout: Seconds a stream waits for a client that takes no byte (its
+            socket buffers are full) before closing it (60; ``None``: for ever); a
+            client that reads slowly but steadily is never cut. The client may reconnect
+            with ``Last-Event-ID``. Needs a server that shows the client socket
+            (werkzeug, gunicorn).
         name: The Blueprint's name (register two with different names).
         start: Hand new runs to other processes instead of running them here:
             ``start(conversation_id, message, run_id)`` is called once the run's log is

@@ -153,7 +153,7 @@ def _never_reading(port: int, cid: str) -> tuple[socket.socket, str]:
     )
     seen = b""
     while (found := re.search(rb'"run_id":"([^"]+)"', seen)) is None:
-        chunk = sock.recv(1)
+        chunk = sock.recv(4096)  # what the buffer holds: the server's write drains once
         assert chunk, seen
         seen += chunk
     return sock, found.group(1).decode()
