@@ -51,11 +51,13 @@ local function blocker(prefix, cid)
 end
 
 -- Keep the run in the sorted set of resumable running runs (scored by lease expiry, what
--- lost_runs reads) while it runs with on_owner_lost "resume"; out of it otherwise.
-local function index_run(prefix, run_id, status, resumable, expires)
+-- lost_runs reads) while it runs with on_owner_lost "resume"; out of it otherwise. `was`:
+-- it may be in the set now (its stored state had on_owner_lost "resume"); a run never put
+-- in it costs no ZREM.
+local function index_run(prefix, run_id, was, status, resumable, expires)
   if status == 'running' and resumable == '1' then
     redis.call('ZADD', resumable_key(prefix), expires, run_id)
-  else
+  elseif was then
     redis.call('ZREM', resumable_key(prefix), run_id)
   end
 end
@@ -65,18 +67,25 @@ end
 -- conversation, drop the signals, schedule expiry.
 local function write_state(prefix, key, run_id, state, status, history_start, ttl, msgs, t,
                            resumable)
-  local version = tonumber(redis.call('HGET', key, 'version')) + 1
-  redis.call('HSET', key, 'state', state, 'status', status, 'version', version,
-             'updated_at', fmt(t), 'resumable', resumable)
+  local before = redis.call('HMGET', key, 'version', 'lease_s', 'resumable', 'conversation_id')
+  local version = tonumber(before[1]) + 1
+  local fields = {'state', state, 'status', status, 'version', version, 'updated_at', fmt(t),
+                  'resumable', resumable}
   local expires = ''
   if status == 'running' then
-    local lease = tonumber(redis.call('HGET', key, 'lease_s'))
-    expires = fmt(t + lease)
-    redis.call('HSET', key, 'lease_expires_at', expires)
-  elseif status == 'paused' then
-    redis.call('HSET', key, 'owner', '', 'lease_expires_at', '')
+    expires = fmt(t + tonumber(before[2]))
+    fields[#fields + 1] = 'lease_expires_at'
+    fields[#fields + 1] = expires
   else
-    local cid = redis.call('HGET', key, 'conversation_id')
+    for _, item in ipairs({'owner', '', 'lease_expires_at', ''}) do fields[#fields + 1] = item end
+    if status ~= 'paused' then
+      fields[#fields + 1] = 'ended_at'
+      fields[#fields + 1] = fmt(t)
+    end
+  end
+  redis.call('HSET', key, unpack(fields))
+  if status ~= 'running' and status ~= 'paused' then
+    local cid = before[4]
     local log = conv_key(prefix, cid, 'log')
     if history_start == 0 then
       redis.call('DEL', log)
@@ -88,12 +97,11 @@ local function write_state(prefix, key, run_id, state, status, history_start, tt
     end
     local current = conv_key(prefix, cid, 'current')
     if redis.call('GET', current) == run_id then redis.call('DEL', current) end
-    redis.call('HSET', key, 'owner', '', 'lease_expires_at', '', 'ended_at', fmt(t))
     redis.call('DEL', signals_key(prefix, run_id))
     redis.call('ZADD', prefix .. 'finished', t, run_id)
     if ttl > 0 then redis.call('EXPIRE', key, ttl) end
   end
-  index_run(prefix, run_id, status, resumable, expires)
+  index_run(prefix, run_id, before[3] == '1', status, resumable, expires)
   return version
 end
 """.replace("CHUNK", str(CHUNK))
@@ -163,7 +171,7 @@ redis.call('HSET', key, 'state', ARGV[4], 'status', 'running', 'version', 1,
            'owner', ARGV[5], 'lease_s', ARGV[6], 'lease_expires_at', expires,
            'started_at', fmt(t), 'updated_at', fmt(t), 'ended_at', '',
            'conversation_id', cid, 'resumable', ARGV[8])
-index_run(prefix, run_id, 'running', ARGV[8], expires)
+index_run(prefix, run_id, false, 'running', ARGV[8], expires)
 redis.call('SET', current, run_id)
 return {'ok', 1}
 """
@@ -177,8 +185,8 @@ return {'ok', 1}
 _WRITE = """
 local prefix, run_id = ARGV[1], ARGV[2]
 local key = run_key(prefix, run_id)
-if redis.call('EXISTS', key) == 0 then return {'unknown'} end
 local fields = redis.call('HMGET', key, 'status', 'version', 'owner')
+if not fields[1] then return {'unknown'} end
 if fields[1] == 'done' or fields[1] == 'cancelled' or fields[1] == 'failed' then
   return {'over', fields[1]}
 end
@@ -218,7 +226,7 @@ local fields = redis.call('HMGET', key, 'status', 'owner', 'resumable')
 if fields[1] ~= 'running' or fields[2] ~= ARGV[3] then return 0 end
 local expires = fmt(now() + tonumber(ARGV[4]))
 redis.call('HSET', key, 'lease_s', ARGV[4], 'lease_expires_at', expires)
-index_run(ARGV[1], ARGV[2], 'running', fields[3], expires)
+index_run(ARGV[1], ARGV[2], fields[3] == '1', 'running', fields[3], expires)
 return 1
 """
 
