@@ -381,6 +381,7 @@ class RedisRunStore(RedisEventLog, Recoverable):
             reply = self._run(name, prefix, conversation_id, *args)
             if text(reply[0]) != "expired":
                 return reply
+            self._homes.learn(text(reply[1]), prefix)  # the conversation's run: its shard
             self._runs.abandon(text(reply[1]))
         raise StoreUnavailableError(
             f"conversation {conversation_id!r} kept changing while its run was failed"
