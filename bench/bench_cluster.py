@@ -9,9 +9,13 @@ Each round starts a throwaway ``redis-server`` and a throwaway 3-master cluster
 ``--processes`` spawned processes take one turn each on their share of ``--conversations``
 conversations (``Agent(ScriptedModel([...]), store=, conversation_id=).invoke()``, offline:
 the store is all that costs). Printed per store and round: runs/s (from the moment every
-process is ready to the last one done), and on the cluster the commands each master ran
-(``INFO commandstats`` before and after) against an even split (the largest share over the
-mean: the goal is 1.5 at most).
+process is ready to the last one done), the commands per run (``INFO commandstats`` before
+and after: every command, those scripts run included, and in brackets the scripts, each one
+round trip), the CPU per run of the client processes and of the servers (``INFO cpu``: on
+a busy machine, steadier than runs/s; the servers' includes what they burn idle over the
+round), and on the cluster the commands each master ran against an even split (the largest
+share over the mean: the goal is 1.5 at most). ``bench_redis_round_trips.py`` names each
+round trip.
 
 ``--stores single`` alone runs on a tree without the cluster layout (``PYTHONPATH`` at a
 copy of an older commit), for a before/after of the single server.
@@ -48,22 +52,29 @@ def _worker(kind: str, port: int, prefix: str, ids: list[str], ready: Any, go: A
     store = _store(kind, port, prefix)
     ready.put(1)
     go.wait(60)
+    cpu = time.process_time()
     for conversation_id in ids:
         agent = Agent(ScriptedModel(["ok"]), store=store, conversation_id=conversation_id)
         if agent.invoke("hi").text != "ok":
             sys.exit(1)
+    ready.put(time.process_time() - cpu)  # this process's CPU for its runs
     store.close()
 
 
-def _calls(port: int) -> int:
+def _calls(port: int) -> tuple[int, int, float]:
+    """The commands ``port`` ran so far (the bench's own left out), its scripts, and the
+    server's CPU seconds (user and system)."""
     client = redis.Redis(port=port)
     stats = client.info("commandstats")
+    cpu = client.info("cpu")
     client.close()
-    return sum(
+    total = sum(
         int(value["calls"])
         for name, value in stats.items()
         if name not in ("cmdstat_info", "cmdstat_cluster", "cmdstat_ping", "cmdstat_config")
     )
+    seconds = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    return total, int(stats.get("cmdstat_evalsha", {}).get("calls", 0)), seconds
 
 
 def _round(kind: str, port: int, ports: list[int], args: argparse.Namespace) -> None:
@@ -83,17 +94,23 @@ def _round(kind: str, port: int, ports: list[int], args: argparse.Namespace) -> 
     before = [_calls(p) for p in ports]
     start = time.perf_counter()
     go.set()
+    client_cpu = sum(ready.get(timeout=600) for _ in workers)
     for worker in workers:
         worker.join(600)
     elapsed = time.perf_counter() - start
-    calls = [_calls(p) - b for p, b in zip(ports, before, strict=True)]
+    after = [_calls(p) for p in ports]
+    calls = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
+    scripts = sum(a[1] - b[1] for a, b in zip(after, before, strict=True))
+    server_cpu = sum(a[2] - b[2] for a, b in zip(after, before, strict=True))
     failed = [w.exitcode for w in workers if w.exitcode != 0]
     line = f"{kind:<8} {args.conversations / elapsed:8.1f} runs/s"
+    line += f"   per run {sum(calls) / args.conversations:.1f} commands"
+    line += f" ({scripts / args.conversations:.1f} scripts)"
+    line += f"   CPU ms per run: clients {client_cpu / args.conversations * 1000:.2f}"
+    line += f", servers {server_cpu / args.conversations * 1000:.2f}"
     if len(ports) > 1:
         mean = sum(calls) / len(calls)
         line += f"   commands per master {calls}   largest / even {max(calls) / mean:.2f}"
-    else:
-        line += f"   commands {calls[0]}"
     print(line + (f"   FAILED workers {failed}" if failed else ""), flush=True)
 
 

@@ -27,7 +27,8 @@ Design:
   its ``:``, so no id (``"<run id>:signals"``, say) names a key of another kind or run.
 
 * Every change is one Lua script (:mod:`._redis_scripts`): it checks the version
-  (compare-and-set) and writes, so two processes racing never both win. Time (leases, end
+  (compare-and-set) and writes, so two processes racing never both win; a run found by its
+  id is read and written by :mod:`._redis_runs`. Time (leases, end
   times) is the Redis server's ``TIME``, so hosts with skewed clocks agree on when a lease
   ran out.
 * Ending a turn trims the log to ``history_start`` and pushes the run's messages: its cost
@@ -68,10 +69,9 @@ from ._recoverable import Recoverable
 from ._redis_client import RedisScripts, text
 from ._redis_events import RedisEventLog
 from ._redis_keys import KeyLayout, RunHomes
+from ._redis_runs import RedisRuns, stored_run
 from ._redis_signals import RedisSignals
 from ._rules import (
-    FINAL_STATUSES,
-    abandoned,
     bad_conversation_id,
     cancelled_while_lost,
     cancelled_while_paused,
@@ -85,9 +85,7 @@ from ._rules import (
     decode_state,
     encode_messages,
     encode_state,
-    input_pending,
     log_moved_on,
-    moved_on,
     not_running,
     resumable,
     run_exists,
@@ -102,7 +100,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisRunStore"]
 
-_CAS_ATTEMPTS = 20  # cancel of a paused run racing other writers
+_CAS_ATTEMPTS = 20  # cancel of a paused run racing other writers; runs failed in a row
 
 
 class RedisRunStore(RedisEventLog, Recoverable):
@@ -158,6 +156,7 @@ class RedisRunStore(RedisEventLog, Recoverable):
         self._keys = KeyLayout(prefix, sharded=sharded, shards=shards)
         self._homes = RunHomes(client, self._keys)
         scripts = RedisScripts(client)
+        self._runs = RedisRuns(scripts, self._homes, ttl_s=self._ttl)
         super().__init__(client, scripts, layout=self._keys, ttl_s=self._ttl)  # its event log
         self._signals = RedisSignals(client, scripts, prefix=prefix, homes=self._homes)
 
@@ -175,11 +174,12 @@ class RedisRunStore(RedisEventLog, Recoverable):
             return ConversationRecord(
                 conversation_id=conversation_id, messages=(), run=None, length=0
             )
-        self._expire(conversation_id)
-        log, run, length, start, generation = self._run(
-            "load", self._keys.conversation(conversation_id), conversation_id, max(0, int(since))
-        )
-        stored = _stored_run(run, conversation_id) if run else None
+        prefix = self._keys.conversation(conversation_id)
+        reply = self._unblocked("load", prefix, conversation_id, max(0, int(since)))
+        _, log, run, length, start, generation = reply
+        stored = stored_run(run, conversation_id) if run else None
+        if stored is not None:  # its state lives in the conversation's shard
+            self._homes.learn(stored.state.run_id, prefix)
         return ConversationRecord(
             conversation_id=conversation_id,
             messages=tuple(decode_messages([text(item) for item in log])),
@@ -193,8 +193,7 @@ class RedisRunStore(RedisEventLog, Recoverable):
         if not storable_id(conversation_id):
             raise bad_conversation_id(conversation_id)
         texts = encode_messages(messages)
-        self._expire(conversation_id)
-        reply = self._run(
+        reply = self._unblocked(
             "replace", self._keys.conversation(conversation_id), conversation_id, *texts
         )
         outcome = text(reply[0])
@@ -217,12 +216,11 @@ class RedisRunStore(RedisEventLog, Recoverable):
     ) -> int:
         if not storable_id(conversation_id):
             raise bad_conversation_id(conversation_id)
-        self._expire(conversation_id)
         prefix = self._keys.conversation(conversation_id)
         homed = self._homes.claim(state.run_id, prefix)
         if homed is None:
             raise run_exists(state.run_id)  # in another conversation's shard
-        reply = self._run(
+        reply = self._unblocked(
             "begin",
             prefix,
             conversation_id,
@@ -256,16 +254,16 @@ class RedisRunStore(RedisEventLog, Recoverable):
         version: int,
         injects_received: int | None = None,
     ) -> int:
-        return self._write(state, version=version, owner=owner, injects=injects_received)
+        return self._runs.write(state, version=version, owner=owner, injects=injects_received)
 
     def claim(self, run_id: str, *, owner: str, lease_s: float, version: int) -> int:
-        fields = self._read(run_id)
+        fields = self._runs.read(run_id)
         if fields is None or int(fields["version"]) != version:
             raise stale_write(run_id, f"not at version {version}")
         state = decode_state(fields["state"])
         if state.status not in ("paused", "running"):
             claimable(run_id, state.status, resumable=False, expired=False)  # raises: over
-        return self._write(  # a running one must be lost: the script checks it atomically
+        return self._runs.write(  # a running one must be lost: the script checks it atomically
             replace(state, status="running"),
             version=version,
             new_owner=owner,
@@ -279,9 +277,12 @@ class RedisRunStore(RedisEventLog, Recoverable):
         limit = check_limit(limit)
         found = []
         for prefix in self._keys.shards:
-            found += self._run("lost", prefix, "" if limit is None else limit)
+            lost = self._run("lost", prefix, "" if limit is None else limit)
+            for item in lost:  # a recoverer claims them next: no need to look their home up
+                self._homes.learn(text(item[0]), prefix)
+            found += lost
         found.sort(key=lambda item: float(text(item[4])))  # stable: one shard keeps its order
-        return [_stored_run(item[1:5], text(item[5])) for item in found[:limit]]
+        return [stored_run(item[1:5], text(item[5])) for item in found[:limit]]
 
     def renew(self, run_id: str, *, owner: str, lease_s: float) -> bool:
         prefix = self._homes.of(run_id)
@@ -292,13 +293,12 @@ class RedisRunStore(RedisEventLog, Recoverable):
     def get(self, run_id: str) -> RunSnapshot | None:
         if not storable_id(run_id):
             return None
-        fields = self._read(run_id)
+        fields = self._runs.read(run_id)
+        if fields is not None and fields["expired"] == "1":  # its owner died: fail it first
+            self._runs.abandon(run_id, fields)
+            fields = self._runs.read(run_id)
         if fields is None:
             return None
-        if self._expire(fields["conversation_id"]):
-            fields = self._read(run_id)
-            if fields is None:
-                return None
         return snapshot_of(
             decode_state(fields["state"]),
             started_at=float(fields["started_at"]),
@@ -321,12 +321,12 @@ class RedisRunStore(RedisEventLog, Recoverable):
             if outcome == "queued":
                 return True
             if outcome == "expired":  # its owner died: fail it, then look again
-                self._expire(text(reply[1]))
+                self._runs.abandon(run_id)
                 continue
             if outcome == "lost":  # its owner died, no recoverer took it yet: no one to signal
                 lost = decode_state(text(reply[2]))
                 try:
-                    self._write(
+                    self._runs.write(
                         cancelled_while_lost(lost, reason), version=int(text(reply[1])), lost=True
                     )
                 except RunConflictError:
@@ -336,7 +336,9 @@ class RedisRunStore(RedisEventLog, Recoverable):
                 return False  # unknown, or over
             paused = decode_state(text(reply[2]))
             try:
-                self._write(cancelled_while_paused(paused, reason), version=int(text(reply[1])))
+                self._runs.write(
+                    cancelled_while_paused(paused, reason), version=int(text(reply[1]))
+                )
             except RunConflictError:
                 continue  # resumed or cancelled meanwhile: look again
             for child in subrun_ids(paused):  # the paused children it waited on
@@ -373,78 +375,19 @@ class RedisRunStore(RedisEventLog, Recoverable):
 
     # -- helpers --
 
-    def _write(
-        self,
-        state: RunState,
-        *,
-        version: int,
-        owner: str = "",
-        new_owner: str = "",
-        lease_s: float | None = None,
-        injects: int | None = None,
-        lost: bool = False,
-    ) -> int:
-        """One compare-and-set write of ``state`` at ``version`` (by ``owner`` if given;
-        ``new_owner``: a claim; ``lost``: only if the run is lost, by the server's clock)."""
-        messages = encode_messages(state.messages) if state.status in FINAL_STATUSES else []
-        prefix = self._homes.of(state.run_id)
-        if prefix is None:
-            raise stale_write(state.run_id, "unknown run")
-        reply = self._run(
-            "write",
-            prefix,
-            state.run_id,
-            version,
-            owner,
-            encode_state(state),
-            state.status,
-            state.history_start,
-            self._ttl,
-            new_owner,
-            "" if lease_s is None else repr(float(lease_s)),
-            "" if injects is None else int(injects),
-            "1" if resumable(state) else "0",
-            "1" if lost else "0",
-            *messages,
+    def _unblocked(self, name: str, prefix: str, conversation_id: str, *args: Any) -> Any:
+        """Run the conversation script ``name`` (``load``, ``begin``, ``replace``); while it
+        meets the conversation's run past its lease (``on_owner_lost="fail"``: it answers
+        ``{'expired', run_id}``), fail that run and run it again."""
+        for _ in range(_CAS_ATTEMPTS):
+            reply = self._run(name, prefix, conversation_id, *args)
+            if text(reply[0]) != "expired":
+                return reply
+            self._homes.learn(text(reply[1]), prefix)  # the conversation's run: its shard
+            self._runs.abandon(text(reply[1]))
+        raise StoreUnavailableError(
+            f"conversation {conversation_id!r} kept changing while its run was failed"
         )
-        outcome = text(reply[0])
-        if outcome == "ok":
-            if state.status in FINAL_STATUSES:
-                self._homes.ended(state.run_id, self._ttl)
-            return int(reply[1])
-        if outcome == "unknown":
-            raise stale_write(state.run_id, "unknown run")
-        if outcome == "over":
-            raise stale_write(state.run_id, f"the run is over ({text(reply[1])})")
-        if outcome == "injects":
-            raise input_pending(state.run_id, int(text(reply[1])), int(injects or 0))
-        if outcome == "notlost":
-            status, flag, past = (text(value) for value in reply[1:4])
-            claimable(state.run_id, status, resumable=flag == "1", expired=past == "1")
-            raise stale_write(state.run_id, f"{status}, not lost")  # claimable raised first
-        raise stale_write(state.run_id, moved_on(int(text(reply[1])), version))
-
-    def _read(self, run_id: str) -> dict[str, str] | None:
-        prefix = self._homes.of(run_id)
-        reply = None if prefix is None else self._run("read", prefix, run_id)
-        if not reply:
-            return None
-        names = ("state", "status", "version", "conversation_id", "started_at", "updated_at")
-        return {name: text(value) for name, value in zip(names, reply, strict=True)}
-
-    def _expire(self, conversation_id: str) -> bool:
-        """Fail the conversation's running run if its lease ran out; ``True`` if it did."""
-        run_id = self._run("expired", self._keys.conversation(conversation_id), conversation_id)
-        if not run_id:
-            return False
-        fields = self._read(text(run_id))
-        if fields is None or fields["status"] != "running":
-            return True  # someone else acted on it meanwhile
-        try:
-            self._write(abandoned(decode_state(fields["state"])), version=int(fields["version"]))
-        except RunConflictError:
-            pass  # its owner committed, or another reader failed it first
-        return True
 
     def _run(self, name: str, *args: Any) -> Any:
         return self._scripts.run(name, *args)
@@ -455,15 +398,3 @@ def _is_cluster(client: Any) -> bool:
     from redis.cluster import RedisCluster  # the client is redis-py's: it is installed
 
     return isinstance(client, RedisCluster)
-
-
-def _stored_run(fields: Sequence[Any], conversation_id: str) -> StoredRun:
-    """A run as a script read it: its state, version, owner and lease expiry fields."""
-    state, version, owner, expires = (text(value) for value in fields[:4])
-    return StoredRun(
-        state=decode_state(state),
-        version=int(version),
-        owner=owner or None,
-        lease_expires_at=float(expires) if expires else None,
-        conversation_id=conversation_id,
-    )

@@ -115,6 +115,12 @@ class RunHomes:
             return None
         return self._remember(run_id, text(found))
 
+    def learn(self, run_id: str, prefix: str) -> None:
+        """The run's state was found under ``prefix`` (through its conversation, or a shard's
+        set of runs): a later look-up by its id needs no read of its home."""
+        if self._layout.sharded:
+            self._remember(run_id, prefix)
+
     def group(self, run_ids: Iterable[str]) -> dict[str, list[str]]:
         """``run_ids`` by the prefix of their state (unknown runs left out)."""
         groups: dict[str, list[str]] = {}

@@ -32,12 +32,32 @@ local function past_lease(status, expires)
   return status == 'running' and expires and expires ~= '' and tonumber(expires) <= now()
 end
 
+-- What stands in the way of changing the conversation `cid` (a new run, a new log): its
+-- current run, paused ('paused'), lost and waiting for a recoverer ('recovering'), running
+-- past its lease with on_owner_lost "fail" ('expired': the caller fails it, then tries
+-- again) or running ('busy'); nil if nothing does. Then the current run's id.
+local function blocker(prefix, cid)
+  local run_id = redis.call('GET', conv_key(prefix, cid, 'current'))
+  if not run_id then return nil end
+  local f = redis.call('HMGET', run_key(prefix, run_id), 'status', 'lease_expires_at',
+                       'resumable')
+  if f[1] == 'paused' then return 'paused', run_id end
+  if past_lease(f[1], f[2]) then
+    if f[3] == '1' then return 'recovering', run_id end
+    return 'expired', run_id
+  end
+  if f[1] == 'running' then return 'busy', run_id end
+  return nil
+end
+
 -- Keep the run in the sorted set of resumable running runs (scored by lease expiry, what
--- lost_runs reads) while it runs with on_owner_lost "resume"; out of it otherwise.
-local function index_run(prefix, run_id, status, resumable, expires)
+-- lost_runs reads) while it runs with on_owner_lost "resume"; out of it otherwise. `was`:
+-- it may be in the set now (its stored state had on_owner_lost "resume"); a run never put
+-- in it costs no ZREM.
+local function index_run(prefix, run_id, was, status, resumable, expires)
   if status == 'running' and resumable == '1' then
     redis.call('ZADD', resumable_key(prefix), expires, run_id)
-  else
+  elseif was then
     redis.call('ZREM', resumable_key(prefix), run_id)
   end
 end
@@ -47,18 +67,25 @@ end
 -- conversation, drop the signals, schedule expiry.
 local function write_state(prefix, key, run_id, state, status, history_start, ttl, msgs, t,
                            resumable)
-  local version = tonumber(redis.call('HGET', key, 'version')) + 1
-  redis.call('HSET', key, 'state', state, 'status', status, 'version', version,
-             'updated_at', fmt(t), 'resumable', resumable)
+  local before = redis.call('HMGET', key, 'version', 'lease_s', 'resumable', 'conversation_id')
+  local version = tonumber(before[1]) + 1
+  local fields = {'state', state, 'status', status, 'version', version, 'updated_at', fmt(t),
+                  'resumable', resumable}
   local expires = ''
   if status == 'running' then
-    local lease = tonumber(redis.call('HGET', key, 'lease_s'))
-    expires = fmt(t + lease)
-    redis.call('HSET', key, 'lease_expires_at', expires)
-  elseif status == 'paused' then
-    redis.call('HSET', key, 'owner', '', 'lease_expires_at', '')
+    expires = fmt(t + tonumber(before[2]))
+    fields[#fields + 1] = 'lease_expires_at'
+    fields[#fields + 1] = expires
   else
-    local cid = redis.call('HGET', key, 'conversation_id')
+    for _, item in ipairs({'owner', '', 'lease_expires_at', ''}) do fields[#fields + 1] = item end
+    if status ~= 'paused' then
+      fields[#fields + 1] = 'ended_at'
+      fields[#fields + 1] = fmt(t)
+    end
+  end
+  redis.call('HSET', key, unpack(fields))
+  if status ~= 'running' and status ~= 'paused' then
+    local cid = before[4]
     local log = conv_key(prefix, cid, 'log')
     if history_start == 0 then
       redis.call('DEL', log)
@@ -70,47 +97,44 @@ local function write_state(prefix, key, run_id, state, status, history_start, tt
     end
     local current = conv_key(prefix, cid, 'current')
     if redis.call('GET', current) == run_id then redis.call('DEL', current) end
-    redis.call('HSET', key, 'owner', '', 'lease_expires_at', '', 'ended_at', fmt(t))
     redis.call('DEL', signals_key(prefix, run_id))
     redis.call('ZADD', prefix .. 'finished', t, run_id)
     if ttl > 0 then redis.call('EXPIRE', key, ttl) end
   end
-  index_run(prefix, run_id, status, resumable, expires)
+  index_run(prefix, run_id, before[3] == '1', status, resumable, expires)
   return version
 end
 """.replace("CHUNK", str(CHUNK))
 
-# ARGV: prefix, conversation_id, since. The conversation's log from `since` on, its current
-# run's fields (or nothing), and the log's length: one consistent read.
+# ARGV: prefix, conversation_id, since. {'ok', the conversation's log from `since` on, its
+# current run's fields (or nothing), the log's length, `since` as used, generation}: one
+# consistent read. {'expired', run_id} if the current run is past its lease with
+# on_owner_lost "fail": the caller fails it and reads again (so a read that finds nothing
+# wrong, the usual case, is one round trip).
 _LOAD = """
 local prefix, cid = ARGV[1], ARGV[2]
-local key = conv_key(prefix, cid, 'log')
-local length = redis.call('LLEN', key)
-local start = math.min(tonumber(ARGV[3]), length)
-local log = redis.call('LRANGE', key, start, -1)
 local run_id = redis.call('GET', conv_key(prefix, cid, 'current'))
 local run = {}
 if run_id then
   run = redis.call('HMGET', run_key(prefix, run_id), 'state', 'version', 'owner',
-                   'lease_expires_at', 'status')
+                   'lease_expires_at', 'status', 'resumable')
+  if run[6] ~= '1' and past_lease(run[5], run[4]) then return {'expired', run_id} end
 end
+local key = conv_key(prefix, cid, 'log')
+local length = redis.call('LLEN', key)
+local start = math.min(tonumber(ARGV[3]), length)
+local log = redis.call('LRANGE', key, start, -1)
 local generation = tonumber(redis.call('GET', conv_key(prefix, cid, 'generation')) or '0')
-return {log, run, length, start, generation}
+return {'ok', log, run, length, start, generation}
 """
 
 # ARGV: prefix, conversation_id, messages... Replace the whole log (the user's new history)
-# unless a run is current: {'paused'} / {'busy'} / {'recovering', run_id} (lost: it waits
-# for a recoverer), nothing changed; else {'ok', generation}.
+# unless a run is current: {blocker, run_id} (see `blocker`), nothing changed; else {'ok',
+# generation}.
 _REPLACE = """
 local prefix, cid = ARGV[1], ARGV[2]
-local busy = redis.call('GET', conv_key(prefix, cid, 'current'))
-if busy then
-  local f = redis.call('HMGET', run_key(prefix, busy), 'status', 'lease_expires_at',
-                       'resumable')
-  if f[1] == 'paused' then return {'paused'} end
-  if f[3] == '1' and past_lease(f[1], f[2]) then return {'recovering', busy} end
-  if f[1] == 'running' then return {'busy'} end
-end
+local blocked, run_id = blocker(prefix, cid)
+if blocked then return {blocked, run_id} end
 local log = conv_key(prefix, cid, 'log')
 redis.call('DEL', log)
 for i = 3, #ARGV, CHUNK do
@@ -119,39 +143,24 @@ end
 return {'ok', redis.call('INCR', conv_key(prefix, cid, 'generation'))}
 """.replace("CHUNK", str(CHUNK))
 
-# ARGV: prefix, run_id. The run's fields needed to act on it.
+# ARGV: prefix, run_id. The run's fields needed to act on it, and '1' if it is running past
+# its lease with on_owner_lost "fail" (to be failed before it is shown), else '0'.
 _READ = """
 local key = run_key(ARGV[1], ARGV[2])
 if redis.call('EXISTS', key) == 0 then return false end
-return redis.call('HMGET', key, 'state', 'status', 'version', 'conversation_id',
-                  'started_at', 'updated_at')
-"""
-
-# ARGV: prefix, conversation_id. Is its current run running past its lease, to be failed
-# (on_owner_lost "fail": a resumable one is lost, left for a recoverer)? (run id or nil)
-_EXPIRED = """
-local prefix, cid = ARGV[1], ARGV[2]
-local run_id = redis.call('GET', conv_key(prefix, cid, 'current'))
-if not run_id then return false end
-local fields = redis.call('HMGET', run_key(prefix, run_id), 'status', 'lease_expires_at',
-                          'resumable')
-if fields[3] == '1' or not past_lease(fields[1], fields[2]) then return false end
-return run_id
+local f = redis.call('HMGET', key, 'state', 'status', 'version', 'conversation_id',
+                     'started_at', 'updated_at', 'lease_expires_at', 'resumable')
+local expired = f[8] ~= '1' and past_lease(f[2], f[7])
+return {f[1], f[2], f[3], f[4], f[5], f[6], expired and '1' or '0'}
 """
 
 # ARGV: prefix, conversation_id, run_id, state, owner, lease_s, expected_length, resumable
 # ('1': on_owner_lost "resume"). Refused as replace is, or {'length', length}, {'exists'}.
 _BEGIN = """
 local prefix, cid, run_id = ARGV[1], ARGV[2], ARGV[3]
+local blocked, busy = blocker(prefix, cid)
+if blocked then return {blocked, busy} end
 local current = conv_key(prefix, cid, 'current')
-local busy = redis.call('GET', current)
-if busy then
-  local f = redis.call('HMGET', run_key(prefix, busy), 'status', 'lease_expires_at',
-                       'resumable')
-  if f[1] == 'paused' then return {'paused'} end
-  if f[3] == '1' and past_lease(f[1], f[2]) then return {'recovering', busy} end
-  if f[1] == 'running' then return {'busy'} end
-end
 local length = redis.call('LLEN', conv_key(prefix, cid, 'log'))
 if length ~= tonumber(ARGV[7]) then return {'length', length} end
 local key = run_key(prefix, run_id)
@@ -162,7 +171,7 @@ redis.call('HSET', key, 'state', ARGV[4], 'status', 'running', 'version', 1,
            'owner', ARGV[5], 'lease_s', ARGV[6], 'lease_expires_at', expires,
            'started_at', fmt(t), 'updated_at', fmt(t), 'ended_at', '',
            'conversation_id', cid, 'resumable', ARGV[8])
-index_run(prefix, run_id, 'running', ARGV[8], expires)
+index_run(prefix, run_id, false, 'running', ARGV[8], expires)
 redis.call('SET', current, run_id)
 return {'ok', 1}
 """
@@ -203,8 +212,8 @@ local function acknowledge(key, list, received)
 end
 local prefix, run_id = ARGV[1], ARGV[2]
 local key = run_key(prefix, run_id)
-if redis.call('EXISTS', key) == 0 then return {'unknown'} end
 local fields = redis.call('HMGET', key, 'status', 'version', 'owner')
+if not fields[1] then return {'unknown'} end
 if fields[1] == 'done' or fields[1] == 'cancelled' or fields[1] == 'failed' then
   return {'over', fields[1]}
 end
@@ -252,7 +261,7 @@ local fields = redis.call('HMGET', key, 'status', 'owner', 'resumable')
 if fields[1] ~= 'running' or fields[2] ~= ARGV[3] then return 0 end
 local expires = fmt(now() + tonumber(ARGV[4]))
 redis.call('HSET', key, 'lease_s', ARGV[4], 'lease_expires_at', expires)
-index_run(ARGV[1], ARGV[2], 'running', fields[3], expires)
+index_run(ARGV[1], ARGV[2], fields[3] == '1', 'running', fields[3], expires)
 return 1
 """
 
@@ -386,7 +395,6 @@ SCRIPTS: dict[str, str] = {
         ("load", _LOAD),
         ("replace", _REPLACE),
         ("read", _READ),
-        ("expired", _EXPIRED),
         ("begin", _BEGIN),
         ("write", _WRITE),
         ("renew", _RENEW),

@@ -20,6 +20,8 @@ redis = pytest.importorskip("redis", reason="pip install -e '.[redis]'")
 from redis.backoff import NoBackoff  # noqa: E402
 from redis.retry import Retry  # noqa: E402
 
+from tests.stores.redis_monitor import RoundTrips  # noqa: E402
+
 NO_RETRY = Retry(NoBackoff(), 0)  # redis-py retries a refused connection by default
 
 
@@ -252,3 +254,25 @@ def test_the_index_of_lost_runs_holds_only_running_resumable_runs(
     assert store.prune(older_than=0) == 3
     assert indexed() == []
     assert client.keys(f"{store.prefix}run:*") == []
+
+
+def test_each_verb_of_a_run_is_one_round_trip(redis_server: RedisServer) -> None:
+    """Each verb is one script: the look for a run past its lease (to be failed first) is part
+    of the scripts that read or change a conversation (``load``, ``begin``, ``replace``) or a
+    run (``get``), not a round trip of its own before each."""
+    store = _store(redis_server)
+    state = make_state()
+
+    def sent(call: Any) -> list[str]:
+        with RoundTrips([redis_server.port], store.prefix) as trips:
+            call()
+        return trips.names
+
+    assert sent(lambda: store.load("c1")) == ["load"]
+    begin = partial(store.begin, "c1", state, owner="o", lease_s=30, expected_length=0)
+    assert sent(begin) == ["begin"]
+    assert sent(lambda: store.get(state.run_id)) == ["read"]
+    assert sent(lambda: store.commit(state, owner="o", version=1)) == ["write"]
+    done = replace(state, status="done", next_step=None, stop_reason="end_turn")
+    assert sent(lambda: store.commit(done, owner="o", version=2)) == ["write"]
+    assert sent(lambda: store.replace_log("c1", [])) == ["replace"]

@@ -29,6 +29,8 @@ from tests.stores import test_processes, test_recovery_processes
 redis = pytest.importorskip("redis", reason="pip install -e '.[redis]'")
 from redis.cluster import RedisCluster as ClusterClient  # noqa: E402
 
+from tests.stores.redis_monitor import RoundTrips  # noqa: E402
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -137,3 +139,31 @@ def test_one_server_keeps_its_key_names(redis_server: RedisServer) -> None:
          f"{prefix}events:{state.run_id}"]
     )  # fmt: skip
     client.close()
+
+
+def test_a_run_on_a_cluster_costs_one_round_trip_more_at_each_end(
+    redis_cluster: RedisCluster,
+) -> None:
+    """On a cluster a run's home (its id -> its conversation's shard) is written when it
+    begins and given its state's expiry when it ends: nothing else is added to the one script
+    per verb. Another process finds the home through the conversation if it loaded it (no
+    read of the home), else reads it once."""
+    prefix = f"r{uuid.uuid4().hex[:12]}:"
+    store, other, third = (_open(redis_cluster.ports[0], prefix) for _ in range(3))
+
+    def sent(call: Callable[[], object]) -> list[str]:
+        with RoundTrips(redis_cluster.ports, prefix) as trips:
+            call()
+        return trips.names
+
+    state = make_state()
+    assert sent(lambda: store.load("c1")) == ["load"]
+    begin = partial(store.begin, "c1", state, owner="o", lease_s=30, expected_length=0)
+    assert sent(begin) == ["SET", "begin"]
+    assert sent(lambda: store.commit(state, owner="o", version=1)) == ["write"]
+    assert sent(lambda: store.get(state.run_id)) == ["read"]
+    assert sent(lambda: other.load("c1")) == ["load"]
+    assert sent(lambda: other.cancel(state.run_id, mode="after_turn")) == ["signal"]
+    assert sent(lambda: third.get(state.run_id)) == ["GET", "read"]
+    assert sent(lambda: third.get(state.run_id)) == ["read"]
+    assert sent(lambda: store.commit(_done(state), owner="o", version=2)) == ["write", "EXPIRE"]
