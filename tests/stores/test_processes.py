@@ -8,6 +8,7 @@ timing. Each test's store is described by a picklable spec the children open the
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -195,10 +196,13 @@ def test_cancel_from_another_process_stops_the_owner(
     assert here.invoke("now me").text == "my turn"
 
 
-def _watchers_stopped() -> None:
-    """Wait until this process has no store watcher thread (it ends when its runs do)."""
+def _watchers_stopped(earlier: set[threading.Thread]) -> None:
+    """Wait until this process has no store watcher thread but those of ``earlier`` (other
+    tests' stores not yet collected): the test's own ends when its runs do."""
     pause = threading.Event()
-    while any(t.name == "agent_sync-store-watcher" for t in threading.enumerate()):
+    while any(
+        t.name == "agent_sync-store-watcher" and t not in earlier for t in threading.enumerate()
+    ):
         pause.wait(0.005)
 
 
@@ -207,11 +211,13 @@ def test_a_store_made_before_a_fork_works_in_the_child(spec: Spec) -> None:
     connections (SQLite: never to be used, nor closed, in the child) and its watcher state
     (Redis: a subscribed pub/sub connection). The child must open its own, and both
     processes' runs must still hear their cancels."""
+    gc.collect()  # other tests' chat apps, and with them their stores' watchers
+    earlier = set(threading.enumerate())
     store = open_store(spec)
     parent = Agent(ScriptedModel(["first", "second"]), store=store, conversation_id="parent")
     assert parent.invoke("hi").text == "first"  # connections open, the watcher has run
     store.wait_signals(["nothing"], 0.01)
-    _watchers_stopped()  # gunicorn forks from a master with no other thread running
+    _watchers_stopped(earlier)  # gunicorn forks from a master with no other thread running
     context = multiprocessing.get_context("fork")
     ready, out = context.Queue(), context.Queue()
     child = context.Process(target=forked_owner, args=(store, ready, out))

@@ -13,6 +13,7 @@ import gc
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,10 +37,24 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+@pytest.fixture(autouse=True)
+def _earlier_threads() -> Iterator[None]:
+    """The threads alive before the test: other tests' stores (a chat app an earlier test
+    built, not yet collected) may still have theirs; only the test's own must end."""
+    gc.collect()
+    _EARLIER.clear()
+    _EARLIER.update(threading.enumerate())
+    yield
+    _EARLIER.clear()
+
+
+_EARLIER: set[threading.Thread] = set()
+
+
 def _join_store_threads() -> None:
     """The stores' threads end once nothing is left for them (each joined with a bound)."""
     for thread in threading.enumerate():
-        if thread.name in THREADS:
+        if thread.name in THREADS and thread not in _EARLIER:
             thread.join(WAIT)
             assert not thread.is_alive(), f"{thread.name} outlived its dropped store"
 
