@@ -268,8 +268,8 @@ def consume_signals(
             (run_id, run_id),
         )
         return
-    if status != "running" or received is None:
-        return
+    if status != "running" or received is None or accepted == 0:
+        return  # (no inject accepted for this owner: none is queued, nothing to count)
     (queued,) = db.execute(
         "SELECT COUNT(*) FROM signals WHERE run_id = ? AND kind = 'inject'", (run_id,)
     ).fetchone()
