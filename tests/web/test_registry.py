@@ -63,6 +63,9 @@ def test_cancel_from_another_request_stops_the_running_conversation() -> None:
     registry = ConversationRegistry(make_agent)
     agent = registry.get("a")
     stream = sse_events(agent, "hi")
+    # the scripted turn is taken once the first text arrives: a cancel before that would
+    # leave it for the next call, which would then stall
+    assert any(chunk.startswith(b"event: text") for chunk in stream)
     assert registry.cancel("a", "stopped by user") is True
     done = [chunk for chunk in stream if chunk.startswith(b"event: done")]
     stream.close()
