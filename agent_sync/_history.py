@@ -16,7 +16,13 @@ from collections.abc import Sequence
 from .messages import CANCELLED_TEXT, ContentBlock, Message, ToolResult
 from .tools._results import error_result
 
-__all__ = ["add_user_blocks", "answer_round", "close_turn", "tool_result_message"]
+__all__ = [
+    "add_user_blocks",
+    "answer_pending",
+    "close_cancelled_turn",
+    "close_turn",
+    "tool_result_message",
+]
 
 
 def tool_result_message(results: list[ToolResult]) -> Message:
@@ -62,15 +68,33 @@ def add_user_blocks(messages: list[Message], blocks: list[ContentBlock]) -> None
         messages.append({"role": "user", "content": list(blocks)})
 
 
-def answer_round(messages: list[Message], results: Sequence[ToolResult]) -> None:
-    """Answer a trailing assistant message's calls with ``results`` where one is known (a
-    round paused on a sub-agent's approvals keeps its finished calls' real results when
-    it is cancelled), "Cancelled by user" for the rest, in place. No-op without results.
-    """
-    if not results or not messages or messages[-1]["role"] != "assistant":
+def answer_pending(
+    messages: list[Message], text: str = CANCELLED_TEXT, *, known: Sequence[ToolResult] = ()
+) -> None:
+    """Answer a trailing assistant message's calls, in place: each with its result in
+    ``known`` where there is one (a round paused on a sub-agent's approvals keeps its
+    finished calls' real results), else an error result of ``text``. No-op when the history
+    does not end with calls."""
+    if not messages or messages[-1]["role"] != "assistant":
         return
-    known = {result["toolUseId"]: result for result in results}
+    results = {result["toolUseId"]: result for result in known}
     pending = [b["toolUse"]["toolUseId"] for b in messages[-1]["content"] if "toolUse" in b]
     if pending:
-        answers = [known.get(i) or error_result(i, CANCELLED_TEXT) for i in pending]
+        answers = [results.get(i) or error_result(i, text) for i in pending]
         messages.append(tool_result_message(answers))
+
+
+def close_cancelled_turn(
+    messages: list[Message],
+    *,
+    results: Sequence[ToolResult] = (),
+    queued: Sequence[ContentBlock] = (),
+    unanswered_text: str = CANCELLED_TEXT,
+) -> None:
+    """The one history a cancel leaves, wherever the run was (running, paused, lost), in
+    place: the trailing calls answered (``results`` where known, else ``unanswered_text``),
+    the ``queued`` input written to the next user message, then "Cancelled by user" closes
+    the turn."""
+    answer_pending(messages, unanswered_text, known=results)
+    add_user_blocks(messages, list(queued))
+    close_turn(messages, CANCELLED_TEXT)

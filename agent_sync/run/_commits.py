@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from .._history import add_user_blocks, close_turn
-from ..messages import CANCELLED_TEXT, ContentBlock, Message
+from .._history import add_user_blocks, close_cancelled_turn
+from ..messages import ContentBlock, Message
 from ._durable import StoreLink, load_log
 from ._inbox import Inbox
 from ._slot import check_no_stored_run
@@ -89,9 +89,10 @@ class Commits:
                 if ctx.status == "done":
                     going_on = True
                     return late
-                add_user_blocks(ctx.messages, late)  # a cancelled or failed run keeps it,
-                if ctx.status == "cancelled":  # its turn closed again after it
-                    close_turn(ctx.messages, CANCELLED_TEXT)
+                if ctx.status == "cancelled":  # a cancelled run keeps it, its turn closed again
+                    close_cancelled_turn(ctx.messages, queued=late)
+                else:  # a failed one keeps it as its last user message
+                    add_user_blocks(ctx.messages, late)
         except Exception:
             if strict:
                 raise

@@ -16,9 +16,9 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from .._history import add_user_blocks, answer_round, close_turn
+from .._history import close_cancelled_turn
 from ..errors import ConcurrentInvocationError, PendingApprovalError
-from ..messages import CANCELLED_TEXT, Message
+from ..messages import Message
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -201,10 +201,8 @@ class RunSlot:
             if paused is None or self._driver is not None:
                 return None
             self._paused = None
-            answer_round(self._messages, paused.round_results)
             queued = [block for blocks in paused.queued_inputs for block in blocks]
-            add_user_blocks(self._messages, queued)
-            close_turn(self._messages, CANCELLED_TEXT)
+            close_cancelled_turn(self._messages, results=paused.round_results, queued=queued)
             return paused
 
 

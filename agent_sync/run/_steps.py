@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._decisions import ApprovalRequest, Deny
-from .._history import add_user_blocks, answer_round, close_turn, tool_result_message
+from .._history import add_user_blocks, close_cancelled_turn, close_turn, tool_result_message
 from .._run_state import Step, StepName
 from ..events import (
     AgentEvent,
@@ -44,7 +44,7 @@ from ..events import (
     ToolEnd,
     ToolStart,
 )
-from ..messages import CANCELLED_TEXT, ContentBlock, Message, ToolResult, ToolUse
+from ..messages import ContentBlock, Message, ToolResult, ToolUse
 from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
 from ..tools.context import ToolContext
 from ._context import RunContext
@@ -285,11 +285,10 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
     """
     if ctx.subruns:  # resumed, then cancelled before its paused children went on
         cancel_subruns(ctx.agent, ctx.subruns, ctx.store, ctx.scope.reason or "cancelled")
-    answer_round(ctx.messages, tuple(ctx.round_results.values()))
+    results = tuple(ctx.round_results.values())
     ctx.round_results, ctx.subruns = {}, {}
     queued = ctx.inbox.close()
-    add_user_blocks(ctx.messages, queued)
-    close_turn(ctx.messages, CANCELLED_TEXT)
+    close_cancelled_turn(ctx.messages, results=results, queued=queued)
     ctx.finish("cancelled", "cancelled", ctx.scope.reason)
     return queued
 

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from .._encodable import clean_text, loads_stored
-from .._history import add_user_blocks, answer_round, close_turn
+from .._history import add_user_blocks, answer_pending, close_cancelled_turn
 from .._run_state import RunSnapshot, RunState, from_json_ready, json_ready
 from ..errors import (
     ConcurrentInvocationError,
@@ -37,7 +37,6 @@ from ..errors import (
     UsageError,
 )
 from ..messages import CANCELLED_TEXT, ContentBlock, Message, ToolResult
-from ..tools._results import error_result
 from ._rules_events import decode_event, encode_events, events_complete, events_moved_on
 
 __all__ = [
@@ -89,7 +88,7 @@ def abandoned(state: RunState) -> RunState:
     :data:`WORKER_STOPPED_TEXT`, queued input kept, history valid (it ends with the user's
     message, as after a model error, so the conversation can go on)."""
     messages = [_copy(message) for message in state.messages]
-    _answer_pending(messages, WORKER_STOPPED_TEXT)
+    answer_pending(messages, WORKER_STOPPED_TEXT)
     add_user_blocks(messages, _queued(state))
     return replace(
         state,
@@ -113,9 +112,7 @@ def subrun_ids(state: RunState) -> list[str]:
 def cancelled_while_paused(state: RunState, reason: str | None) -> RunState:
     """A paused run cancelled: pending calls answered "Cancelled by user", queued input
     written, a closing assistant message: the history a cancel leaves in a running turn."""
-    messages = [_copy(message) for message in state.messages]
-    answer_round(messages, state.round_results)
-    return _cancelled(state, messages, reason)
+    return _cancelled(state, reason, CANCELLED_TEXT)
 
 
 def resumable(state: RunState) -> bool:
@@ -130,16 +127,18 @@ def cancelled_while_lost(state: RunState, reason: str | None) -> RunState:
     round its owner committed results for keep them (they ran), the others are answered
     with :data:`WORKER_STOPPED_TEXT` (they may have run), queued input written, the turn
     closed: the history a cancel leaves, with nothing claimed about calls cut short."""
+    return _cancelled(state, reason, WORKER_STOPPED_TEXT)
+
+
+def _cancelled(state: RunState, reason: str | None, unanswered_text: str) -> RunState:
+    """A run cancelled while nobody ran it (paused or lost): the calls of its round keep
+    the results its owner committed, the others are answered ``unanswered_text``; queued
+    input written, the turn closed, nothing left pending."""
     messages = [_copy(message) for message in state.messages]
-    _answer_pending(messages, WORKER_STOPPED_TEXT, known=state.round_results)
-    return _cancelled(state, messages, reason)
-
-
-def _cancelled(state: RunState, messages: list[Message], reason: str | None) -> RunState:
-    """A run cancelled while nobody ran it (paused or lost), its calls answered in
-    ``messages``: queued input written, the turn closed, nothing left pending."""
-    add_user_blocks(messages, _queued(state))
-    close_turn(messages, CANCELLED_TEXT)
+    known: list[ToolResult] = from_json_ready(json_ready(list(state.round_results)))
+    close_cancelled_turn(
+        messages, results=known, queued=_queued(state), unanswered_text=unanswered_text
+    )
     return replace(
         state,
         status="cancelled",
@@ -224,23 +223,6 @@ def decode_messages(texts: Sequence[str | bytes]) -> list[Message]:
     """The messages :func:`encode_messages` wrote (made encodable: a lone surrogate or
     ``NaN`` stored by an earlier version must not make a conversation unreadable)."""
     return [from_json_ready(loads_stored(text)) for text in texts]
-
-
-def _answer_pending(
-    messages: list[Message], text: str, *, known: Sequence[ToolResult] = ()
-) -> None:
-    """Answer a trailing assistant message's calls: with their result in ``known``, else
-    an error result of ``text``."""
-    if not messages or messages[-1]["role"] != "assistant":
-        return
-    copied: list[ToolResult] = from_json_ready(json_ready(list(known)))  # nothing shared
-    results = {result["toolUseId"]: result for result in copied}
-    pending = [b["toolUse"]["toolUseId"] for b in messages[-1]["content"] if "toolUse" in b]
-    if pending:
-        answers: list[ContentBlock] = [
-            {"toolResult": results.get(i) or error_result(i, text)} for i in pending
-        ]
-        messages.append({"role": "user", "content": answers})
 
 
 def _queued(state: RunState) -> list[ContentBlock]:
