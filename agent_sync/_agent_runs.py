@@ -16,7 +16,6 @@ from typing import Any, NamedTuple, TypeVar, Union
 from ._decisions import Approve, Decision, Deny
 from ._prompt import history_copy
 from .cancel import CancelScope, CancelToken
-from .context._keeper import ContextKeeper
 from .errors import RunConflictError, UsageError
 from .messages import ContentBlock, Message
 from .models.base import CacheMode
@@ -139,11 +138,7 @@ class AgentRuns:
         child._settings = replace(
             self._settings,
             conversation_id=conversation_id,
-            context=(
-                ContextKeeper(keeper.policy, store=child._store, conversation_id=conversation_id)
-                if keeper is not None
-                else None
-            ),
+            context=(keeper.fresh(child._store, conversation_id) if keeper is not None else None),
         )
         child._slot = RunSlot([])
         if child._store is not None:

@@ -119,6 +119,10 @@ class ContextKeeper:
         if tokens > 0 and chars > 0:
             self._tokens_per_char = tokens / chars
 
+    def fresh(self, store: object | None, conversation_id: str | None) -> ContextKeeper:
+        """This policy for another conversation, with nothing learned yet."""
+        return ContextKeeper(self.policy, store=store, conversation_id=conversation_id)
+
     # -- internals --
 
     def _chars_for(self, tokens: int | None, fixed: int) -> float | None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._run_state import OwnerLostPolicy
 from ..errors import UsageError
-from ..messages import ToolSpec
+from ..messages import Message, ToolSpec, Usage
 from ..models.base import CacheMode, Model
 from ..output._checks import checked_output_retries, checked_output_type
 from ..retry import RetryPolicy
@@ -21,10 +21,43 @@ from ..tools.decorator import Tool
 from ..tools.executor import ExecutorKind
 
 if TYPE_CHECKING:
-    from ..context._keeper import ContextKeeper
     from ..output import OutputSpec
+    from ..stores._protocol import RunStore
+    from ._context import RunContext
 
-__all__ = ["UNSET", "RunSettings", "Unset", "agent_settings", "call_settings", "check_cache"]
+__all__ = [
+    "UNSET",
+    "ContextShaper",
+    "RunSettings",
+    "Unset",
+    "agent_settings",
+    "call_settings",
+    "check_cache",
+]
+
+
+class ContextShaper(Protocol):
+    """What the model step asks of the agent's context policy: the run sits below the
+    policies (``agent_sync.context``'s keeper implements this and reads the run's context),
+    so the run names only what it calls."""
+
+    def view(self, ctx: RunContext) -> list[Message]:
+        """The messages to send for this call (a new list, never the history itself)."""
+        ...
+
+    def observe(self, ctx: RunContext, sent: Sequence[Message], usage: Usage | None) -> None:
+        """Learn from the usage the provider reported for ``sent``."""
+        ...
+
+    def shrink(self, sent: Sequence[Message]) -> list[Message] | None:
+        """A smaller valid view after the provider refused ``sent`` as too long, or
+        ``None`` if it cannot shrink."""
+        ...
+
+    def fresh(self, store: RunStore | None, conversation_id: str | None) -> ContextShaper:
+        """The same policy for another conversation, knowing nothing yet (a policy learns
+        per conversation: a sub-agent call's child gets its own)."""
+        ...
 
 
 class Unset:
@@ -59,7 +92,7 @@ class RunSettings:
     deps: Any = None  # the run's ToolContext.deps (process-local: never in a RunState)
     output: OutputSpec | None = None  # the output type (structured output), if any
     output_retries: int = 2
-    context: ContextKeeper | None = None  # the context policy, with what it learned
+    context: ContextShaper | None = None  # the context policy, with what it learned
     on_owner_lost: OwnerLostPolicy = "fail"  # what a store does when the run's owner dies
 
 
@@ -82,7 +115,7 @@ def agent_settings(
     deps: Any,
     output_type: object,
     output_retries: int,
-    context: ContextKeeper | None,
+    context: ContextShaper | None,
     tool_sources: list[ToolSource],
     on_owner_lost: OwnerLostPolicy = "fail",
 ) -> RunSettings:
