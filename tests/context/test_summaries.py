@@ -4,7 +4,6 @@ is cancelled with the run, leaving a valid history with the prompt kept."""
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import uuid
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from agent_sync.stores import RunStore, SQLiteRunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.anthropic_server import AnthropicServer
 from tests.fixtures.doubles import texts
+from tests.fixtures.processes import child_context
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -182,7 +182,7 @@ def test_a_summary_written_in_another_process_is_reused(
         server = request.getfixturevalue("redis_server")
         spec = ("redis", f"{server.port}/p{uuid.uuid4().hex[:12]}:")
     Agent(ScriptedModel([]), store=_open(spec), conversation_id="c1").messages = _long_history(20)
-    context = multiprocessing.get_context("spawn")
+    context = child_context()
     out = context.Queue()
     child = context.Process(target=summarizing_worker, args=(spec, out))
     child.start()

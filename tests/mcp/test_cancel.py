@@ -5,7 +5,6 @@ connection serves the next call. ``mode="after_turn"`` lets the call finish inst
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from agent_sync.mcp import MCPServer
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.stores import SQLiteRunStore
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.processes import child_context
 
 LONG = {
     "tool_calls": [
@@ -125,9 +125,7 @@ def test_a_store_cancel_from_another_process_reaches_the_server(
     run = Invoke(agent)
     request = call_of(seen, "trigger-long-running-operation")
     assert agent.active_run is not None
-    other = multiprocessing.get_context("spawn").Process(
-        target=_cancel_from_store, args=(path, agent.active_run.run_id)
-    )
+    other = child_context().Process(target=_cancel_from_store, args=(path, agent.active_run.run_id))
     other.start()
     other.join(60)
     assert other.exitcode == 0

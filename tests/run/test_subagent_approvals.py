@@ -6,7 +6,6 @@ while paused cancels the paused children too."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from agent_sync.events import ApprovalRequired, SubAgentEvent
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.stores import MemoryRunStore, RunStore
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.processes import child_context
 from tests.stores.test_processes import Spec, open_store
 
 pytestmark = pytest.mark.timeout(120)
@@ -196,7 +196,7 @@ def test_a_tree_paused_in_one_process_is_resumed_in_another(
     spec: Spec,  # noqa: F811 - the fixture
     _logged: Path,
 ) -> None:
-    context = multiprocessing.get_context("spawn")
+    context = child_context()
     out = context.Queue()
     worker = context.Process(target=pause_in_a_worker, args=(spec, str(_logged), out))
     worker.start()

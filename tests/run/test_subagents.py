@@ -11,7 +11,6 @@ catches.
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 import uuid
@@ -29,6 +28,7 @@ from agent_sync.models.base import ModelRequest
 from agent_sync.stores import MemoryRunStore, RunStore
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.doubles import texts
+from tests.fixtures.processes import child_context
 from tests.stores.test_processes import Spec, open_store
 
 pytestmark = pytest.mark.timeout(120)
@@ -475,7 +475,7 @@ def test_store_cancel_of_the_lead_from_another_process_cancels_the_tree(
     assert tree.reached.wait(30)
     lead = tree.boss_model.run_ids[0]
     assert lead is not None
-    context = multiprocessing.get_context("spawn")
+    context = child_context()
     answer = context.Queue()
     process = context.Process(
         target=_cancel_in_another_process, args=(spec, lead, "from afar", answer)

@@ -10,7 +10,6 @@ share one poller per store and process, and still hear another process's append.
 
 from __future__ import annotations
 
-import multiprocessing
 import queue
 import threading
 import uuid
@@ -24,6 +23,7 @@ from agent_sync.cancel import CancelMode
 from agent_sync.stores import MemoryRunStore, RunEvent, RunStore, SQLiteRunStore, _watcher
 from agent_sync.testing.redis_server import RedisServer
 from agent_sync.testing.run_store_contract import make_state
+from tests.fixtures.processes import child_context
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -195,7 +195,7 @@ def test_sqlite_readers_of_many_logs_share_one_poller_and_hear_another_process(
     readers = {r: threading.Thread(target=follow, args=(r,), daemon=True) for r in run_ids}
     for reader in readers.values():
         reader.start()
-    child = multiprocessing.get_context("spawn").Process(target=_append_in_child, args=(path, "r7"))
+    child = child_context().Process(target=_append_in_child, args=(path, "r7"))
     child.start()
     child.join(60)
     assert child.exitcode == 0

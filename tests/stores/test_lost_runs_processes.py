@@ -4,7 +4,6 @@ SQLite and on Redis. Children are spawned and report through a queue, never by t
 
 from __future__ import annotations
 
-import multiprocessing
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from agent_sync.errors import RunConflictError
 from agent_sync.stores import RunStore, SQLiteRunStore
 from agent_sync.testing.redis_server import RedisServer
 from agent_sync.testing.run_store_contract import make_state
+from tests.fixtures.processes import child_context
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -62,7 +62,7 @@ def test_four_processes_claim_a_lost_run_and_one_wins(spec: Spec) -> None:
     store = open_store(spec)
     state = make_state(on_owner_lost="resume")
     store.begin("c1", state, owner="dead", lease_s=0, expected_length=0)  # its owner died
-    context = multiprocessing.get_context("spawn")
+    context = child_context()
     barrier, out = context.Barrier(RECOVERERS), context.Queue()
     names = [f"recoverer-{n}" for n in range(RECOVERERS)]
     children = [

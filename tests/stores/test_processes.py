@@ -37,6 +37,7 @@ from agent_sync.testing.redis_server import RedisServer
 from agent_sync.testing.run_store_contract import _wait_past
 from tests.conftest import Spec  # the fixture "spec" is there
 from tests.fixtures.doubles import texts
+from tests.fixtures.processes import child_context
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -162,7 +163,7 @@ def forked_owner(store: RunStore, ready: Any, out: Any) -> None:
 
 
 def _spawn() -> Any:
-    return multiprocessing.get_context("spawn")
+    return child_context()
 
 
 # -- the tests --

@@ -11,7 +11,6 @@ which is what is tested (``_wait_past``).
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
@@ -25,6 +24,7 @@ from agent_sync import Agent, Approve, Deny, RunState, ToolContext, tool, valida
 from agent_sync.stores import MemoryRunStore, RunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.run_store_contract import _wait_past
+from tests.fixtures.processes import child_context
 from tests.fixtures.recovered import join_recovered
 from tests.stores.test_processes import Spec, open_store
 
@@ -131,7 +131,7 @@ def dying_worker(spec: Spec, case: str, ready: Any, folder: str) -> None:
 def _crash(spec: Spec, case: str, folder: Path) -> str:
     """Start the dying worker, let it reach its point, SIGKILL it and let its lease run
     out; the lost run's id."""
-    context = multiprocessing.get_context("spawn")
+    context = child_context()
     ready = context.Queue()
     worker = context.Process(target=dying_worker, args=(spec, case, ready, str(folder)))
     worker.start()

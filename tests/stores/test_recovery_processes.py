@@ -10,7 +10,6 @@ what is tested, so the parent lets it run out (``_wait_past``).
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
@@ -27,6 +26,7 @@ from agent_sync.stores._rules import WORKER_STOPPED_TEXT
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.run_store_contract import _wait_past
 from agent_sync.testing.run_store_contract._base import events_of
+from tests.fixtures.processes import child_context
 from tests.fixtures.recovered import join_recovered
 from tests.stores.test_processes import Spec, open_store
 
@@ -176,7 +176,7 @@ def _make_recovering_agent(store: RunStore, case: str) -> Any:
 
 
 def _kill_after_ready(spec: Spec, case: str, folder: Path, *, web: bool = False) -> str:
-    context = multiprocessing.get_context("spawn")
+    context = child_context()
     ready = context.Queue()
     worker = context.Process(target=dying_worker, args=(spec, case, ready, str(folder), web))
     worker.start()
@@ -245,7 +245,7 @@ def racing_recoverer(spec: Spec, barrier: Any, out: Any, folder: str) -> None:
 
 def test_racing_recoverers_resume_a_run_once(spec: Spec, tmp_path: Path) -> None:
     run_id = _kill_after_ready(spec, "tool", tmp_path)
-    context = multiprocessing.get_context("spawn")
+    context = child_context()
     barrier, out = context.Barrier(4), context.Queue()
     racers = [
         context.Process(target=racing_recoverer, args=(spec, barrier, out, str(tmp_path)))
@@ -334,7 +334,7 @@ def test_a_worker_that_stood_still_stops_the_run_another_took_over(
     """A worker stopped (SIGSTOP: a long GC pause, a frozen VM) past its lease, its run
     taken over, then going on (SIGCONT): its renewal is refused, so it stops its own copy
     of the run at once (its tool is told) and the recovered run's history is untouched."""
-    context = multiprocessing.get_context("spawn")
+    context = child_context()
     ready = context.Queue()
     worker = context.Process(target=dying_worker, args=(spec, "tool", ready, str(tmp_path), False))
     worker.start()

@@ -3,7 +3,6 @@ in separate processes sharing one conversation: tests/stores/test_processes.py."
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sqlite3
 import stat
@@ -21,6 +20,7 @@ from agent_sync.errors import StoreUnavailableError
 from agent_sync.stores import RunStore, SQLiteRunStore
 from agent_sync.stores._sqlite_pool import READERS
 from agent_sync.testing.run_store_contract import RunStoreContract, make_state
+from tests.fixtures.processes import child_context
 
 
 def _open(path: str) -> RunStore:
@@ -62,7 +62,7 @@ def test_a_second_store_on_the_same_file_keeps_the_first_ones_writes(tmp_path: P
     first = SQLiteRunStore(path)
     first.load("c1")  # `first` now has a connection on the file
     SQLiteRunStore(path)  # a second store on the same file, in the same process
-    context = multiprocessing.get_context("spawn")
+    context = child_context()
     toucher = context.Process(target=_touch_and_close, args=(path,))
     toucher.start()
     toucher.join(60)
@@ -166,7 +166,7 @@ def test_a_worker_whose_clock_runs_ahead_does_not_fail_a_live_run(tmp_path: Path
     store = SQLiteRunStore(path)
     state = make_state()
     store.begin("c1", state, owner="o", lease_s=30, expected_length=0)  # live for 30 s
-    context = multiprocessing.get_context("spawn")
+    context = child_context()
     out = context.Queue()
     ahead = context.Process(target=_get_with_a_clock_ahead, args=(path, state.run_id, out))
     ahead.start()
