@@ -15,8 +15,8 @@ import pytest
 import requests
 
 from agent_sync.errors import ModelError, ModelHTTPError
-from agent_sync.models import OpenAIModel
-from agent_sync.testing import OpenAIServer, ScriptedServer
+from agent_sync.models import OpenAIModel, OpenAIResponsesModel
+from agent_sync.testing import OpenAIServer, ResponsesServer, ScriptedServer
 from tests.fixtures.logs import RootRecords
 from tests.fixtures.streams import assemble, collect
 
@@ -27,6 +27,7 @@ FOUNDRY = "http://my-resource.cognitiveservices.azure.com/openai/v1"
 Build = Callable[..., Any]
 WIRES: dict[str, tuple[type[ScriptedServer], Build]] = {
     "chat": (OpenAIServer, OpenAIModel),
+    "responses": (ResponsesServer, OpenAIResponsesModel),
 }
 
 
