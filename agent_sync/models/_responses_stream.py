@@ -176,7 +176,9 @@ class EventTranslator:
             self._start(out)
         kind = event["type"]
         if kind == "response.output_text.delta" or kind == "response.refusal.delta":
-            item = self._items[event["output_index"]]
+            item = self._items.get(event["output_index"])
+            if item is None:  # a server that skipped output_item.added: a message it is
+                item = self._items[event["output_index"]] = _Item("message")
             self._text(out, item, _string(event["delta"], "text delta"))
         elif kind == "response.function_call_arguments.delta":
             item = self._items[event["output_index"]]

@@ -22,6 +22,7 @@ from agent_sync.errors import (
 )
 from agent_sync.messages import Message
 from agent_sync.models import OpenAIResponsesModel
+from agent_sync.models._responses_stream import EventTranslator
 from agent_sync.models.base import ModelRequest, OutputSchema
 from agent_sync.testing import ResponsesServer
 from tests.fixtures.streams import assemble, collect
@@ -417,3 +418,45 @@ def test_a_malformed_history_is_a_usage_error_and_sends_nothing(
     with pytest.raises(UsageError, match=r"messages\[0\]"):
         collect(model, ModelRequest(messages=bad))
     assert server.requests == []
+
+
+# -- the translator at its boundary ------------------------------------------------------------
+
+
+def _translate(*events: dict[str, Any]) -> list[Any]:
+    translator = EventTranslator()
+    out = [e for event in events for e in translator.add(event)]
+    return out + translator.finish()
+
+
+def test_a_text_delta_without_its_item_is_still_text() -> None:
+    events = _translate(
+        {"type": "response.output_text.delta", "output_index": 0, "delta": "hi"},
+        {"type": "response.completed", "response": {"status": "completed"}},
+    )
+    assert assemble(events).message["content"] == [{"text": "hi"}]
+
+
+@pytest.mark.parametrize(
+    ("event", "error"),
+    [
+        ({"type": "response.output_text.delta", "output_index": 0, "delta": 5}, ModelStreamError),
+        ({"type": "response.function_call_arguments.delta", "output_index": 3, "delta": "{"},
+         ModelStreamError),
+        ({"type": "response.output_item.added", "output_index": 0,
+          "item": {"type": "function_call", "call_id": 7, "name": "f"}}, ModelStreamError),
+        ({"type": "error", "code": "rate_limit_exceeded", "message": "slow down"},
+         ModelThrottledError),
+        ({"type": "error", "error": {"code": "context_length_exceeded", "message": "too long"}},
+         ContextWindowOverflowError),
+        ({"type": "response.failed", "response": {"error": {"code": "server_error",
+          "message": "oops"}}}, ModelStreamError),
+    ],
+    ids=["non-string-text", "arguments-without-item", "numeric-call-id", "error-event",
+         "nested-error-overflow", "failed"],
+)  # fmt: skip
+def test_unreadable_or_failing_events_raise_mapped_errors(
+    event: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        _translate(event)
