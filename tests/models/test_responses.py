@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,6 +34,17 @@ KEY = "sk-resp-SECRET-0123456789abcdef"
 NO_RETRY = RetryPolicy(max_attempts=1)
 
 server, model = responses_fixtures(KEY)
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[tuple[ResponsesServer, OpenAIResponsesModel]]:
+    """One server and model for the tests that look only at what the model yields (each
+    consumes exactly the turns it adds): a server per case would cost more than the case."""
+    with ResponsesServer() as one_server:
+        one_model = OpenAIResponsesModel("gpt-test", base_url=one_server.url, api_key=KEY)
+        yield one_server, one_model
+        one_model.close()
+        assert one_server.turns_left == 0
 
 
 @tool
@@ -255,8 +267,9 @@ def test_images_and_documents_become_input_parts(
     [("max_output_tokens", "max_tokens"), ("content_filter", "content_filtered")],
 )
 def test_an_incomplete_response_says_why(
-    server: ResponsesServer, model: OpenAIResponsesModel, stop: str, expected: str
+    shared: tuple[ResponsesServer, OpenAIResponsesModel], stop: str, expected: str
 ) -> None:
+    server, model = shared
     server.add_turns({"text": "partial answ", "stop_reason": stop})
     assembled = assemble(collect(model))
     assert assembled.stop_reason == expected
@@ -379,12 +392,12 @@ def test_server_errors_are_retried_by_the_agent(
          "dropped"],
 )  # fmt: skip
 def test_errors_are_mapped(
-    server: ResponsesServer,
-    model: OpenAIResponsesModel,
+    shared: tuple[ResponsesServer, OpenAIResponsesModel],
     turn: dict[str, Any],
     error: type[Exception],
     retryable: bool,
 ) -> None:
+    server, model = shared
     server.add_turns(turn)
     with pytest.raises(error) as info:
         collect(model)

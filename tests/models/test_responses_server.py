@@ -38,6 +38,13 @@ def server() -> Iterator[ResponsesServer]:
         yield s
 
 
+@pytest.fixture(scope="module")
+def refusing() -> Iterator[ResponsesServer]:
+    """One server for the refusal cases: a refused request uses up no turn."""
+    with ResponsesServer(["unused"]) as s:
+        yield s
+
+
 @pytest.fixture
 def client(server: ResponsesServer) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=server.url, api_key="sk-sdk-test", max_retries=0) as c:
@@ -143,13 +150,12 @@ CALL = {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": 
          "unknown-reasoning", "tools-strict-by-default", "tool-choice", "format-name"],
 )  # fmt: skip
 def test_the_server_refuses_what_the_api_refuses(
-    server: ResponsesServer, body: dict[str, Any], refusal: str
+    refusing: ResponsesServer, body: dict[str, Any], refusal: str
 ) -> None:
-    server.add_turns("unused")
-    answer = _post(server, body)
+    answer = _post(refusing, body)
     assert answer.status_code == 400
     assert refusal in answer.json()["error"]["message"]
-    assert server.turns_left == 1  # a refusal does not use up the turn
+    assert refusing.turns_left == 1  # a refusal does not use up the turn
 
 
 def test_the_server_refuses_reasoning_it_issued_without_its_follower(
