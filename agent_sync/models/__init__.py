@@ -1,6 +1,7 @@
 """Model providers.
 
-``from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel``: each provider
+``from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel,
+OpenAIResponsesModel``: each provider
 is imported on first use, so ``import agent_sync`` stays fast and a provider's SDK is only
 loaded when you use it.
 """
@@ -16,13 +17,22 @@ if TYPE_CHECKING:
     from .anthropic import AnthropicModel
     from .bedrock import BedrockModel
     from .openai import OpenAIModel
+    from .responses import OpenAIResponsesModel
 
-__all__ = ["AnthropicModel", "BedrockModel", "Model", "ModelRequest", "OpenAIModel"]
+__all__ = [
+    "AnthropicModel",
+    "BedrockModel",
+    "Model",
+    "ModelRequest",
+    "OpenAIModel",
+    "OpenAIResponsesModel",
+]
 
 _LAZY = {
     "AnthropicModel": ".anthropic",
     "BedrockModel": ".bedrock",
     "OpenAIModel": ".openai",
+    "OpenAIResponsesModel": ".responses",
 }
 
 

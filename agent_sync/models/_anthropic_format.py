@@ -29,6 +29,7 @@ from typing import Any
 
 from ..errors import ModelError, UsageError
 from ..messages import Message, ToolSpec
+from ._reasoning import is_tagged
 from ._wire import MALFORMED as _MALFORMED
 from .base import CacheMode, ModelRequest
 
@@ -247,8 +248,8 @@ def _reasoning(reasoning: Mapping[str, Any]) -> dict[str, Any] | None:
         data = redacted.decode("utf-8") if isinstance(redacted, bytes) else str(redacted)
         return {"type": "redacted_thinking", "data": data}
     text = reasoning.get("reasoningText") or {}
-    if not text.get("signature"):
-        return None  # unsigned reasoning (another provider's) would be rejected
+    if not text.get("signature") or is_tagged(text["signature"]):
+        return None  # unsigned reasoning, or another wire's token, would be rejected
     return {"type": "thinking", "thinking": text.get("text", ""), "signature": text["signature"]}
 
 

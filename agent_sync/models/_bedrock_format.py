@@ -36,6 +36,7 @@ from typing import Any, cast
 
 from ..errors import AgentSyncError, ModelStreamError, UsageError
 from ..messages import Message, StreamEvent, ToolSpec
+from ._reasoning import is_tagged
 from ._wire import MALFORMED as _MALFORMED
 from ._wire import shorten
 from .base import CacheMode
@@ -252,7 +253,12 @@ def _clean_reasoning(value: Any) -> dict[str, Any] | None:
     if "redactedContent" in value:
         return {"reasoningContent": {"redactedContent": value["redactedContent"]}}
     reasoning = value.get("reasoningText")
-    if isinstance(reasoning, Mapping) and reasoning.get("signature") and reasoning.get("text"):
+    if (
+        isinstance(reasoning, Mapping)
+        and reasoning.get("signature")
+        and reasoning.get("text")
+        and not is_tagged(reasoning["signature"])  # another wire's token (_reasoning.py)
+    ):
         text = {"text": reasoning["text"], "signature": reasoning["signature"]}
         return {"reasoningContent": {"reasoningText": text}}
     return None  # unsigned reasoning (another provider's) cannot be replayed to Bedrock

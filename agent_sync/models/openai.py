@@ -33,28 +33,24 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import requests
 
-from .._redact import register_secret
 from ..cancel import CancelScope
-from ..errors import ModelError, ModelHTTPError, ModelStreamError
+from ..errors import ModelHTTPError, ModelStreamError
 from ..messages import StreamEvent
-from ._abort.requests import AbortableHTTPAdapter
 from ._abort.urllib3 import RequestAbort, abort_on_cancel
 from ._openai_errors import (
     PROVIDER,
-    http_error,
     mapped_errors,
     rejects_cache_fields,
     stream_error,
 )
 from ._openai_format import CACHE_FIELDS, build_request_body
+from ._openai_http import OPENAI_BASE_URL, OpenAITransport, drain, is_json_answer
 from ._openai_stream import ChunkTranslator, completion_as_chunk
 from ._output import response_format, with_output_tool
 from ._sse import iter_sse
@@ -65,12 +61,9 @@ __all__ = ["OpenAIModel"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_BASE_URL = OPENAI_BASE_URL
 DEFAULT_TIMEOUT = (10.0, 120.0)
 """(connect, read) seconds. The read timeout bounds the silence *between* chunks."""
-
-_DRAIN_TIMEOUT = 0.5
-_CREDENTIAL_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie")
 
 
 class OpenAIModel:
@@ -89,7 +82,10 @@ class OpenAIModel:
         model_id: The model name the server expects.
         base_url: Endpoint root; requests go to ``{base_url}/chat/completions``.
         api_key: Bearer token; defaults to the ``OPENAI_API_KEY`` environment variable.
-            Local servers usually need none. Never logged nor shown in reprs or errors.
+            Local servers usually need none. On Azure OpenAI (a ``base_url`` host ending
+            with ``.openai.azure.com`` or ``.cognitiveservices.azure.com``) it is sent as
+            the ``api-key`` header and defaults to ``AZURE_OPENAI_API_KEY``. Never logged
+            nor shown in reprs or errors.
         session: A ``requests.Session`` to use (its ``http(s)://`` adapters are replaced by
             abortable ones, keeping their pool sizes); a new one per model by default.
         timeout: ``(connect, read)`` seconds, or one number for both. ``read`` is the
@@ -117,34 +113,24 @@ class OpenAIModel:
         self.url = f"{self.base_url}/chat/completions"
         self.timeout = timeout if isinstance(timeout, tuple) else (timeout, timeout)
         self.params = dict(params)
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._headers = {"accept": "text/event-stream", **(headers or {})}
-        self._owns_session = session is None
-        self.session = session if session is not None else requests.Session()
-        # Every credential we were given or resolved: errors and logs redact them by value.
-        register_secret(self._api_key)
-        _register_header_secrets(self._headers)
-        _register_header_secrets(self.session.headers)
+        self._transport = OpenAITransport(
+            self.url,
+            base_url=self.base_url,
+            api_key=api_key,
+            session=session,
+            timeout=self.timeout,
+            headers=headers,
+        )
+        self.session = self._transport.session
         self._cache_rejection = CacheRejection(logger)
         self._format_rejection = CacheRejection(logger)  # response_format refused
-        _mount_abortable(self.session)
-        # OpenAI itself refuses a request without a key: say so before sending anything
-        # (local servers at another base_url usually need none).
-        self._no_credentials = (
-            not self._api_key
-            and urlsplit(self.base_url).hostname == urlsplit(DEFAULT_BASE_URL).hostname
-            and not any(
-                name.lower() == "authorization" for name in (*self._headers, *self.session.headers)
-            )
-        )
 
     def __repr__(self) -> str:
         return f"OpenAIModel(model_id={self.model_id!r}, base_url={self.base_url!r})"
 
     def close(self) -> None:
         """Close the session (and its pooled connections) if this model created it."""
-        if self._owns_session:
-            self.session.close()
+        self._transport.close()
 
     def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
         """Send ``request`` and yield Converse stream events as chunks arrive.
@@ -165,13 +151,7 @@ class OpenAIModel:
             ModelError: The call failed; ``retryable`` says whether a retry may help.
             CancelledError: ``cancel`` was cancelled during the call.
         """
-        if self._no_credentials:
-            raise ModelError(
-                "no OpenAI API key: set the OPENAI_API_KEY environment variable or pass "
-                "api_key= (nothing was sent; a local server at another base_url needs none)",
-                provider=PROVIDER,
-                retryable=False,
-            )
+        self._transport.check_credentials()
         body = self._body(request)
         cancel.raise_if_cancelled()
         started = time.monotonic()
@@ -184,8 +164,7 @@ class OpenAIModel:
                     response.status_code,
                     (time.monotonic() - started) * 1000,
                 )
-                content_type = response.headers.get("content-type", "").lower()
-                if "json" in content_type and "event-stream" not in content_type:
+                if is_json_answer(response):
                     yield from self._json_answer(response, cancel)
                 else:
                     yield from self._events(response, cancel)
@@ -243,20 +222,7 @@ class OpenAIModel:
                     raise
 
     def _send(self, body: dict[str, Any], abort: RequestAbort) -> requests.Response:
-        headers = dict(self._headers)
-        if self._api_key:
-            headers["authorization"] = f"Bearer {self._api_key}"
-        with abort.capture():  # a stale pooled connection is re-sent by the pool itself
-            response = self.session.post(
-                self.url, json=body, headers=headers, stream=True, timeout=self.timeout
-            )
-        if response.status_code >= 400:
-            try:
-                text = response.text  # small JSON error body; aborted by cancel like the rest
-            finally:
-                response.close()
-            raise http_error(response.status_code, text, response.headers)
-        return response
+        return self._transport.post(body, abort)
 
     def _json_answer(
         self, response: requests.Response, cancel: CancelScope
@@ -301,7 +267,7 @@ class OpenAIModel:
                     raise stream_error(chunk["error"])
                 yield from translator.add(chunk)
             if done:
-                _drain(response, chunks)
+                drain(response, chunks)
         except requests.RequestException as exc:
             if not translator.finished:
                 raise  # mapped by the caller's block
@@ -316,50 +282,6 @@ class OpenAIModel:
                 retryable=True,
             )
         yield from translator.finish()
-
-
-def _drain(response: requests.Response, chunks: Iterator[bytes]) -> None:
-    """Read the end of the body after ``[DONE]`` so the connection goes back to the pool.
-
-    The end is normally already buffered; a server that keeps the body open after
-    ``[DONE]`` gets ``_DRAIN_TIMEOUT`` seconds, then the connection is discarded instead of
-    reused (urllib3 sets the read timeout again on the next request).
-    """
-    sock = getattr(getattr(response.raw, "connection", None), "sock", None)
-    if sock is not None:
-        sock.settimeout(_DRAIN_TIMEOUT)
-    try:
-        for _ in chunks:
-            pass
-    except requests.RequestException:
-        logger.debug("server kept the body open after [DONE]; dropping the connection")
-
-
-def _mount_abortable(session: requests.Session) -> None:
-    for prefix in ("http://", "https://"):
-        current = session.adapters.get(prefix)
-        if isinstance(current, AbortableHTTPAdapter):
-            continue
-        # Retries off: the agent's policy retries, cancel-aware and counted once.
-        if isinstance(current, requests.adapters.HTTPAdapter):
-            # Keep the pool sizes the caller configured (requests keeps them private).
-            adapter = AbortableHTTPAdapter(
-                pool_connections=getattr(current, "_pool_connections", 10),
-                pool_maxsize=getattr(current, "_pool_maxsize", 10),
-                pool_block=getattr(current, "_pool_block", False),
-                max_retries=0,
-            )
-        else:
-            adapter = AbortableHTTPAdapter(max_retries=0)
-        session.mount(prefix, adapter)
-
-
-def _register_header_secrets(headers: Mapping[str, Any]) -> None:
-    """Register the values of credential-looking headers (``api-key``, ``Authorization``)."""
-    for name, value in headers.items():
-        if isinstance(value, str) and any(w in name.lower() for w in _CREDENTIAL_HEADER_WORDS):
-            register_secret(value)
-            register_secret(value.split()[-1] if value.split() else None)  # "Bearer <token>"
 
 
 def _without_cache_fields(body: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Test doubles for agent_sync users: an offline scripted model and local provider fakes.
 
 ``ScriptedModel`` needs nothing; the provider fakes (``AnthropicServer``, ``BedrockServer``,
-``OpenAIServer``) are local HTTP servers speaking each provider's real wire protocol, for
-testing through the real SDK clients offline. They are imported on first use.
+``OpenAIServer``, ``ResponsesServer``) are local HTTP servers speaking each provider's real
+wire protocol, for testing through the real SDK clients offline. They are imported on first use.
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ if TYPE_CHECKING:
     from .anthropic_server import AnthropicServer
     from .bedrock_server import BedrockServer
     from .openai_server import OpenAIServer
+    from .responses_server import ResponsesServer
 
 __all__ = [
     "AnthropicServer",
     "BedrockServer",
     "OpenAIServer",
     "RecordedRequest",
+    "ResponsesServer",
     "ScriptedModel",
     "ScriptedServer",
     "ScriptedTurn",
@@ -33,6 +35,7 @@ _LAZY = {
     "AnthropicServer": ".anthropic_server",
     "BedrockServer": ".bedrock_server",
     "OpenAIServer": ".openai_server",
+    "ResponsesServer": ".responses_server",
 }
 
 

@@ -12,8 +12,14 @@ from typing import Any
 
 import pytest
 
-from agent_sync.models import AnthropicModel, BedrockModel, Model, OpenAIModel
-from agent_sync.testing import AnthropicServer, BedrockServer, OpenAIServer, ScriptedServer
+from agent_sync.models import AnthropicModel, BedrockModel, Model, OpenAIModel, OpenAIResponsesModel
+from agent_sync.testing import (
+    AnthropicServer,
+    BedrockServer,
+    OpenAIServer,
+    ResponsesServer,
+    ScriptedServer,
+)
 from integ_tests._scenarios import (
     check_cancel_while_streaming,
     check_text,
@@ -48,6 +54,11 @@ def _openai(server: ScriptedServer) -> Model:
     return OpenAIModel("gpt-test", base_url=f"{server.base_url}/v1", api_key="k", timeout=(5, 30))
 
 
+def _responses(server: ScriptedServer) -> Model:
+    url = f"{server.base_url}/v1"
+    return OpenAIResponsesModel("gpt-test", base_url=url, api_key="k", timeout=(5, 30))
+
+
 def _bedrock(server: ScriptedServer) -> Model:
     return BedrockModel(
         "test-model", endpoint_url=server.base_url, boto_session=aws_session("AKIDSCENARIO", "s")
@@ -58,6 +69,7 @@ PROVIDERS: dict[str, tuple[type[ScriptedServer], Callable[[ScriptedServer], Mode
     "anthropic": (AnthropicServer, _anthropic),
     "openai": (OpenAIServer, _openai),
     "bedrock": (BedrockServer, _bedrock),
+    "responses": (ResponsesServer, _responses),
 }
 
 

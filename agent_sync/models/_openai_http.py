@@ -1,0 +1,201 @@
+"""The HTTP side both OpenAI wires share (Chat Completions and Responses), written once.
+
+:class:`OpenAITransport` owns the ``requests`` session (its adapters made abortable, the
+SDK-style retries off), the credentials and how they are sent, and one ``POST`` that turns
+an error status into the mapped error. Each model builds its body and reads its stream;
+everything between runs here, inside the caller's ``mapped_errors`` block and
+``abort_on_cancel`` handle (see :mod:`._abort.urllib3`).
+
+Credentials: OpenAI and compatible servers take ``Authorization: Bearer <key>``; Azure
+OpenAI (a ``base_url`` whose host ends with ``.openai.azure.com`` or
+``.cognitiveservices.azure.com``) takes the key as the ``api-key`` header instead, and its
+key defaults to ``AZURE_OPENAI_API_KEY`` (``OPENAI_API_KEY`` elsewhere). Every key and the value
+of every credential-looking header is registered with the one redaction function at
+construction, so none reaches a log, a repr or an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+
+from .._redact import register_secret
+from ..errors import ModelError
+from ._abort.requests import AbortableHTTPAdapter
+from ._abort.urllib3 import RequestAbort
+from ._openai_errors import PROVIDER, http_error
+
+__all__ = [
+    "AZURE_HOST_SUFFIXES",
+    "OpenAITransport",
+    "drain",
+    "is_azure",
+    "mount_abortable",
+    "register_header_secrets",
+]
+
+logger = logging.getLogger(__name__)
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+AZURE_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com")
+"""Hosts whose API takes the key as the ``api-key`` header (Azure OpenAI)."""
+
+_DRAIN_TIMEOUT = 0.5
+_CREDENTIAL_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie")
+
+
+def is_azure(base_url: str) -> bool:
+    """Whether ``base_url`` is an Azure OpenAI endpoint (the key goes in ``api-key``)."""
+    host = (urlsplit(base_url).hostname or "").lower()
+    return host.endswith(AZURE_HOST_SUFFIXES)
+
+
+class OpenAITransport:
+    """One model's session, credentials and ``POST`` to ``url``. Thread-safe (the session's
+    pool is; everything else is read-only after construction).
+
+    Args:
+        url: The endpoint (``{base_url}/chat/completions`` or ``{base_url}/responses``).
+        base_url: The endpoint root (decides Azure and the missing-key check).
+        api_key: The key, or ``None`` for the environment's.
+        session: A caller's session (its adapters are made abortable), or ``None``.
+        timeout: ``(connect, read)`` seconds.
+        headers: Extra headers sent with every request.
+    """
+
+    __slots__ = ("_auth", "_headers", "_no_credentials", "_owns_session", "session", "timeout",
+                 "url")  # fmt: skip
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        base_url: str,
+        api_key: str | None,
+        session: requests.Session | None,
+        timeout: tuple[float, float],
+        headers: Mapping[str, str] | None,
+    ) -> None:
+        self.url = url
+        self.timeout = timeout
+        azure = is_azure(base_url)
+        if api_key is None:
+            # Never send an OpenAI key to Azure, nor the reverse.
+            api_key = os.environ.get("AZURE_OPENAI_API_KEY" if azure else "OPENAI_API_KEY")
+        self._headers = {"accept": "text/event-stream", **(headers or {})}
+        self._owns_session = session is None
+        self.session = session if session is not None else requests.Session()
+        # Every credential we were given or resolved: errors and logs redact them by value.
+        register_secret(api_key)
+        register_header_secrets(self._headers)
+        register_header_secrets(self.session.headers)
+        self._auth: dict[str, str] = {}
+        if api_key:
+            self._auth = {"api-key": api_key} if azure else {"authorization": f"Bearer {api_key}"}
+        mount_abortable(self.session)
+        # OpenAI itself refuses a request without a key: say so before sending anything
+        # (local servers at another base_url usually need none).
+        given = {name.lower() for name in (*self._headers, *self.session.headers)}
+        self._no_credentials = not api_key and (
+            (
+                urlsplit(base_url).hostname == urlsplit(OPENAI_BASE_URL).hostname
+                and "authorization" not in given
+            )
+            or (azure and "api-key" not in given and "authorization" not in given)
+        )
+
+    def check_credentials(self) -> None:
+        """Raise before anything is sent when the endpoint certainly needs a key we lack.
+
+        Raises:
+            ModelError: No key for OpenAI's own endpoint or for Azure (not retryable).
+        """
+        if self._no_credentials:
+            raise ModelError(
+                "no OpenAI API key: set the OPENAI_API_KEY (Azure: AZURE_OPENAI_API_KEY) "
+                "environment variable or pass api_key= (nothing was sent; a local server at "
+                "another base_url needs none)",
+                provider=PROVIDER,
+                retryable=False,
+            )
+
+    def post(self, body: dict[str, Any], abort: RequestAbort) -> requests.Response:
+        """``POST`` ``body`` as JSON, streaming; an error status raises the mapped error.
+
+        Runs inside the caller's ``mapped_errors`` block: ``requests`` errors leave it
+        mapped, a cancel as :class:`~agent_sync.cancel.CancelledError`.
+        """
+        headers = {**self._headers, **self._auth}
+        with abort.capture():  # a stale pooled connection is re-sent by the pool itself
+            response = self.session.post(
+                self.url, json=body, headers=headers, stream=True, timeout=self.timeout
+            )
+        if response.status_code >= 400:
+            try:
+                text = response.text  # small JSON error body; aborted by cancel like the rest
+            finally:
+                response.close()
+            raise http_error(response.status_code, text, response.headers)
+        return response
+
+    def close(self) -> None:
+        """Close the session (and its pooled connections) if this transport created it."""
+        if self._owns_session:
+            self.session.close()
+
+
+def is_json_answer(response: requests.Response) -> bool:
+    """Whether a streaming request was answered with one JSON document instead of SSE."""
+    content_type = response.headers.get("content-type", "").lower()
+    return "json" in content_type and "event-stream" not in content_type
+
+
+def drain(response: requests.Response, chunks: Iterator[bytes]) -> None:
+    """Read the end of the body after the stream's last event so the connection goes back
+    to the pool.
+
+    The end is normally already buffered; a server that keeps the body open gets
+    ``_DRAIN_TIMEOUT`` seconds, then the connection is discarded instead of reused
+    (urllib3 sets the read timeout again on the next request).
+    """
+    sock = getattr(getattr(response.raw, "connection", None), "sock", None)
+    if sock is not None:
+        sock.settimeout(_DRAIN_TIMEOUT)
+    try:
+        for _ in chunks:
+            pass
+    except requests.RequestException:
+        logger.debug("server kept the body open after the last event; dropping the connection")
+
+
+def mount_abortable(session: requests.Session) -> None:
+    """Replace the session's ``http(s)://`` adapters by abortable ones (pool sizes kept)."""
+    for prefix in ("http://", "https://"):
+        current = session.adapters.get(prefix)
+        if isinstance(current, AbortableHTTPAdapter):
+            continue
+        # Retries off: the agent's policy retries, cancel-aware and counted once.
+        if isinstance(current, requests.adapters.HTTPAdapter):
+            # Keep the pool sizes the caller configured (requests keeps them private).
+            adapter = AbortableHTTPAdapter(
+                pool_connections=getattr(current, "_pool_connections", 10),
+                pool_maxsize=getattr(current, "_pool_maxsize", 10),
+                pool_block=getattr(current, "_pool_block", False),
+                max_retries=0,
+            )
+        else:
+            adapter = AbortableHTTPAdapter(max_retries=0)
+        session.mount(prefix, adapter)
+
+
+def register_header_secrets(headers: Mapping[str, Any]) -> None:
+    """Register the values of credential-looking headers (``api-key``, ``Authorization``)."""
+    for name, value in headers.items():
+        if isinstance(value, str) and any(w in name.lower() for w in _CREDENTIAL_HEADER_WORDS):
+            register_secret(value)
+            register_secret(value.split()[-1] if value.split() else None)  # "Bearer <token>"
