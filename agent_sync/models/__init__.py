@@ -1,8 +1,8 @@
 """Model providers.
 
-``from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel``: each provider
-is imported on first use, so ``import agent_sync`` stays fast and a provider's SDK is only
-loaded when you use it.
+``from agent_sync.models import AnthropicModel, BedrockModel, GeminiModel, OpenAIModel``:
+each provider is imported on first use, so ``import agent_sync`` stays fast and a
+provider's SDK is only loaded when you use it.
 """
 
 from __future__ import annotations
@@ -15,13 +15,22 @@ from .base import Model, ModelRequest
 if TYPE_CHECKING:
     from .anthropic import AnthropicModel
     from .bedrock import BedrockModel
+    from .gemini import GeminiModel
     from .openai import OpenAIModel
 
-__all__ = ["AnthropicModel", "BedrockModel", "Model", "ModelRequest", "OpenAIModel"]
+__all__ = [
+    "AnthropicModel",
+    "BedrockModel",
+    "GeminiModel",
+    "Model",
+    "ModelRequest",
+    "OpenAIModel",
+]
 
 _LAZY = {
     "AnthropicModel": ".anthropic",
     "BedrockModel": ".bedrock",
+    "GeminiModel": ".gemini",
     "OpenAIModel": ".openai",
 }
 

@@ -30,6 +30,7 @@ from typing import Any
 from ..errors import ModelError, UsageError
 from ..messages import Message, ToolSpec
 from ._wire import MALFORMED as _MALFORMED
+from ._wire import signature_owner
 from .base import CacheMode, ModelRequest
 
 __all__ = ["CALL_OPTIONS", "build_body", "convert_messages"]
@@ -247,8 +248,8 @@ def _reasoning(reasoning: Mapping[str, Any]) -> dict[str, Any] | None:
         data = redacted.decode("utf-8") if isinstance(redacted, bytes) else str(redacted)
         return {"type": "redacted_thinking", "data": data}
     text = reasoning.get("reasoningText") or {}
-    if not text.get("signature"):
-        return None  # unsigned reasoning (another provider's) would be rejected
+    if not text.get("signature") or signature_owner(text["signature"]) is not None:
+        return None  # unsigned reasoning, or another wire's (Gemini's), would be rejected
     return {"type": "thinking", "thinking": text.get("text", ""), "signature": text["signature"]}
 
 

@@ -37,7 +37,7 @@ from typing import Any, cast
 from ..errors import AgentSyncError, ModelStreamError, UsageError
 from ..messages import Message, StreamEvent, ToolSpec
 from ._wire import MALFORMED as _MALFORMED
-from ._wire import shorten
+from ._wire import shorten, signature_owner
 from .base import CacheMode
 
 __all__ = [
@@ -252,7 +252,12 @@ def _clean_reasoning(value: Any) -> dict[str, Any] | None:
     if "redactedContent" in value:
         return {"reasoningContent": {"redactedContent": value["redactedContent"]}}
     reasoning = value.get("reasoningText")
-    if isinstance(reasoning, Mapping) and reasoning.get("signature") and reasoning.get("text"):
+    if (
+        isinstance(reasoning, Mapping)
+        and reasoning.get("signature")
+        and reasoning.get("text")
+        and signature_owner(reasoning["signature"]) is None  # not another wire's (Gemini's)
+    ):
         text = {"text": reasoning["text"], "signature": reasoning["signature"]}
         return {"reasoningContent": {"reasoningText": text}}
     return None  # unsigned reasoning (another provider's) cannot be replayed to Bedrock

@@ -26,6 +26,7 @@ __all__ = [
     "is_context_overflow",
     "mapping",
     "retry_after_seconds",
+    "signature_owner",
     "shorten",
     "with_request_id",
 ]
@@ -126,6 +127,9 @@ CONTEXT_OVERFLOW_MARKERS: tuple[str, ...] = (
     "contextwindowexceedederror",
     "context window exceeded",
     "context_window_exceeded",
+    # Gemini: 400 INVALID_ARGUMENT "The input token count (1200000) exceeds the maximum
+    # number of tokens allowed (1048576)."
+    "exceeds the maximum number of tokens allowed",
 )
 """Lower-case phrases (and error codes) that mean "the request does not fit the model's
 context window", in every provider's and server's wording we know. One table for every
@@ -159,6 +163,23 @@ def retry_after_seconds(headers: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+SIGNATURE_OWNERS = ("gemini",)
+"""Wires whose reasoning signatures are stored tagged ``"<wire>:<signature>"``: only that
+wire can verify them. Anthropic's and Bedrock's (Claude's) signatures are stored as they
+come (base64, never a colon)."""
+
+
+def signature_owner(signature: object) -> str | None:
+    """The wire a stored reasoning signature belongs to (``"gemini"``), or ``None`` for an
+    untagged one (Claude's, through Anthropic or Bedrock). A wire replays only its own:
+    another wire's signature would be refused as invalid."""
+    if isinstance(signature, str):
+        owner, colon, _ = signature.partition(":")
+        if colon and owner in SIGNATURE_OWNERS:
+            return owner
+    return None
 
 
 def is_context_overflow(*texts: str | None) -> bool:

@@ -1,0 +1,440 @@
+"""GeminiModel.stream through real requests against the local Gemini API fake: the request
+and answer mapping, thought signatures, usage, finish reasons, errors and secrets."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+from agent_sync import Agent, RetryPolicy, validate_history
+from agent_sync.errors import (
+    ContextWindowOverflowError,
+    ModelError,
+    ModelHTTPError,
+    ModelStreamError,
+    ModelThrottledError,
+)
+from agent_sync.messages import Message
+from agent_sync.models import GeminiModel
+from agent_sync.models._gemini_errors import http_error
+from agent_sync.models._gemini_stream import ResponseTranslator
+from agent_sync.models.base import ModelRequest, OutputSchema
+from agent_sync.testing.gemini_server import GeminiServer
+from tests.fixtures.logs import RootRecords
+from tests.fixtures.streams import assemble, collect
+
+from ._gemini_fixtures import gemini_fixtures
+
+KEY = "gemini-key-SECRET-7d1c0b9a8f"
+PNG = b"\x89PNG\r\n\x1a\n-image-bytes"
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather for a city.",
+    "inputSchema": {"json": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+server, model = gemini_fixtures(KEY)
+
+
+def _text(events: list[Any]) -> str:
+    return "".join(
+        e["contentBlockDelta"]["delta"].get("text", "") for e in events if "contentBlockDelta" in e
+    )
+
+
+# -- the request ---------------------------------------------------------------------------
+
+
+def test_request_shape_path_key_system_roles_media_and_tools(
+    server: GeminiServer, model: GeminiModel
+) -> None:
+    server.add_turns("ok")
+    history: list[Message] = [
+        {
+            "role": "user",
+            "content": [
+                {"text": "Look"},
+                {"image": {"format": "png", "source": {"bytes": PNG}}},
+                {"document": {"format": "pdf", "name": "a", "source": {"bytes": b"%PDF-1"}}},
+                {"document": {"format": "docx", "name": "b", "source": {"bytes": b"PK"}}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"text": "Checking."},
+                {
+                    "toolUse": {
+                        "toolUseId": "toolu_01",
+                        "name": "get_weather",
+                        "input": {"city": "Oslo"},
+                    }
+                },
+            ],
+        },  # fmt: skip
+        {
+            "role": "user",
+            "content": [
+                {
+                    "toolResult": {
+                        "toolUseId": "toolu_01",
+                        "status": "error",
+                        "content": [{"text": "down"}],
+                    }
+                },
+                {"text": "and now?"},
+            ],
+        },  # fmt: skip
+    ]
+    request = ModelRequest(
+        messages=history,
+        system_prompt="Be brief.",
+        tool_specs=[WEATHER],
+        tool_choice={"tool": {"name": "get_weather"}},
+        params={"temperature": 0, "max_tokens": 50, "safetySettings": []},
+    )
+    assemble(collect(model, request))
+    sent = server.requests[0]
+    assert sent.path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    assert sent.headers["x-goog-api-key"] == "***"  # recorded redacted: it was sent
+    body = sent.body
+    assert body["systemInstruction"] == {"parts": [{"text": "Be brief."}]}
+    assert [c["role"] for c in body["contents"]] == ["user", "model", "user"]
+    user = body["contents"][0]["parts"]
+    assert user[1] == {
+        "inlineData": {"mimeType": "image/png", "data": base64.b64encode(PNG).decode()}
+    }
+    assert user[2]["inlineData"]["mimeType"] == "application/pdf"
+    assert "not shown" in user[3]["text"]  # no Office files inline: said, not failed
+    call = body["contents"][1]["parts"][1]
+    assert call["functionCall"] == {
+        "id": "toolu_01",
+        "name": "get_weather",
+        "args": {"city": "Oslo"},
+    }
+    # Another provider's call gets Google's documented placeholder signature.
+    assert call["thoughtSignature"] == "skip_thought_signature_validator"
+    answer = body["contents"][2]["parts"]
+    assert answer[0] == {
+        "functionResponse": {"id": "toolu_01", "name": "get_weather", "response": {"error": "down"}}
+    }
+    assert answer[1] == {"text": "and now?"}
+    assert body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"]["type"] == "object"
+    assert body["toolConfig"] == {
+        "functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}
+    }
+    assert body["generationConfig"] == {"temperature": 0, "maxOutputTokens": 50}
+    assert body["safetySettings"] == []
+
+
+@pytest.mark.parametrize(
+    ("choice", "mode"), [({"auto": {}}, "AUTO"), ({"any": {}}, "ANY"), ({"none": {}}, "NONE")]
+)
+def test_tool_choice_modes(
+    server: GeminiServer, model: GeminiModel, choice: dict[str, Any], mode: str
+) -> None:
+    server.add_turns("ok")
+    collect(model, ModelRequest(messages=_hello(), tool_specs=[WEATHER], tool_choice=choice))
+    assert server.requests[0].body["toolConfig"]["functionCallingConfig"] == {"mode": mode}
+
+
+def _hello() -> list[Message]:
+    return [{"role": "user", "content": [{"text": "hi"}]}]
+
+
+# -- the answer ----------------------------------------------------------------------------
+
+
+def test_text_streams_with_usage(server: GeminiServer, model: GeminiModel) -> None:
+    usage = {
+        "inputTokens": 120,
+        "outputTokens": 7,
+        "reasoningTokens": 30,
+        "cacheReadInputTokens": 64,
+    }
+    server.add_turns({"text": "Hello from Gemini", "chunk_size": 5, "usage": usage})
+    events = collect(model)
+    assert events[0] == {"messageStart": {"role": "assistant"}}
+    deltas = [e["contentBlockDelta"]["delta"] for e in events if "contentBlockDelta" in e]
+    assert sum("text" in d for d in deltas) == 4
+    assembled = assemble(events)
+    assert _text(events) == "Hello from Gemini"
+    assert assembled.stop_reason == "end_turn"
+    # promptTokenCount includes the cached tokens; thinking is billed as output.
+    assert assembled.usage == {
+        "inputTokens": 120, "outputTokens": 37, "totalTokens": 157, "cacheReadInputTokens": 64
+    }  # fmt: skip
+
+
+def test_function_calls_signature_and_ids_round_trip(
+    server: GeminiServer, model: GeminiModel
+) -> None:
+    """Gemini 2.x sends no call ids: ours are made and sent back in the call and its
+    response; a call with an id keeps it; the signature comes back on its call, untagged."""
+    server.add_turns(
+        {"reasoning": "Need weather.", "tool_calls": [
+            {"name": "get_weather", "input": {"city": "Oslo"}},
+            {"name": "get_weather", "input": {"city": "Bergen"}, "id": "fc-7"},
+        ]},
+        "Both mild.",
+    )  # fmt: skip
+    first = assemble(collect(model))
+    content = first.message["content"]
+    assert first.stop_reason == "tool_use"  # Gemini said STOP
+    assert content[0] == {"reasoningContent": {"reasoningText": {"text": "Need weather."}}}
+    signed = content[1]["reasoningContent"]["reasoningText"]
+    assert signed["text"] == "" and signed["signature"].startswith("gemini:")
+    uses = [b["toolUse"] for b in content if "toolUse" in b]
+    assert uses[0]["toolUseId"].startswith("gcall_") and uses[1]["toolUseId"] == "fc-7"
+    history: list[Message] = [
+        *_hello(),
+        first.message,
+        {"role": "user", "content": [
+            {"toolResult": {"toolUseId": u["toolUseId"], "content": [{"json": {"c": 9}}]}}
+            for u in uses
+        ]},
+    ]  # fmt: skip
+    assert validate_history(history) == []
+    assert _text(collect(model, ModelRequest(messages=history))) == "Both mild."
+    sent = server.requests[1].body["contents"]
+    parts = sent[1]["parts"]
+    assert [p.get("thought") for p in parts] == [None, None]  # unsigned thoughts are not sent
+    assert parts[0]["thoughtSignature"] == signed["signature"].removeprefix("gemini:")
+    assert server.issued(parts[0]["thoughtSignature"])
+    assert [p["functionCall"]["id"] for p in parts] == [u["toolUseId"] for u in uses]
+    assert [p["functionResponse"]["id"] for p in sent[2]["parts"]] == [u["toolUseId"] for u in uses]
+    assert sent[2]["parts"][0]["functionResponse"]["response"] == {"output": {"c": 9}}
+
+
+def test_signed_text_and_signed_thought_parts_are_replayed_in_place() -> None:
+    translator = ResponseTranslator()
+    chunks = [
+        {"candidates": [{"content": {"parts": [
+            {"text": "plan", "thought": True, "thoughtSignature": "c2lnLXQ="}]}}]},
+        {"candidates": [{"content": {"parts": [{"text": "Answer "}]}}]},
+        {"candidates": [{"content": {"parts": [{"text": "done", "thoughtSignature": "c2lnLXg="}]},
+                         "finishReason": "STOP"}]},
+    ]  # fmt: skip
+    events = [e for chunk in chunks for e in translator.add(chunk)] + translator.finish()
+    message = assemble(events).message
+    assert message["content"] == [
+        {"reasoningContent": {"reasoningText": {"text": "plan", "signature": "gemini:c2lnLXQ="}}},
+        {"text": "Answer done"},
+        {"reasoningContent": {"reasoningText": {"text": "", "signature": "gemini:c2lnLXg="}}},
+    ]
+    from agent_sync.models._gemini_format import build_request_body
+
+    body = build_request_body(
+        [*_hello(), message, {"role": "user", "content": [{"text": "more"}]}],
+        system_prompt=None, tool_specs=(), tool_choice=None, params={},
+    )  # fmt: skip
+    assert body["contents"][1]["parts"] == [
+        {"text": "plan", "thought": True, "thoughtSignature": "c2lnLXQ="},
+        {"text": "Answer done", "thoughtSignature": "c2lnLXg="},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("finish", "stop_reason"),
+    [
+        ("MAX_TOKENS", "max_tokens"),
+        ("SAFETY", "content_filtered"),
+        ("RECITATION", "content_filtered"),
+        ("BLOCKLIST", "content_filtered"),
+        ("PROHIBITED_CONTENT", "content_filtered"),
+        ("OTHER", "other"),
+    ],
+)
+def test_finish_reasons(
+    server: GeminiServer, model: GeminiModel, finish: str, stop_reason: str
+) -> None:
+    server.add_turns({"text": "partial", "stop_reason": finish})
+    assert assemble(collect(model)).stop_reason == stop_reason
+
+
+def test_blocked_prompt_is_content_filtered_and_the_history_stays_valid(
+    server: GeminiServer, model: GeminiModel
+) -> None:
+    server.add_turns({"stop_reason": "prompt:PROHIBITED_CONTENT"}, "fine now")
+    agent = Agent(model)
+    result = agent.invoke("something bad")
+    assert result.stop_reason == "content_filtered"
+    assert validate_history(agent.messages) == []
+    assert agent.invoke("something good").text == "fine now"
+
+
+def test_malformed_function_call_is_a_retried_stream_error(
+    server: GeminiServer, model: GeminiModel
+) -> None:
+    server.add_turns({"stop_reason": "MALFORMED_FUNCTION_CALL"})
+    with pytest.raises(ModelStreamError) as info:
+        collect(model)
+    assert info.value.retryable
+    server.add_turns({"stop_reason": "MALFORMED_FUNCTION_CALL"}, "second try")
+    agent = Agent(model, retry=RetryPolicy(max_attempts=2, initial_delay=0.01, jitter=0))
+    assert agent.invoke("go").text == "second try"
+    assert len(server.requests) == 3
+
+
+def test_structured_output_is_native_without_tools_and_a_tool_with_them(
+    server: GeminiServer, model: GeminiModel
+) -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    output = OutputSchema(name="final_result", description="The answer.", schema=schema)
+    server.add_turns('{"city": "Oslo"}', {"tool_calls": [{"name": "final_result", "input": {}}]})
+    collect(model, ModelRequest(messages=_hello(), output=output))
+    config = server.requests[0].body["generationConfig"]
+    assert config == {"responseMimeType": "application/json", "responseJsonSchema": schema}
+    collect(model, ModelRequest(messages=_hello(), output=output, tool_specs=[WEATHER]))
+    body = server.requests[1].body
+    assert "generationConfig" not in body  # Gemini 2.x refuses JSON mode beside tools
+    names = [d["name"] for d in body["tools"][0]["functionDeclarations"]]
+    assert names == ["get_weather", "final_result"]
+    assert body["toolConfig"] == {"functionCallingConfig": {"mode": "ANY"}}
+
+
+def test_a_server_refusing_the_json_schema_gets_the_output_tool_once(
+    server: GeminiServer, model: GeminiModel
+) -> None:
+    refusal = (
+        'Invalid JSON payload received. Unknown name "responseJsonSchema" at '
+        "'generation_config': Cannot find field."
+    )
+    output = OutputSchema(name="final_result", description="d", schema={"type": "object"})
+    server.add_turns({"status": 400, "error_message": refusal}, "{}", "{}")
+    collect(model, ModelRequest(messages=_hello(), output=output))
+    collect(model, ModelRequest(messages=_hello(), output=output))
+    bodies = [r.body for r in server.requests]
+    assert "responseJsonSchema" in bodies[0]["generationConfig"]
+    assert all("generationConfig" not in b and "toolConfig" in b for b in bodies[1:])
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+def test_rate_limit_carries_the_retry_info_delay(server: GeminiServer, model: GeminiModel) -> None:
+    server.add_turns({"status": 429, "retry_after": 37, "error_message": "Quota exceeded"})
+    with pytest.raises(ModelThrottledError) as info:
+        collect(model)
+    assert info.value.retry_after == 37 and info.value.retryable
+    assert "RESOURCE_EXHAUSTED" in str(info.value)
+
+
+@pytest.mark.parametrize("status", [500, 503, 504])
+def test_server_errors_are_retryable(server: GeminiServer, model: GeminiModel, status: int) -> None:
+    server.add_turns({"status": status, "error_message": "The model is overloaded."})
+    with pytest.raises(ModelHTTPError) as info:
+        collect(model)
+    assert info.value.retryable and info.value.status == status
+
+
+def test_too_many_input_tokens_is_a_context_overflow(
+    server: GeminiServer, model: GeminiModel
+) -> None:
+    message = (
+        "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)."
+    )
+    server.add_turns({"status": 400, "error_message": message})
+    with pytest.raises(ContextWindowOverflowError):
+        collect(model)
+
+
+def test_other_bad_requests_are_not_retryable(server: GeminiServer, model: GeminiModel) -> None:
+    server.add_turns({"status": 400, "error_message": "Request contains an invalid argument."})
+    with pytest.raises(ModelHTTPError) as info:
+        collect(model)
+    assert not info.value.retryable
+    assert not isinstance(info.value, ContextWindowOverflowError)
+
+
+def test_mid_stream_error_event(server: GeminiServer, model: GeminiModel) -> None:
+    server.add_turns({"text": "partial answer", "error_type": "INTERNAL", "error_message": "boom"})
+    with pytest.raises(ModelStreamError) as info:
+        collect(model)
+    assert "boom" in str(info.value) and info.value.retryable
+
+
+def test_truncated_corrupt_and_dropped_streams(server: GeminiServer, model: GeminiModel) -> None:
+    server.add_turns(
+        {"text": "abcdefghijkl", "chunk_size": 4, "truncate_after": 2},
+        {"text": "abcdefghijkl", "chunk_size": 4, "corrupt_after": 1},
+        {"text": "abcdefghijkl", "chunk_size": 4, "drop_after": 1},
+    )
+    with pytest.raises(ModelStreamError, match="no finishReason") as truncated:
+        collect(model)
+    assert truncated.value.retryable
+    with pytest.raises(ModelStreamError, match="malformed"):
+        collect(model)
+    with pytest.raises(ModelError) as dropped:
+        collect(model)
+    assert dropped.value.retryable
+
+
+def test_json_answer_without_alt_sse_is_the_whole_message(server: GeminiServer) -> None:
+    server.add_turns({"text": "whole answer", "chunk_size": 3})
+    model = GeminiModel("gemini-2.5-flash", base_url=server.url, api_key=KEY)
+    model.url = model.url.removesuffix("?alt=sse")  # a proxy that drops the query
+    assembled = assemble(collect(model))
+    model.close()
+    assert assembled.message["content"] == [
+        {"text": "whole answer"},
+        {"reasoningContent": {"reasoningText": {"text": "", "signature": assembled.message[
+            "content"][1]["reasoningContent"]["reasoningText"]["signature"]}}},
+    ]  # fmt: skip
+
+
+# -- keys ----------------------------------------------------------------------------------
+
+
+def test_a_wrong_key_is_an_auth_error_that_never_shows_the_key(
+    server: GeminiServer, root_records: RootRecords
+) -> None:
+    wrong = "wrong-key-SECRET-0f0f0f0f"
+    model = GeminiModel("gemini-2.5-flash", base_url=server.url, api_key=wrong)
+    server.add_turns("never")
+    with pytest.raises(ModelHTTPError) as info:
+        collect(model)
+    model.close()
+    error = info.value
+    assert not error.retryable and "GEMINI_API_KEY" in str(error)
+    assert "API_KEY_INVALID" in (error.body or "") or "API key not valid" in str(error)
+    surfaces = [str(error), repr(error), repr(error.args), error.body or "", repr(model),
+                "\n".join(root_records.texts)]  # fmt: skip
+    assert root_records.texts
+    for text in surfaces:
+        assert wrong not in text and KEY not in text
+
+
+def test_missing_key_is_refused_by_the_server_and_caught_before_sending_to_google(
+    server: GeminiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    local = GeminiModel("gemini-2.5-flash", base_url=server.url)
+    server.add_turns("never")
+    with pytest.raises(ModelHTTPError) as info:
+        collect(local)
+    local.close()
+    assert info.value.status == 403 and not info.value.retryable
+    google = GeminiModel("gemini-2.5-flash")
+    with pytest.raises(ModelError, match="GEMINI_API_KEY"):
+        collect(google)
+    google.close()
+
+
+def test_key_from_the_environment(server: GeminiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEMINI_API_KEY", KEY)
+    server.add_turns("env key works")
+    env_model = GeminiModel("gemini-2.5-flash", base_url=server.url)
+    assert _text(collect(env_model)) == "env key works"
+    env_model.close()
+    assert KEY not in repr(env_model)
+
+
+def test_error_body_shapes() -> None:
+    listed = '[{"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}]'
+    assert http_error(503, listed, {}).retryable
+    html = http_error(502, "<html>Bad Gateway</html>", {})
+    assert html.retryable and "Bad Gateway" in str(html)
