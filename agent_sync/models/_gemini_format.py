@@ -108,7 +108,9 @@ def build_request_body(
         generation["responseMimeType"] = "application/json"
         generation["responseJsonSchema"] = json_schema
     for name, value in params.items():
-        if name in TOP_LEVEL_FIELDS:
+        if name == "tools" and isinstance(value, list):
+            body["tools"] = [*body.get("tools", ()), *value]  # googleSearch, codeExecution...
+        elif name in TOP_LEVEL_FIELDS:
             body[name] = value
         elif name in ("generationConfig", "generation_config") and isinstance(value, dict):
             generation.update(value)

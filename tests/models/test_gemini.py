@@ -438,3 +438,77 @@ def test_error_body_shapes() -> None:
     assert http_error(503, listed, {}).retryable
     html = http_error(502, "<html>Bad Gateway</html>", {})
     assert html.retryable and "Bad Gateway" in str(html)
+
+
+# -- edges ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        {"candidates": [{"content": {"parts": [{"text": 5}]}}]},
+        {"candidates": [{"content": {"parts": [{"functionCall": {"args": {}}}]}}]},
+        {"candidates": [{"content": {"parts": "text"}}]},
+        {"candidates": [{"content": {"parts": [{"text": "x", "thoughtSignature": 7}]}}]},
+    ],
+    ids=["text-not-str", "call-without-name", "parts-not-list", "signature-not-str"],
+)
+def test_a_malformed_chunk_is_a_stream_error(chunk: dict[str, Any]) -> None:
+    with pytest.raises(ModelStreamError, match="malformed"):
+        ResponseTranslator().add(chunk)
+
+
+def test_a_history_gemini_cannot_express_is_a_usage_error_and_sends_nothing(
+    server: GeminiServer, model: GeminiModel
+) -> None:
+    from agent_sync.errors import UsageError
+
+    broken: list[Any] = [
+        *_hello(),
+        {
+            "role": "assistant",
+            "content": [{"toolUse": {"toolUseId": "t", "name": "f", "input": 3}}],
+        },
+        {"role": "user", "content": [{"text": "?"}]},
+    ]
+    with pytest.raises(UsageError, match=r"messages\[1\]"):
+        collect(model, ModelRequest(messages=broken))
+    assert server.requests == []
+
+
+def test_params_split_between_generation_config_and_top_level(
+    server: GeminiServer, model: GeminiModel
+) -> None:
+    server.add_turns("ok")
+    params = {
+        "thinkingConfig": {"thinkingBudget": 0},
+        "generationConfig": {"topK": 3},
+        "stop": ["END"],
+        "tools": [{"googleSearch": {}}],
+        "cachedContent": "cachedContents/abc",
+    }
+    collect(model, ModelRequest(messages=_hello(), tool_specs=[WEATHER], params=params))
+    body = server.requests[0].body
+    assert body["generationConfig"] == {
+        "thinkingConfig": {"thinkingBudget": 0}, "topK": 3, "stopSequences": ["END"]
+    }  # fmt: skip
+    assert body["tools"][1] == {"googleSearch": {}}  # added beside the function declarations
+    assert body["tools"][0]["functionDeclarations"][0]["name"] == "get_weather"
+    assert body["cachedContent"] == "cachedContents/abc"
+
+
+def test_structured_output_through_the_agent(server: GeminiServer, model: GeminiModel) -> None:
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        name: str
+        population: int
+
+    server.add_turns('{"name": "Oslo", "population": 709000}')
+    agent = Agent(model)
+    result = agent.invoke("Biggest Norwegian city?", output_type=City)
+    assert result.output == City(name="Oslo", population=709000)
+    config = server.requests[0].body["generationConfig"]
+    assert config["responseMimeType"] == "application/json"
+    assert config["responseJsonSchema"]["required"] == ["name", "population"]
+    assert validate_history(agent.messages) == []
