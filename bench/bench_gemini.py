@@ -152,12 +152,19 @@ def connect_latency(runs: int) -> list[float]:
 
             thread = threading.Thread(target=run, name="bench-connect")
             thread.start()
-            while agent.active_run is None or not _connecting(thread):
+            deadline = time.monotonic() + 5
+            while not _connecting(thread) and time.monotonic() < deadline:
                 time.sleep(0.001)  # bench only: wait for the run to reach its connect
+            staged = _connecting(thread)
             time.sleep(0.005)  # the SYN is out: the connect waits (up to 30 s) in select
             t0 = time.perf_counter()
             agent.cancel("bench")
             thread.join(10)
+            if not staged or not _connect_hangs((host, port)):
+                # The kernel let a connect through (the fillers' SYNs expired): no longer
+                # the connect state; stop rather than measure another one.
+                print(f"  (connect state no longer staged after {len(samples)} runs)")
+                break
             samples.append(box["ended"] - t0)
     finally:
         model.close()
@@ -165,6 +172,20 @@ def connect_latency(runs: int) -> list[float]:
             filler.close()
         listener.close()
     return samples
+
+
+def _connect_hangs(address: tuple[str, int]) -> bool:
+    probe = socket.socket()
+    probe.settimeout(0.05)
+    try:
+        probe.connect(address)
+    except TimeoutError:
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return False
 
 
 def _connecting(thread: threading.Thread) -> bool:
@@ -178,16 +199,18 @@ def _connecting(thread: threading.Thread) -> bool:
 
 def cancel_section(runs: int) -> None:
     print(f"\n== cancel latency: cancel() -> the run returns ({runs} runs per state) ==")
-    rows = {"connecting (SYN_SENT)": connect_latency(runs)}
-    rows.update(cancel_latency(GEMINI, runs).samples)
-    worst = 0.0
-    for label, samples in rows.items():
+    worst = [0.0]
+
+    def row(label: str, samples: list[float]) -> None:
         report(f"  {label}", samples)
-        worst = max(worst, p99(samples))
-        print(f"  {'':46} p99={p99(samples) * 1000:8.2f} ms")
-    verdict = "OK" if worst < 0.005 else "MISSED"
-    print(f"  worst p99 over the states = {worst * 1000:.2f} ms (goal < 5 ms) -> {verdict}")
-    assert len(rows) == len(CANCEL_STATES) + 1
+        print(f"  {'':46} p99={p99(samples) * 1000:8.2f} ms", flush=True)
+        worst[0] = max(worst[0], p99(samples))
+
+    row("connecting (SYN_SENT)", connect_latency(runs))
+    states = cancel_latency(GEMINI, runs, row).samples
+    assert len(states) == len(CANCEL_STATES)
+    verdict = "OK" if worst[0] < 0.005 else "MISSED"
+    print(f"  worst p99 over the states = {worst[0] * 1000:.2f} ms (goal < 5 ms) -> {verdict}")
 
 
 def overhead_section(runs: int) -> None:

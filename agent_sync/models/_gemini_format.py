@@ -174,6 +174,9 @@ def _model_parts(blocks: Sequence[ContentBlock], names: dict[str, str]) -> list[
             if signature is None:
                 continue  # another wire's reasoning, or unsigned: Gemini cannot verify it
             if thought:
+                if pending is not None:  # a part's own signature: the pending one went before
+                    _sign_last(parts, pending)
+                    pending = None
                 parts.append({"text": thought, "thought": True, "thoughtSignature": signature})
                 continue
             if pending is not None:

@@ -512,3 +512,14 @@ def test_structured_output_through_the_agent(server: GeminiServer, model: Gemini
     assert config["responseMimeType"] == "application/json"
     assert config["responseJsonSchema"]["required"] == ["name", "population"]
     assert validate_history(agent.messages) == []
+
+
+def test_traces_name_the_provider_as_the_genai_conventions_do() -> None:
+    from agent_sync._tracing._providers import provider_name, usage_attributes
+
+    gemini = GeminiModel("gemini-2.5-flash", api_key=KEY)
+    assert provider_name(gemini) == "gcp.gemini"
+    usage = {"inputTokens": 100, "outputTokens": 5, "cacheReadInputTokens": 60}
+    # promptTokenCount already includes the cached tokens: not added twice.
+    assert usage_attributes(usage, "gcp.gemini")["gen_ai.usage.input_tokens"] == 100
+    gemini.close()
