@@ -181,7 +181,7 @@ class ResponseTranslator:
         if type(text) is not str:  # noqa: E721
             raise TypeError(f"text part is {type(text).__name__}, not a string")
         if part.get("thought"):
-            if self._open_kind != "reasoning" or (signature and self._signed):
+            if self._open_kind != "reasoning" or self._signed:  # a signature ends its part
                 self._close(out)
             if text or self._open is not None:
                 self._piece(out, "reasoning", text)
