@@ -12,8 +12,14 @@ from typing import Any
 
 import pytest
 
-from agent_sync.models import AnthropicModel, BedrockModel, Model, OpenAIModel
-from agent_sync.testing import AnthropicServer, BedrockServer, OpenAIServer, ScriptedServer
+from agent_sync.models import AnthropicModel, BedrockModel, GeminiModel, Model, OpenAIModel
+from agent_sync.testing import (
+    AnthropicServer,
+    BedrockServer,
+    GeminiServer,
+    OpenAIServer,
+    ScriptedServer,
+)
 from integ_tests._scenarios import (
     check_cancel_while_streaming,
     check_text,
@@ -54,10 +60,15 @@ def _bedrock(server: ScriptedServer) -> Model:
     )
 
 
+def _gemini(server: ScriptedServer) -> Model:
+    return GeminiModel("gemini-test", base_url=f"{server.base_url}/v1beta", api_key="k")
+
+
 PROVIDERS: dict[str, tuple[type[ScriptedServer], Callable[[ScriptedServer], Model]]] = {
     "anthropic": (AnthropicServer, _anthropic),
     "openai": (OpenAIServer, _openai),
     "bedrock": (BedrockServer, _bedrock),
+    "gemini": (GeminiServer, _gemini),
 }
 
 
