@@ -140,3 +140,26 @@ def test_errors_and_blocked_prompts_parse(server: GeminiServer) -> None:
     assert blocked[0].prompt_feedback.block_reason == types.BlockedReason.SAFETY
     unsafe = list(client.models.generate_content_stream(model=MODEL, contents="hi"))
     assert unsafe[-1].candidates[0].finish_reason == types.FinishReason.SAFETY  # type: ignore[index]
+
+
+def test_tool_and_schema_configs_the_api_refuses(server: GeminiServer) -> None:
+    client = _client(server)
+    server.add_turns("unused")
+    forced_unknown = types.GenerateContentConfig(
+        tools=[WEATHER],
+        tool_config=types.ToolConfig(
+            function_calling_config=types.FunctionCallingConfig(
+                mode=types.FunctionCallingConfigMode.ANY, allowed_function_names=["nope"]
+            )
+        ),
+    )
+    schema_without_json = types.GenerateContentConfig(response_json_schema={"type": "object"})
+    for config, message in [(forced_unknown, "not declared"), (schema_without_json, "json")]:
+        with pytest.raises(genai_errors.ClientError) as info:
+            list(client.models.generate_content_stream(model=MODEL, contents="hi", config=config))
+        assert info.value.code == 400 and message in str(info.value.message)
+    native = types.GenerateContentConfig(
+        response_mime_type="application/json", response_json_schema={"type": "object"}
+    )
+    answer = client.models.generate_content_stream(model=MODEL, contents="hi", config=native)
+    assert "".join(c.text or "" for c in answer) == "unused"  # a valid request is answered
