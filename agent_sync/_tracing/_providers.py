@@ -12,6 +12,7 @@ _PROVIDERS = {
     ("agent_sync.models.anthropic", "AnthropicModel"): "anthropic",
     ("agent_sync.models.bedrock", "BedrockModel"): "aws.bedrock",
     ("agent_sync.models.openai", "OpenAIModel"): "openai",
+    ("agent_sync.models.gemini", "GeminiModel"): "gcp.gemini",  # the conventions' name
 }
 _CACHE_EXCLUDED = frozenset({"anthropic", "aws.bedrock"})  # inputTokens omit cached tokens
 
@@ -20,8 +21,8 @@ def provider_name(model: object) -> str:
     """``gen_ai.provider.name`` of a model.
 
     A non-empty ``provider_name`` string attribute wins; else agent_sync's models (and
-    their subclasses) give ``anthropic``, ``aws.bedrock``, ``openai``; else the class
-    name, lowercased.
+    their subclasses) give ``anthropic``, ``aws.bedrock``, ``openai``, ``gcp.gemini``; else
+    the class name, lowercased.
     """
     name = getattr(model, "provider_name", None)
     if isinstance(name, str) and name:

@@ -1,9 +1,8 @@
 """Model providers.
 
-``from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel,
-OpenAIResponsesModel``: each provider
-is imported on first use, so ``import agent_sync`` stays fast and a provider's SDK is only
-loaded when you use it.
+``from agent_sync.models import AnthropicModel, BedrockModel, GeminiModel, OpenAIModel,
+OpenAIResponsesModel``: each provider is imported on first use, so ``import agent_sync`` stays
+fast and a provider's SDK is only loaded when you use it.
 """
 
 from __future__ import annotations
@@ -16,12 +15,14 @@ from .base import Model, ModelRequest
 if TYPE_CHECKING:
     from .anthropic import AnthropicModel
     from .bedrock import BedrockModel
+    from .gemini import GeminiModel
     from .openai import OpenAIModel
     from .responses import OpenAIResponsesModel
 
 __all__ = [
     "AnthropicModel",
     "BedrockModel",
+    "GeminiModel",
     "Model",
     "ModelRequest",
     "OpenAIModel",
@@ -31,6 +32,7 @@ __all__ = [
 _LAZY = {
     "AnthropicModel": ".anthropic",
     "BedrockModel": ".bedrock",
+    "GeminiModel": ".gemini",
     "OpenAIModel": ".openai",
     "OpenAIResponsesModel": ".responses",
 }

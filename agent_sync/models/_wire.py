@@ -126,6 +126,9 @@ CONTEXT_OVERFLOW_MARKERS: tuple[str, ...] = (
     "contextwindowexceedederror",
     "context window exceeded",
     "context_window_exceeded",
+    # Gemini: 400 INVALID_ARGUMENT "The input token count (1200000) exceeds the maximum
+    # number of tokens allowed (1048576)."
+    "exceeds the maximum number of tokens allowed",
 )
 """Lower-case phrases (and error codes) that mean "the request does not fit the model's
 context window", in every provider's and server's wording we know. One table for every

@@ -40,7 +40,9 @@ _S = TypeVar("_S", bound="ScriptedServer")
 
 logger = logging.getLogger(__name__)
 
-_SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-amz-security-token"})
+_SECRET_HEADERS = frozenset(
+    {"authorization", "x-api-key", "api-key", "x-amz-security-token", "x-goog-api-key"}
+)
 
 
 @dataclass(kw_only=True)

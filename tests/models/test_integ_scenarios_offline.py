@@ -12,10 +12,18 @@ from typing import Any
 
 import pytest
 
-from agent_sync.models import AnthropicModel, BedrockModel, Model, OpenAIModel, OpenAIResponsesModel
+from agent_sync.models import (
+    AnthropicModel,
+    BedrockModel,
+    GeminiModel,
+    Model,
+    OpenAIModel,
+    OpenAIResponsesModel,
+)
 from agent_sync.testing import (
     AnthropicServer,
     BedrockServer,
+    GeminiServer,
     OpenAIServer,
     ResponsesServer,
     ScriptedServer,
@@ -65,11 +73,16 @@ def _bedrock(server: ScriptedServer) -> Model:
     )
 
 
+def _gemini(server: ScriptedServer) -> Model:
+    return GeminiModel("gemini-test", base_url=f"{server.base_url}/v1beta", api_key="k")
+
+
 PROVIDERS: dict[str, tuple[type[ScriptedServer], Callable[[ScriptedServer], Model]]] = {
     "anthropic": (AnthropicServer, _anthropic),
     "openai": (OpenAIServer, _openai),
     "bedrock": (BedrockServer, _bedrock),
     "responses": (ResponsesServer, _responses),
+    "gemini": (GeminiServer, _gemini),
 }
 
 

@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +213,9 @@ def test_a_store_made_before_a_fork_works_in_the_child(spec: Spec) -> None:
     connections (SQLite: never to be used, nor closed, in the child) and its watcher state
     (Redis: a subscribed pub/sub connection). The child must open its own, and both
     processes' runs must still hear their cancels."""
-    gc.collect()  # other tests' chat apps, and with them their stores' watchers
+    with warnings.catch_warnings():  # what other tests left is theirs to answer for, not
+        warnings.simplefilter("ignore", ResourceWarning)  # this test's (a socket, under -n 2)
+        gc.collect()  # other tests' chat apps, and with them their stores' watchers
     earlier = set(threading.enumerate())
     store = open_store(spec)
     parent = Agent(ScriptedModel(["first", "second"]), store=store, conversation_id="parent")
