@@ -324,7 +324,8 @@ def test_routes_that_serve_nothing_take_a_lost_run_over(
     finally:
         stop_recovering(store)
     join_recovered(run_id)
-    assert events[-1].data["type"] == "done" and routes.name == "agent_sync_chat"
+    assert events[-1].data["type"] == "done", events[-1].data
+    assert routes.name == "agent_sync_chat"
     assert validate_history(list(store.load("c1").messages)) == []
 
 
