@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,27 +26,17 @@ import requests
 
 from .._redact import register_secret
 from ..errors import ModelError
-from ._abort.requests import AbortableHTTPAdapter
 from ._abort.urllib3 import RequestAbort
+from ._http import mount_abortable, register_header_secrets
 from ._openai_errors import PROVIDER, http_error
 
-__all__ = [
-    "AZURE_HOST_SUFFIXES",
-    "OpenAITransport",
-    "drain",
-    "is_azure",
-    "mount_abortable",
-    "register_header_secrets",
-]
+__all__ = ["AZURE_HOST_SUFFIXES", "OpenAITransport", "is_azure"]
 
 logger = logging.getLogger(__name__)
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 AZURE_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com")
 """Hosts whose API takes the key as the ``api-key`` header (Azure OpenAI)."""
-
-_DRAIN_TIMEOUT = 0.5
-_CREDENTIAL_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie")
 
 
 def is_azure(base_url: str) -> bool:
@@ -147,55 +137,3 @@ class OpenAITransport:
         """Close the session (and its pooled connections) if this transport created it."""
         if self._owns_session:
             self.session.close()
-
-
-def is_json_answer(response: requests.Response) -> bool:
-    """Whether a streaming request was answered with one JSON document instead of SSE."""
-    content_type = response.headers.get("content-type", "").lower()
-    return "json" in content_type and "event-stream" not in content_type
-
-
-def drain(response: requests.Response, chunks: Iterator[bytes]) -> None:
-    """Read the end of the body after the stream's last event so the connection goes back
-    to the pool.
-
-    The end is normally already buffered; a server that keeps the body open gets
-    ``_DRAIN_TIMEOUT`` seconds, then the connection is discarded instead of reused
-    (urllib3 sets the read timeout again on the next request).
-    """
-    sock = getattr(getattr(response.raw, "connection", None), "sock", None)
-    if sock is not None:
-        sock.settimeout(_DRAIN_TIMEOUT)
-    try:
-        for _ in chunks:
-            pass
-    except requests.RequestException:
-        logger.debug("server kept the body open after the last event; dropping the connection")
-
-
-def mount_abortable(session: requests.Session) -> None:
-    """Replace the session's ``http(s)://`` adapters by abortable ones (pool sizes kept)."""
-    for prefix in ("http://", "https://"):
-        current = session.adapters.get(prefix)
-        if isinstance(current, AbortableHTTPAdapter):
-            continue
-        # Retries off: the agent's policy retries, cancel-aware and counted once.
-        if isinstance(current, requests.adapters.HTTPAdapter):
-            # Keep the pool sizes the caller configured (requests keeps them private).
-            adapter = AbortableHTTPAdapter(
-                pool_connections=getattr(current, "_pool_connections", 10),
-                pool_maxsize=getattr(current, "_pool_maxsize", 10),
-                pool_block=getattr(current, "_pool_block", False),
-                max_retries=0,
-            )
-        else:
-            adapter = AbortableHTTPAdapter(max_retries=0)
-        session.mount(prefix, adapter)
-
-
-def register_header_secrets(headers: Mapping[str, Any]) -> None:
-    """Register the values of credential-looking headers (``api-key``, ``Authorization``)."""
-    for name, value in headers.items():
-        if isinstance(value, str) and any(w in name.lower() for w in _CREDENTIAL_HEADER_WORDS):
-            register_secret(value)
-            register_secret(value.split()[-1] if value.split() else None)  # "Bearer <token>"

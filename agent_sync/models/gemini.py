@@ -37,7 +37,7 @@ from ._abort.urllib3 import RequestAbort, abort_on_cancel
 from ._gemini_errors import PROVIDER, http_error, mapped_errors, stream_error
 from ._gemini_format import build_request_body
 from ._gemini_stream import ResponseTranslator
-from ._openai_http import mount_abortable, register_header_secrets
+from ._http import mount_abortable, register_header_secrets
 from ._output import with_output_tool
 from ._sse import iter_sse
 from ._wire import CacheRejection

@@ -43,6 +43,7 @@ from ..cancel import CancelScope
 from ..errors import ModelHTTPError, ModelStreamError
 from ..messages import StreamEvent
 from ._abort.urllib3 import RequestAbort, abort_on_cancel
+from ._http import drain, is_json_answer
 from ._openai_errors import (
     PROVIDER,
     mapped_errors,
@@ -50,7 +51,7 @@ from ._openai_errors import (
     stream_error,
 )
 from ._openai_format import CACHE_FIELDS, build_request_body
-from ._openai_http import OPENAI_BASE_URL, OpenAITransport, drain, is_json_answer
+from ._openai_http import OPENAI_BASE_URL, OpenAITransport
 from ._openai_stream import ChunkTranslator, completion_as_chunk
 from ._output import response_format, with_output_tool
 from ._sse import iter_sse

@@ -31,8 +31,9 @@ from ..cancel import CancelScope
 from ..errors import ModelHTTPError, ModelStreamError
 from ..messages import StreamEvent
 from ._abort.urllib3 import RequestAbort, abort_on_cancel
+from ._http import drain, is_json_answer
 from ._openai_errors import PROVIDER, mapped_errors, rejects_cache_fields, stream_error
-from ._openai_http import OPENAI_BASE_URL, OpenAITransport, drain, is_json_answer
+from ._openai_http import OPENAI_BASE_URL, OpenAITransport
 from ._output import response_format, with_output_tool
 from ._responses_format import CACHE_FIELDS, build_request_body
 from ._responses_stream import EventTranslator, response_as_events
