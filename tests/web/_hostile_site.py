@@ -103,7 +103,9 @@ class Site:
 def make_agent_for(store: RunStore, gate: Gate) -> Any:
     def make_agent(cid: str) -> Agent:
         if cid == "hold":
-            turns: list[Any] = [{"tool_calls": [gate_call()]}, "held"]
+            # an accepted inject reaches the run through the store: before the model's answer
+            # (one more turn) or after it (then one more model call answers it)
+            turns: list[Any] = [{"tool_calls": [gate_call()]}, "held", "held, and noted"]
         elif cid == "ask":
             current = store.load(cid, since=_SINCE_THE_END).run
             asked = {"tool_calls": [{"name": "delete_file", "input": {"path": "/x"}}]}
