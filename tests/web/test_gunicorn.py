@@ -10,7 +10,6 @@ connection go), long before any keep-alive (15 s) would have revealed it.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import pytest
 
 from agent_sync.messages import validate_history
 from agent_sync.testing.openai_server import OpenAIServer
-from tests.fixtures.gunicorn import quiet_options
+from tests.fixtures.gunicorn import quiet_options, stop_gunicorn
 
 from ._client import SSEConnection, request_json
 from .conftest import EXAMPLES
@@ -75,16 +74,12 @@ def deployed() -> Iterator[Deployed]:
             pass_fds=(listener.fileno(),),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: see stop_gunicorn
         )  # fmt: skip
         try:
             yield Deployed(listener.getsockname()[1], fake)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                _, stderr = proc.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, stderr = proc.communicate(timeout=5)
+            stderr = stop_gunicorn(proc) or b""
             listener.close()
             assert API_KEY.encode() not in stderr, "the API key leaked into the server log"
 
