@@ -72,41 +72,6 @@ def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
     return _real_connect_ex(self, address)
 
 
-RUN_FIRST = (
-    # Files that take longest (measured: real gunicorn, Celery and browser processes, MCP
-    # servers, Ctrl-C sweeps), started first so that under ``-n 2 --dist loadfile`` no worker
-    # is left running one of them alone at the end. Order only: a file not named here runs in
-    # its usual place, and nothing is ever deselected.
-    "tests/deploy/test_chat_workers.py",
-    "tests/celery/test_runs.py",
-    "tests/web/test_browser_runs.py",
-    "tests/test_release_interrupts.py",
-    "tests/stores/test_recovery_processes.py",
-    "tests/test_signal_safety.py",
-    "tests/test_stress.py",
-    "tests/deploy/test_deployments.py",
-    "tests/mcp/test_tools.py",
-    "tests/mcp/test_faults.py",
-    "tests/test_interrupts.py",
-    "tests/test_docs.py",
-    "tests/mcp/test_cancel.py",
-    "tests/run/test_subagents.py",
-    "tests/stores/test_processes.py",
-    "tests/test_encodable.py",
-    "tests/web/test_browser.py",
-    "tests/celery/test_example.py",
-    "tests/web/test_gunicorn.py",
-    "tests/stores/test_redis_cluster.py",
-    "tests/run/test_inject_stress.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files of :data:`RUN_FIRST` first, in its order; the rest as collected."""
-    rank = {path: number for number, path in enumerate(RUN_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _collect_each_files_garbage() -> Iterator[None]:
     """Sweep what a file's tests left for the collector when the file ends.
