@@ -6,15 +6,22 @@ stream so its connection goes back to the pool, and telling a JSON answer from S
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import requests
 
 from .._redact import register_secret
 from ._abort.requests import AbortableHTTPAdapter
+from ._abort.urllib3 import RequestAbort
 
-__all__ = ["drain", "is_json_answer", "mount_abortable", "register_header_secrets"]
+__all__ = [
+    "drain",
+    "is_json_answer",
+    "mount_abortable",
+    "post_streaming",
+    "register_header_secrets",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,3 +79,26 @@ def register_header_secrets(headers: Mapping[str, Any]) -> None:
         if isinstance(value, str) and any(w in name.lower() for w in _CREDENTIAL_HEADER_WORDS):
             register_secret(value)
             register_secret(value.split()[-1] if value.split() else None)  # "Bearer <token>"
+
+
+def post_streaming(
+    session: requests.Session,
+    url: str,
+    body: dict[str, Any],
+    headers: Mapping[str, str],
+    timeout: Any,
+    abort: RequestAbort,
+    http_error: Callable[[int, str, Any], Exception],
+) -> requests.Response:
+    """``POST`` ``body`` as JSON, streaming; an error status raises the wire's mapped error
+    (``http_error(status, body text, headers)``). Runs inside the caller's error mapping and
+    ``abort_on_cancel`` block."""
+    with abort.capture():  # a stale pooled connection is re-sent by the pool itself
+        response = session.post(url, json=body, headers=dict(headers), stream=True, timeout=timeout)
+    if response.status_code >= 400:
+        try:
+            text = response.text  # small JSON error body; aborted by cancel like the rest
+        finally:
+            response.close()
+        raise http_error(response.status_code, text, response.headers)
+    return response

@@ -27,7 +27,7 @@ import requests
 from .._redact import register_secret
 from ..errors import ModelError
 from ._abort.urllib3 import RequestAbort
-from ._http import mount_abortable, register_header_secrets
+from ._http import mount_abortable, post_streaming, register_header_secrets
 from ._openai_errors import PROVIDER, http_error
 
 __all__ = ["AZURE_HOST_SUFFIXES", "OpenAITransport", "is_azure"]
@@ -121,17 +121,9 @@ class OpenAITransport:
         mapped, a cancel as :class:`~agent_sync.cancel.CancelledError`.
         """
         headers = {**self._headers, **self._auth}
-        with abort.capture():  # a stale pooled connection is re-sent by the pool itself
-            response = self.session.post(
-                self.url, json=body, headers=headers, stream=True, timeout=self.timeout
-            )
-        if response.status_code >= 400:
-            try:
-                text = response.text  # small JSON error body; aborted by cancel like the rest
-            finally:
-                response.close()
-            raise http_error(response.status_code, text, response.headers)
-        return response
+        return post_streaming(
+            self.session, self.url, body, headers, self.timeout, abort, http_error
+        )
 
     def close(self) -> None:
         """Close the session (and its pooled connections) if this transport created it."""

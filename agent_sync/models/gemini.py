@@ -37,7 +37,7 @@ from ._abort.urllib3 import RequestAbort, abort_on_cancel
 from ._gemini_errors import PROVIDER, http_error, mapped_errors, stream_error
 from ._gemini_format import build_request_body
 from ._gemini_stream import ResponseTranslator
-from ._http import mount_abortable, register_header_secrets
+from ._http import mount_abortable, post_streaming, register_header_secrets
 from ._output import with_output_tool
 from ._sse import iter_sse
 from ._wire import CacheRejection
@@ -216,17 +216,9 @@ class GeminiModel:
         headers = dict(self._headers)
         if self._api_key:
             headers["x-goog-api-key"] = self._api_key
-        with abort.capture():  # a stale pooled connection is re-sent by the pool itself
-            response = self.session.post(
-                self.url, json=body, headers=headers, stream=True, timeout=self.timeout
-            )
-        if response.status_code >= 400:
-            try:
-                text = response.text  # small JSON error body; aborted by cancel like the rest
-            finally:
-                response.close()
-            raise http_error(response.status_code, text, response.headers)
-        return response
+        return post_streaming(
+            self.session, self.url, body, headers, self.timeout, abort, http_error
+        )
 
     def _json_answer(
         self, response: requests.Response, cancel: CancelScope
