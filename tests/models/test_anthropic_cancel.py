@@ -151,7 +151,9 @@ def test_cancel_before_the_call_sends_nothing(
 def test_cancel_between_events_stops_the_stream(
     server: AnthropicServer, model: AnthropicModel
 ) -> None:
-    server.add_turns({"text": "x" * 400, "chunk_size": 4}, "after")
+    # the server stalls after 50 events: the response cannot be whole before the cancel (a
+    # whole one leaves its connection in the pool, however fast the client was)
+    server.add_turns({"text": "x" * 400, "chunk_size": 4, "stall_after": 50}, "after")
     scope = CancelScope()
     stream = model.stream(REQUEST, cancel=scope)
     first = next(stream)
