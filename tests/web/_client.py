@@ -93,7 +93,7 @@ class SSEConnection:
         body: Mapping[str, Any] | None,
         *,
         headers: Mapping[str, str] | None = None,
-        timeout: float = 10.0,
+        timeout: float = HANG_BOUND,  # a busy gunicorn worker may take seconds to accept
         method: str = "POST",
     ) -> None:
         payload = b"" if body is None else json.dumps(body).encode()
@@ -214,7 +214,7 @@ def request_json(
     """One plain JSON request over a fresh connection; returns (status, parsed body)."""
     import http.client
 
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=HANG_BOUND)
     try:
         payload = None if body is None else json.dumps(body)
         all_headers = {"Content-Type": "application/json", **(headers or {})}

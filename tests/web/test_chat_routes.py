@@ -439,7 +439,7 @@ def _raw_post(
     import http.client
     import json
 
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=HANG_BOUND)
     try:
         conn.request("POST", path, body=body, headers={"Content-Type": content_type})
         response = conn.getresponse()

@@ -15,6 +15,7 @@ import pytest
 
 from agent_sync.messages import validate_history
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.bounds import HANG_BOUND
 
 from ._chat_sites import setup_django
 from ._client import Frame, SSEConnection, request_json, serve, serve_wsgiref
@@ -86,7 +87,7 @@ def _csrf(port: int) -> dict[str, str]:
     """GET the page like a browser: its CSRF cookie, echoed back as Django expects."""
     import http.client
 
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=HANG_BOUND)
     try:
         conn.request("GET", "/")
         response = conn.getresponse()
