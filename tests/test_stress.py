@@ -8,6 +8,9 @@ Nothing here assumes machine speed (CI is a loaded 2-core box):
 * random cancel *times* are drawn from the length of an uncancelled run measured first on
   this machine, and only what holds at any time is asserted (a valid history, an idle and
   reusable agent), never how many cancels landed.
+
+The random soaks run a few rounds here; ``python bench/soak_stress.py`` runs them for long
+(``AGENT_SYNC_SOAK``, :mod:`tests.fixtures.soak`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from agent_sync.models.base import ModelRequest
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.doubles import assert_valid
+from tests.fixtures.soak import rounds
 
 pytestmark = pytest.mark.stress
 
@@ -158,7 +162,7 @@ def run_with_random_cancel(agent: Agent, rng: random.Random, span: float) -> str
 def test_hundreds_of_random_cancels_leave_every_history_valid() -> None:
     rng = random.Random(1234)
     span = uncancelled_run_seconds()
-    for _ in range(200):
+    for _ in range(rounds(60)):
         agent = new_agent()
         reason = run_with_random_cancel(agent, rng, span)
         assert reason in ("cancelled", "end_turn")
@@ -179,7 +183,7 @@ def test_many_threads_each_with_its_own_agent_and_random_cancels() -> None:
             rng = random.Random(seed)
             agent = new_agent()
             start.wait()
-            for _ in range(25):
+            for _ in range(rounds(10)):
                 if rng.random() < 0.5:
                     run_with_random_cancel(agent, rng, span * 4)  # 8 threads: runs are slower
                 else:
@@ -212,7 +216,7 @@ def _contend(agent: Agent, barrier: threading.Barrier, outcomes: list[str]) -> N
 
 
 def test_two_threads_racing_on_one_agent_one_wins_one_is_refused() -> None:
-    for _ in range(100):
+    for _ in range(rounds(50)):
         agent = Agent(ScriptedModel(["answer"], repeat=True))
         barrier = threading.Barrier(2, timeout=5)
         outcomes: list[str] = []
@@ -314,7 +318,7 @@ class InvokeCancelMachine(RuleBasedStateMachine):
 
 TestInvokeCancelMachine = InvokeCancelMachine.TestCase
 TestInvokeCancelMachine.settings = settings(
-    max_examples=40,
+    max_examples=rounds(20),
     stateful_step_count=12,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -12,8 +12,9 @@ import pytest
 
 from agent_sync import Agent, UsageError, tool, validate_history
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.soak import rounds
 
-RUNS = 80
+RUNS = rounds(30)
 INJECTORS = 3
 
 
