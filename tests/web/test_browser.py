@@ -14,11 +14,13 @@ import pytest
 
 from agent_sync.messages import validate_history
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.bounds import HANG_BOUND
 
 from ._client import serve
 from .conftest import CHROMEDRIVER, CHROMIUM
 
-pytestmark = pytest.mark.usefixtures("no_sse_threads_left")
+# each wait is bounded by HANG_BOUND; Chromium on two busy cores is slow at every step
+pytestmark = [pytest.mark.usefixtures("no_sse_threads_left"), pytest.mark.timeout(180)]
 
 TURN = {"text": "Streaming words " * 30, "chunk_size": 4, "chunk_delay": 0.02, "stall_after": 10}
 
@@ -29,7 +31,7 @@ def test_type_watch_stream_press_stop(browser: Any, flask_example: Any) -> None:
 
     app = flask_example.create_app(lambda: ScriptedModel([TURN, "Hello again."]))
     registry = app.extensions["agent_sync.registry"]
-    wait = WebDriverWait(browser, 10, poll_frequency=0.05)
+    wait = WebDriverWait(browser, HANG_BOUND, poll_frequency=0.05)
 
     def state(_: Any = None) -> str:
         return str(browser.find_element(By.ID, "status").get_attribute("data-state"))

@@ -16,10 +16,15 @@ from typing import Any
 import pytest
 
 from agent_sync.messages import validate_history
+from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.gunicorn import gunicorn
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "chat_runs"
+
+# Each step is bounded by HANG_BOUND; a test takes several, and Chromium beside gunicorn on
+# two busy cores is slow at each: the test as a whole gets their sum.
+pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +54,7 @@ class Page:
         from selenium.webdriver.support.ui import WebDriverWait
 
         self.browser, self.base, self.by = browser, base, By
-        self.wait = WebDriverWait(browser, 20, poll_frequency=0.05)
+        self.wait = WebDriverWait(browser, HANG_BOUND, poll_frequency=0.05)
         browser.get(f"{base}/")
         browser.execute_script("sessionStorage.clear()")  # a new conversation
         browser.refresh()
