@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 
 from agent_sync.messages import validate_history
 from agent_sync.testing.openai_server import OpenAIServer
+from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.gunicorn import quiet_options, stop_gunicorn
 
 from ._client import SSEConnection, request_json
@@ -101,7 +103,8 @@ def history_when_settled(port: int, cid: str = "c1") -> list[Any]:
     for runs already ended or cancelled: ``/cancel`` is how it asks "idle?".
     """
     settled = threading.Event()
-    for _ in range(100):
+    deadline = time.monotonic() + HANG_BOUND  # bounded by time: a busy worker is slow
+    while time.monotonic() < deadline:
         status, body = request_json(port, "POST", "/cancel", {"conversation_id": cid})
         if status == 200 and body == {"cancelled": False}:  # idle
             status, body = request_json(port, "GET", f"/history?conversation_id={cid}")
