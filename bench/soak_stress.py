@@ -3,7 +3,7 @@
 The suite runs each soak for a few rounds (CI's budget on two busy cores); this runs the
 same tests and checks with every soak's rounds multiplied (``AGENT_SYNC_SOAK``, see
 ``tests/fixtures/soak.py``): random cancels of multi-turn runs, eight threads at once,
-racing invokes, hypothesis's random invoke/cancel/abandon sequences, and injects racing
+racing invokes, closes racing iteration, hypothesis's random invoke/cancel/abandon sequences, and injects racing
 cancels. Prints pytest's summary and the wall time; every test must pass.
 
     python bench/soak_stress.py               # 10 times the suite's rounds
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOAKS = ["tests/test_stress.py", "tests/run/test_inject_stress.py"]
+SOAKS = ["tests/test_stress.py", "tests/test_stream_close.py", "tests/run/test_inject_stress.py"]
 
 
 def main() -> int:

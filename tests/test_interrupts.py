@@ -26,6 +26,7 @@ from agent_sync.events import ToolStart
 from agent_sync.messages import CANCELLED_TEXT, StreamEvent
 from agent_sync.models.base import ModelRequest
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.soak import rounds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,9 +116,10 @@ def run_child(count: int, timeout: str, seed: int) -> dict[str, int]:
 
 @pytest.mark.parametrize("timeout", ["none", "30"])
 def test_random_sigints_never_leave_the_agent_running(timeout: str) -> None:
-    seen = run_child(400, timeout, seed=7)
+    count = rounds(100)  # python bench/soak_interrupts.py sends thousands
+    seen = run_child(count, timeout, seed=7)
     assert (seen["stuck"], seen["invalid"], seen["next_failed"]) == (0, 0, 0), seen
-    assert seen["interrupted"] + seen["returned"] == 400 - seen["stuck"] - seen["invalid"]
+    assert seen["interrupted"] + seen["returned"] == count - seen["stuck"] - seen["invalid"]
 
 
 # Real SIGINTs at random moments while the main thread schedules and cancels deadlines
@@ -188,7 +190,7 @@ def test_random_sigints_while_scheduling_deadlines_never_wedge_the_scheduler() -
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), str(ROOT)) if p)
     done = subprocess.run(
-        [sys.executable, "-c", CHURN_CHILD, "200", "11"],
+        [sys.executable, "-c", CHURN_CHILD, str(rounds(60)), "11"],
         capture_output=True,
         text=True,
         timeout=50,
@@ -197,7 +199,7 @@ def test_random_sigints_while_scheduling_deadlines_never_wedge_the_scheduler() -
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report == {"interrupts": 200, "wedged_after": None}
+    assert report == {"interrupts": rounds(60), "wedged_after": None}
 
 
 def press_ctrl_c() -> None:

@@ -18,6 +18,7 @@ from agent_sync import Agent, ToolContext, tool, validate_history
 from agent_sync.events import ToolStart
 from agent_sync.messages import CANCELLED_TEXT, Message
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.soak import rounds
 
 
 @tool
@@ -108,7 +109,7 @@ def one_race(rng: random.Random) -> list[str]:
 def test_close_from_another_thread_while_iterating_is_safe() -> None:
     rng = random.Random(3)
     problems: list[str] = []
-    for _ in range(500):
+    for _ in range(rounds(150)):  # python bench/soak_stress.py runs many more
         problems.extend(one_race(rng))
     assert problems == []
 
