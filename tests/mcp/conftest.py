@@ -124,8 +124,11 @@ class HttpEverything:
             self.process.stderr.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def http_everything(node: str) -> Iterator[HttpEverything]:
+    """One HTTP server-everything per test module: each test's client opens an MCP session
+    of its own on it (node starting per test cost seconds each on two busy cores). A test
+    that stops or restarts a server starts its own ``HttpEverything``."""
     server = HttpEverything(node)
     yield server
     server.kill()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import boto3
@@ -17,8 +18,16 @@ def server() -> Iterator[BedrockServer]:
         yield srv
 
 
-def aws_session(access_key: str, secret_key: str) -> boto3.Session:
-    """A session with static credentials in us-east-1 (each module uses its own keys)."""
+@functools.cache
+def aws_session(
+    access_key: str, secret_key: str, session_token: str | None = None
+) -> boto3.Session:
+    """A session with static credentials in us-east-1 (each module uses its own keys).
+
+    One per set of keys for the whole test process: a new boto3 session loads botocore's
+    endpoint and service JSON again (about a second of CPU on these cores), and nothing in
+    a test changes a session (a model builds its client from it, under a lock)."""
     return boto3.Session(
+        aws_session_token=session_token,
         aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="us-east-1"
     )

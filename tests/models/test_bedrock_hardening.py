@@ -32,7 +32,7 @@ from agent_sync.testing.bedrock_server import BedrockServer
 from tests.fixtures.logs import RootRecords
 from tests.fixtures.streams import HELLO, collect
 
-from ._bedrock_fixtures import server
+from ._bedrock_fixtures import aws_session, server
 
 __all__ = ["server"]  # fixture, imported for pytest
 
@@ -54,12 +54,7 @@ HISTORY: list[Message] = [
 
 @pytest.fixture
 def temporary_session() -> boto3.Session:
-    return boto3.Session(
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-        aws_session_token=SESSION_TOKEN,
-        region_name="us-east-1",
-    )
+    return aws_session(ACCESS_KEY, SECRET_KEY, SESSION_TOKEN)
 
 
 @pytest.fixture
