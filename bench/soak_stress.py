@@ -3,8 +3,9 @@
 The suite runs each soak for a few rounds (CI's budget on two busy cores); this runs the
 same tests and checks with every soak's rounds multiplied (``AGENT_SYNC_SOAK``, see
 ``tests/fixtures/soak.py``): random cancels of multi-turn runs, eight threads at once,
-racing invokes, closes racing iteration, hypothesis's random invoke/cancel/abandon sequences, and injects racing
-cancels. Prints pytest's summary and the wall time; every test must pass.
+racing invokes, closes racing iteration, hypothesis's random invoke/cancel/abandon
+sequences, and injects racing cancels. Prints pytest's summary and the wall time; every
+test must pass.
 
     python bench/soak_stress.py               # 10 times the suite's rounds
     python bench/soak_stress.py --factor 100
