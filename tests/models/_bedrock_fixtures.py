@@ -29,5 +29,7 @@ def aws_session(
     a test changes a session (a model builds its client from it, under a lock)."""
     return boto3.Session(
         aws_session_token=session_token,
-        aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="us-east-1"
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        region_name="us-east-1",
     )
