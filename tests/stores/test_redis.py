@@ -7,6 +7,7 @@ import threading
 import uuid
 from dataclasses import replace
 from functools import partial
+from multiprocessing.context import ForkServerContext
 from typing import Any
 
 import pytest
@@ -15,8 +16,10 @@ from agent_sync.errors import StoreUnavailableError, UsageError
 from agent_sync.stores import RedisRunStore, RunStore
 from agent_sync.testing.redis_server import RedisServer
 from agent_sync.testing.run_store_contract import RunStoreContract, make_state
+from tests.fixtures.processes import child_context
 
 redis = pytest.importorskip("redis", reason="pip install -e '.[redis]'")
+
 from redis.backoff import NoBackoff  # noqa: E402
 from redis.retry import Retry  # noqa: E402
 
@@ -40,6 +43,9 @@ class TestRedisRunStore(RunStoreContract):
 
     def process_factory(self):  # type: ignore[no-untyped-def]
         return partial(_open, self.port, self.prefix)
+
+    def process_context(self) -> ForkServerContext:
+        return child_context()  # forkserver, the package preloaded
 
 
 class TestRedisRunStoreDecodedReplies(RunStoreContract):

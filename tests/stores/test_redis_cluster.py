@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from functools import partial
+from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,11 @@ from agent_sync.stores import RedisRunStore, RunStore
 from agent_sync.stores._redis_keys import SLOTS, shard_tags, slot_of
 from agent_sync.testing.redis_server import RedisCluster, RedisServer, redis_server_binary
 from agent_sync.testing.run_store_contract import RunStoreContract, make_state
+from tests.fixtures.processes import child_context
 from tests.stores import test_processes, test_recovery_processes
 
 redis = pytest.importorskip("redis", reason="pip install -e '.[redis]'")
+
 from redis.cluster import RedisCluster as ClusterClient  # noqa: E402
 
 from tests.stores.redis_monitor import RoundTrips  # noqa: E402
@@ -75,6 +78,9 @@ class TestRedisClusterRunStore(RunStoreContract):
 
     def process_factory(self) -> Callable[[], RunStore]:
         return partial(_open, self.port, self.prefix)
+
+    def process_context(self) -> ForkServerContext:
+        return child_context()  # forkserver, the package preloaded
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import time
 from contextlib import closing
 from dataclasses import replace
 from functools import partial
+from multiprocessing.context import ForkServerContext
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,9 @@ class TestSQLiteRunStore(RunStoreContract):
 
     def process_factory(self):  # type: ignore[no-untyped-def]
         return partial(_open, self.path)
+
+    def process_context(self) -> ForkServerContext:
+        return child_context()  # forkserver, the package preloaded
 
 
 def test_the_file_is_created_private(tmp_path: Path) -> None:

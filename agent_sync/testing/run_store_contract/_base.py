@@ -3,11 +3,13 @@ what a subclass overrides), :func:`make_state` and the small helpers of the test
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any
 
 import pytest
@@ -103,6 +105,13 @@ class ContractBase:
         last :meth:`make_store`, in another process; ``None`` (the default): the store
         lives in one process and the cross-process tests are skipped."""
         return None
+
+    def process_context(self) -> SpawnContext | ForkServerContext:
+        """The ``multiprocessing`` context the cross-process tests start their children
+        with: ``spawn`` by default (a fresh interpreter, right for any store). A suite may
+        return a ``forkserver`` context that preloads its imports, so that each child
+        starts without importing them again."""
+        return multiprocessing.get_context("spawn")
 
     @pytest.fixture
     def store(self) -> RunStore:

@@ -4,7 +4,6 @@ or duplicating a turn, and a log replaced by the user (``agent.messages = [...]`
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 import uuid
@@ -119,7 +118,7 @@ class ConversationsContract(ContractBase):
         factory = self.process_factory()
         if factory is None:
             pytest.skip("this store lives in one process")
-        context = multiprocessing.get_context("spawn")
+        context = self.process_context()
         go, ready = context.Event(), context.Queue()
         writers = [f"process-{n}" for n in range(3)]
         children = [
@@ -141,7 +140,7 @@ class ConversationsContract(ContractBase):
         factory = self.process_factory()
         if factory is None:
             pytest.skip("this store lives in one process")
-        context = multiprocessing.get_context("spawn")
+        context = self.process_context()
         go = context.Event()
         ready, out = context.Queue(), context.Queue()
         children = [

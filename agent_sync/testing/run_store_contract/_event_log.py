@@ -6,7 +6,6 @@ dropped with its run by ``prune``."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import threading
 import time
 from collections.abc import Callable
@@ -248,7 +247,7 @@ class EventLogContract(ContractBase):
         if factory is None:
             pytest.skip("this store lives in one process")
         store.append_events("r1", [{"from": "parent"}], after=0)
-        context = multiprocessing.get_context("spawn")
+        context = self.process_context()
         go = context.Event()
         ready, out = context.Queue(), context.Queue()
         child = context.Process(target=_append_in_child, args=(factory, "r1", ready, go, out))
