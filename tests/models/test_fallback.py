@@ -23,20 +23,23 @@ import boto3
 import pytest
 
 from agent_sync import Agent, AgentResult, RetryPolicy, tool, validate_history
+from agent_sync.cancel import CancelScope
 from agent_sync.errors import (
     ContextWindowOverflowError,
     ModelError,
     ModelHTTPError,
+    ModelStreamError,
     ModelThrottledError,
     UsageError,
 )
 from agent_sync.events import AgentEvent, ModelRetry, TextDelta
-from agent_sync.messages import CANCELLED_TEXT
+from agent_sync.messages import CANCELLED_TEXT, StreamEvent
 from agent_sync.models import (
     AnthropicModel,
     BedrockModel,
     FallbackModel,
     GeminiModel,
+    ModelRequest,
     OpenAIModel,
 )
 from agent_sync.testing import ScriptedModel
@@ -140,8 +143,9 @@ def test_a_529_before_content_moves_to_the_fallback_at_once(
         {"status": 400, "error_message": "this provider refuses this request"},
         {"drop_after": 0},  # the connection reset before any byte
         {"error_event_after": 1},  # an overloaded error event before the first block
+        {"truncate_after": 1},  # message_start, then a clean end: no answer at all
     ],
-    ids=["429", "500", "503", "401", "400", "reset", "error-event"],
+    ids=["429", "500", "503", "401", "400", "reset", "error-event", "truncated"],
 )
 def test_each_failure_before_content_falls_back(
     failure: dict[str, object],
@@ -439,3 +443,35 @@ def test_repr_shows_the_chain_and_no_secret(chain: FallbackModel) -> None:
 def test_a_chain_member_that_is_not_a_model_is_refused(primary: AnthropicModel) -> None:
     with pytest.raises(UsageError, match=r"model 1 \(str\) is not a model"):
         FallbackModel(primary, "gpt-5")  # type: ignore[arg-type]
+
+
+def test_a_chain_inside_a_chain_names_the_innermost_model() -> None:
+    busy = {"error": ModelThrottledError("overloaded", status=529)}
+    inner = FallbackModel(
+        ScriptedModel([busy], model_id="inner-primary"),
+        ScriptedModel(["from the inner fallback"], model_id="inner-fallback"),
+    )
+    outer = FallbackModel(ScriptedModel([busy], model_id="outer-primary"), inner)
+    result = Agent(outer, retry=SLOW_RETRY).invoke("hello")
+    assert result.text == "from the inner fallback"
+    assert result.metrics.model_ids == ("inner-fallback",)
+
+
+class EndsBeforeItsAnswer:
+    """A model whose stream starts a message and ends: no content, no stop, no error."""
+
+    model_id = "ends-early"
+
+    def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
+        yield {"messageStart": {"role": "assistant"}}
+
+
+def test_a_stream_that_ends_before_its_answer_is_a_failure_to_fall_back_from() -> None:
+    backup = ScriptedModel(["answered"], model_id="backup")
+    result = Agent(FallbackModel(EndsBeforeItsAnswer(), backup), retry=SLOW_RETRY).invoke("hi")
+    assert (result.text, result.metrics.model_ids) == ("answered", ("backup",))
+    busy = ScriptedModel([{"error": ModelThrottledError("overloaded", status=529)}])
+    last = FallbackModel(busy, EndsBeforeItsAnswer())
+    with pytest.raises(ModelStreamError, match="ended before its answer began") as raised:
+        Agent(last, retry=ONE_ATTEMPT).invoke("hi")
+    assert [type(e) for e in raised.value.fallback_errors] == [ModelThrottledError]
