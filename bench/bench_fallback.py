@@ -14,6 +14,10 @@ text):
 The switch's cost is ``chain - (429 alone + fallback alone)``, from the medians. The servers
 run in this process (threads), so absolute times include them; the difference is what the
 chain adds.
+
+Second, what a chain costs when its first model answers: ``Agent(FallbackModel(openai,
+anthropic)).invoke`` over ``Agent(openai).invoke`` on a 200-chunk answer, interleaved (one
+more generator between the model and the run, per chunk).
 """
 
 from __future__ import annotations
@@ -95,6 +99,20 @@ def main() -> None:
                 order.reverse()
             for samples, measure in order:
                 samples.append(measure())
+        direct_agent = Agent(fallback, retry=one_attempt)
+        first_answers = Agent(FallbackModel(fallback, primary), retry=one_attempt)
+        long_answer = {"text": "x" * 1600, "chunk_size": 8}  # 200 chunks
+        direct, chained = [], []
+        for round_number in range(args.runs):
+            pair = [(direct, direct_agent), (chained, first_answers)]
+            if round_number % 2:
+                pair.reverse()
+            for samples, agent in pair:
+                openai_server.add_turns(long_answer)
+                agent.messages = []
+                started = time.perf_counter()
+                agent.invoke("hello")
+                samples.append(time.perf_counter() - started)
         primary.close()
         fallback.close()
     report("chain (429, then the fallback answers)", chain)
@@ -102,6 +120,10 @@ def main() -> None:
     report("fallback alone (Agent.invoke)", single)
     added = statistics.median(chain) - statistics.median(throttled) - statistics.median(single)
     print(f"the switch adds (median chain - 429 - fallback):  {ms(added)}  goal <= 1 ms")
+    report("200 chunks, the model alone", direct)
+    report("200 chunks, a chain whose first model answers", chained)
+    ratio = statistics.median(chained) / statistics.median(direct)
+    print(f"chain / alone (medians): {ratio:.3f}")
 
 
 if __name__ == "__main__":
