@@ -99,7 +99,9 @@ class ScriptedModel:
         repeat: Start again from the first turn when the script is used up (else a call
             past the end raises :class:`~agent_sync.errors.ModelError`).
         model_id: The id ``result.metrics.model_ids`` lists for this model's answers (name
-            two scripted models of a :class:`~agent_sync.models.FallbackModel` apart).
+            two scripted models of a :class:`~agent_sync.models.FallbackModel` apart) and
+            traces show as the requested model; ``None`` (the default): none, and
+            ``model_ids`` lists ``"ScriptedModel"``.
 
     Attributes:
         model_id: As given.
@@ -108,7 +110,11 @@ class ScriptedModel:
     """
 
     def __init__(
-        self, turns: Iterable[TurnSpec], *, repeat: bool = False, model_id: str = "scripted"
+        self,
+        turns: Iterable[TurnSpec],
+        *,
+        repeat: bool = False,
+        model_id: str | None = None,
     ) -> None:
         self.model_id = model_id
         self._turns = [ScriptedTurn.of(t) for t in turns]
