@@ -103,9 +103,13 @@ class ModelError(AgentSyncError):
             ``"scripted"``), or ``None`` when unknown.
         retryable: Whether the retry policy may try the call again (only before the
             model has streamed any content).
+        fallback_errors: Raised by a :class:`~agent_sync.models.FallbackModel`: the errors
+            of the models its chain tried before the one that raised this, in order
+            (empty otherwise).
     """
 
     retryable: bool = False
+    fallback_errors: tuple[ModelError, ...] = ()
 
     def __init__(
         self, message: str, *, provider: str | None = None, retryable: bool | None = None

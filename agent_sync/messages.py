@@ -191,10 +191,21 @@ class Usage(_UsageRequired, total=False):
 # --- model stream events (Bedrock ConverseStream shapes) ---------------------------------
 
 
-class MessageStartEvent(TypedDict):
-    """``{"role": "assistant"}``."""
-
+class _MessageStartRequired(TypedDict):
     role: Role
+
+
+class MessageStartEvent(_MessageStartRequired, total=False):
+    """``{"role": "assistant"}``.
+
+    Attributes:
+        role: Always ``"assistant"``.
+        modelId: Optional: the id of the model that answers, when it is not the model
+            called (a :class:`~agent_sync.models.FallbackModel` names the model of its chain
+            that answered); the run lists it in ``result.metrics.model_ids``.
+    """
+
+    modelId: str
 
 
 class ToolUseStart(TypedDict):

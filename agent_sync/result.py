@@ -41,6 +41,11 @@ class AgentMetrics:
     """Time spent running tools."""
     time_to_first_token_s: float | None
     """From the start to the first streamed text or reasoning, if any arrived."""
+    model_ids: tuple[str, ...] = ()
+    """Per model call that was answered (its content began, or it ended with an empty
+    answer), in order: the id of the model that answered (a model's ``model_id``; with a
+    :class:`~agent_sync.models.FallbackModel`, the id of the model of the chain that
+    answered). A call that failed or was cancelled before its answer began adds none."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,8 @@
 
 ``from agent_sync.models import AnthropicModel, BedrockModel, GeminiModel, OpenAIModel,
 OpenAIResponsesModel``: each provider is imported on first use, so ``import agent_sync`` stays
-fast and a provider's SDK is only loaded when you use it.
+fast and a provider's SDK is only loaded when you use it. ``FallbackModel`` chains models:
+the next one answers when one fails before its answer began.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .base import Model, ModelRequest
 if TYPE_CHECKING:
     from .anthropic import AnthropicModel
     from .bedrock import BedrockModel
+    from .fallback import FallbackModel
     from .gemini import GeminiModel
     from .openai import OpenAIModel
     from .responses import OpenAIResponsesModel
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AnthropicModel",
     "BedrockModel",
+    "FallbackModel",
     "GeminiModel",
     "Model",
     "ModelRequest",
@@ -32,6 +35,7 @@ __all__ = [
 _LAZY = {
     "AnthropicModel": ".anthropic",
     "BedrockModel": ".bedrock",
+    "FallbackModel": ".fallback",
     "GeminiModel": ".gemini",
     "OpenAIModel": ".openai",
     "OpenAIResponsesModel": ".responses",

@@ -89,6 +89,7 @@ class RunContext:
         self.keep_progress: Callable[[], None] | None = None  # set by the driver
         self.tool_calls = 0
         self.retries = 0
+        self.model_ids: list[str] = []  # per answered model call (run/_model_step.py)
         self.started = time.perf_counter()
         self.ended_at: float | None = None
         self.model_time = 0.0
@@ -132,6 +133,7 @@ class RunContext:
                 model_duration_s=self.model_time,
                 tool_duration_s=self.tool_time,
                 time_to_first_token_s=self.first_token,
+                model_ids=tuple(self.model_ids),
             ),
             output=result_output(self),
         )

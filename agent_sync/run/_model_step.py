@@ -19,6 +19,7 @@ from ..cancel import CancelledError
 from ..errors import ContextWindowOverflowError, ModelStreamError
 from ..events import AgentEvent, MessageComplete, ModelRetry
 from ..messages import CANCELLED_TEXT, StreamEvent
+from ..models._answer import answered_by, read_until_content
 from ..models.base import ModelRequest
 from ._assemble import MessageAssembler
 from ._context import RunContext
@@ -189,23 +190,16 @@ def _open_stream(
                 # spans the provider makes (e.g. its SDK's) nest under the call's
                 with ctx.hooks.model_call_scope(ctx.cycle):
                     stream = iter(model.stream(request, cancel=scope))
-                    head = _read_until_content(stream)
+                    head = read_until_content(stream)
             except BaseException as exc:
                 _close(stream)
                 last_error = f"{type(exc).__name__}: {exc}"
                 raise
+            answered = answered_by(head, model)
+            if answered is not None:
+                ctx.model_ids.append(answered)
             return _chain(head, stream)
     raise AssertionError("unreachable: tenacity either returns or raises")
-
-
-def _read_until_content(stream: Iterator[StreamEvent]) -> list[StreamEvent]:
-    """Events up to and including the first content event (or all, if there is none)."""
-    head: list[StreamEvent] = []
-    for event in stream:
-        head.append(event)
-        if "contentBlockDelta" in event or "contentBlockStart" in event:
-            break
-    return head
 
 
 def _chain(head: Sequence[StreamEvent], rest: Iterator[StreamEvent]) -> Iterator[StreamEvent]:

@@ -98,19 +98,34 @@ class ScriptedModel:
         turns: The turns, in call order: ``str`` or dicts of :class:`ScriptedTurn` fields.
         repeat: Start again from the first turn when the script is used up (else a call
             past the end raises :class:`~agent_sync.errors.ModelError`).
+        model_id: The id ``result.metrics.model_ids`` lists for this model's answers (name
+            two scripted models of a :class:`~agent_sync.models.FallbackModel` apart) and
+            traces show as the requested model; ``None`` (the default): none, and
+            ``model_ids`` lists ``"ScriptedModel"``.
 
     Attributes:
+        model_id: As given.
         calls: Every request received, as :class:`~agent_sync.models.ModelRequest` with a
             deep copy of the messages at call time.
     """
 
-    def __init__(self, turns: Iterable[TurnSpec], *, repeat: bool = False) -> None:
+    def __init__(
+        self,
+        turns: Iterable[TurnSpec],
+        *,
+        repeat: bool = False,
+        model_id: str | None = None,
+    ) -> None:
+        self.model_id = model_id
         self._turns = [ScriptedTurn.of(t) for t in turns]
         self._repeat = repeat
         self._lock = threading.Lock()
         self._next = 0
         self._ids = itertools.count(1)
         self.calls: list[ModelRequest] = []
+
+    def __repr__(self) -> str:
+        return f"ScriptedModel(model_id={self.model_id!r}, turns={len(self._turns)})"
 
     def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
         """Replay the next turn as stream events (see :class:`~agent_sync.models.Model`)."""
