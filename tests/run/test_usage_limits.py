@@ -4,6 +4,7 @@ call, after a response, before a tool batch), cleanly: ``stop_reason == "usage_l
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -292,6 +293,15 @@ def test_an_unknown_model_with_a_cost_limit_is_refused_before_anything_is_sent(
             agent.invoke("go", usage_limits=UsageLimits(cost_usd=1.0))
         assert server.requests == [] and agent.messages == []
         Agent(model, usage_limits=UsageLimits(requests=1))  # other limits need no price
+
+
+def test_without_genai_prices_a_cost_limit_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "genai_prices", None)  # as if not installed
+    with pytest.raises(UsageError, match=r"agent_sync\[prices\]"):
+        Agent(OpenAIModel("gpt-4o", api_key="sk-test"), usage_limits=UsageLimits(cost_usd=1.0))
+    Agent(OpenAIModel("gpt-4o", api_key="sk-test"), usage_limits=UsageLimits(requests=1))
 
 
 def test_a_model_genai_prices_cannot_price_is_refused() -> None:
