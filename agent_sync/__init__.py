@@ -7,6 +7,7 @@ thread at any moment, stops it within milliseconds and leaves the history valid.
 import logging
 
 from ._decisions import ApprovalRequest, Approve, Deny
+from ._limits import UsageLimits
 from ._repair import repair_history
 from ._version import __version__ as __version__
 from .agent import Agent, AgentStream, Prompt
@@ -57,6 +58,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "UsageError",
+    "UsageLimits",
     "repair_history",
     "tool",
     "validate_history",

@@ -201,6 +201,7 @@ class AgentRuns:
         deps: Any,
         params: Mapping[str, Any] | None,
         output_type: object,
+        usage_limits: object = UNSET,
     ) -> Call:
         """One call's options, checked (``UsageError`` naming the first bad one)."""
         if token is not None and not isinstance(token, CancelToken):
@@ -211,6 +212,7 @@ class AgentRuns:
             deps=deps,
             params=params,
             output_type=output_type,
+            usage_limits=usage_limits,
         )
         return Call(settings, timeout, token)
 

@@ -90,11 +90,12 @@ def close_cancelled_turn(
     results: Sequence[ToolResult] = (),
     queued: Sequence[ContentBlock] = (),
     unanswered_text: str = CANCELLED_TEXT,
+    closing_text: str = CANCELLED_TEXT,
 ) -> None:
     """The one history a cancel leaves, wherever the run was (running, paused, lost), in
     place: the trailing calls answered (``results`` where known, else ``unanswered_text``),
-    the ``queued`` input written to the next user message, then "Cancelled by user" closes
-    the turn."""
+    the ``queued`` input written to the next user message, then ``closing_text`` ("Cancelled
+    by user"; a usage limit's stop says which limit) closes the turn."""
     answer_pending(messages, unanswered_text, known=results)
     add_user_blocks(messages, list(queued))
-    close_turn(messages, CANCELLED_TEXT)
+    close_turn(messages, closing_text)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ._agent_runs import AgentRuns, Prompt, run_to_end
 from ._decisions import ApprovalRequest, Decision
+from ._limits import UsageLimits
 from ._run_state import OwnerLostPolicy
 from .cancel import CancelToken, check_mode
 from .context import ContextPolicy, SlidingWindow, Summarizing
@@ -97,6 +98,10 @@ class Agent(AgentRuns):
             "worker stopped; effect unknown"; ``"resume"`` leaves it for a recoverer (the
             chat routes, ``agent_sync.celery``, ``store.recover``) that goes on from its
             last committed step, the same run. See ``docs/recovery.md``.
+        usage_limits: A :class:`~agent_sync.UsageLimits` budget for each run (requests,
+            tokens, tool calls, dollars); a run that reaches one stops cleanly with
+            ``stop_reason == "usage_limit"``. ``invoke(..., usage_limits=...)`` replaces
+            it for one call. See ``docs/usage_limits.md``.
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -127,6 +132,7 @@ class Agent(AgentRuns):
         output_retries: int = 2,
         context: ContextPolicy | None = None,
         on_owner_lost: OwnerLostPolicy = "fail",
+        usage_limits: UsageLimits | None = None,
     ) -> None:
         if context is not None and not isinstance(context, (SlidingWindow, Summarizing)):
             raise UsageError(
@@ -159,6 +165,7 @@ class Agent(AgentRuns):
             ),
             tool_sources=sources,
             on_owner_lost=on_owner_lost,
+            usage_limits=usage_limits,
         )
         if store is not None:
             if conversation_id is None:
@@ -257,6 +264,7 @@ class Agent(AgentRuns):
         deps: Any = UNSET,
         params: Mapping[str, Any] | None = None,
         output_type: object = UNSET,
+        usage_limits: UsageLimits | None | Unset = UNSET,
     ) -> AgentResult:
         """Run the loop to the end and return its result.
 
@@ -275,6 +283,8 @@ class Agent(AgentRuns):
             output_type: The structured answer's type for this call (see ``Agent``);
                 ``None`` for free text; by default the agent's. ``result.output`` holds
                 the validated answer.
+            usage_limits: A :class:`~agent_sync.UsageLimits` for this run instead of the
+                agent's (``None``: no limits).
 
         Returns:
             The result; ``stop_reason == "cancelled"`` if ``cancel()``, the token or the
@@ -291,7 +301,7 @@ class Agent(AgentRuns):
         return run_to_end(
             self._new_run(
                 prompt,
-                self._call(timeout, cache, cancel, deps, params, output_type),
+                self._call(timeout, cache, cancel, deps, params, output_type, usage_limits),
                 emit_deltas=False,
             )
         )
@@ -308,6 +318,7 @@ class Agent(AgentRuns):
         deps: Any = UNSET,
         params: Mapping[str, Any] | None = None,
         output_type: object = UNSET,
+        usage_limits: UsageLimits | None | Unset = UNSET,
     ) -> AgentStream:
         """Run the loop as a blocking iterator of :mod:`~agent_sync.events`.
 
@@ -319,7 +330,7 @@ class Agent(AgentRuns):
         """
         return self._open(
             prompt,
-            self._call(timeout, cache, cancel, deps, params, output_type),
+            self._call(timeout, cache, cancel, deps, params, output_type, usage_limits),
             emit_deltas=True,
             face=AgentStream,
         )
@@ -334,6 +345,7 @@ class Agent(AgentRuns):
         deps: Any = UNSET,
         params: Mapping[str, Any] | None = None,
         output_type: object = UNSET,
+        usage_limits: UsageLimits | None | Unset = UNSET,
     ) -> Run:
         """Run the loop one step at a time: a :class:`~agent_sync.run.Run` to iterate.
 
@@ -353,7 +365,7 @@ class Agent(AgentRuns):
         """
         return self._open(
             prompt,
-            self._call(timeout, cache, cancel, deps, params, output_type),
+            self._call(timeout, cache, cancel, deps, params, output_type, usage_limits),
             emit_deltas=False,
             face=StepsRun,
         )
@@ -368,6 +380,7 @@ class Agent(AgentRuns):
         deps: Any = UNSET,
         params: Mapping[str, Any] | None = None,
         output_type: object = UNSET,
+        usage_limits: UsageLimits | None | Unset = UNSET,
     ) -> AgentResult:
         """Answer every pending approval request and go on with the paused run.
 
@@ -398,7 +411,7 @@ class Agent(AgentRuns):
         return run_to_end(
             self._new_run(
                 None,
-                self._call(timeout, cache, cancel, deps, params, output_type),
+                self._call(timeout, cache, cancel, deps, params, output_type, usage_limits),
                 emit_deltas=False,
                 resume=(paused, checked),
             )
@@ -414,6 +427,7 @@ class Agent(AgentRuns):
         deps: Any = UNSET,
         params: Mapping[str, Any] | None = None,
         output_type: object = UNSET,
+        usage_limits: UsageLimits | None | Unset = UNSET,
     ) -> AgentStream:
         """:meth:`resume` as a blocking iterator of :mod:`~agent_sync.events`, as
         :meth:`stream` is to :meth:`invoke`.
@@ -425,7 +439,7 @@ class Agent(AgentRuns):
         paused, checked = self._checked_resume(decisions)
         return self._open(
             None,
-            self._call(timeout, cache, cancel, deps, params, output_type),
+            self._call(timeout, cache, cancel, deps, params, output_type, usage_limits),
             emit_deltas=True,
             face=AgentStream,
             resume=(paused, checked),

@@ -189,14 +189,18 @@ class Done:
     """The same result ``invoke()`` returns."""
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary: stop_reason, cancel_reason, usage, text."""
-        return {
+        """A JSON-ready summary: stop_reason, cancel_reason, usage, text (and
+        usage_limit, when a usage limit stopped the run)."""
+        summary: dict[str, Any] = {
             "run_id": self.result.run_id,
             "stop_reason": self.result.stop_reason,
             "cancel_reason": self.result.cancel_reason,
             "usage": dict(self.result.usage),
             "text": self.result.text,
         }
+        if self.result.usage_limit is not None:
+            summary["usage_limit"] = self.result.usage_limit
+        return summary
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -56,8 +56,8 @@ class AgentResult:
     """The run's id (the same as ``event.run_id`` of its events)."""
     stop_reason: str
     """``"end_turn"``, ``"max_tokens"``, ``"stop_sequence"``, ``"max_cycles"``,
-    ``"cancelled"`` or ``"paused"`` (a tool call waits for approval); providers may report
-    others, e.g. ``"content_filtered"``."""
+    ``"usage_limit"`` (see :attr:`usage_limit`), ``"cancelled"`` or ``"paused"`` (a tool
+    call waits for approval); providers may report others, e.g. ``"content_filtered"``."""
     cancel_reason: str | None
     """``None`` unless cancelled: the reason given to ``cancel()``, ``"timeout"``, or
     ``"stream closed"`` when a stream was abandoned."""
@@ -73,6 +73,11 @@ class AgentResult:
     """With an ``output_type``: the validated answer (an instance of the type, or a dict
     for a JSON-schema dict; ``None`` if the run ended without one, e.g. cancelled).
     Without: :attr:`text`."""
+    usage_limit: str | None = None
+    """With ``stop_reason == "usage_limit"``: the limit of
+    :class:`~agent_sync.UsageLimits` that stopped the run (``"requests"``,
+    ``"input_tokens"``, ``"output_tokens"``, ``"total_tokens"``, ``"tool_calls"``,
+    ``"cost_usd"``); ``None`` otherwise."""
 
     def __post_init__(self) -> None:
         if self.output is TEXT_OUTPUT:

@@ -44,6 +44,7 @@ def test_exported_names_are_pinned() -> None:
         "ToolContext",
         "ToolError",
         "UsageError",
+        "UsageLimits",
         "repair_history",
         "tool",
         "validate_history",

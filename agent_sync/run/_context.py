@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._decisions import ApprovalRequest, Approve, Deny
 from .._run_state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
+from ..cancel import CancelledError
 from ..messages import Message, ToolResult, ToolUse, Usage
 from ..models.base import CacheMode
 from ..result import AgentMetrics, AgentResult
@@ -88,6 +89,8 @@ class RunContext:
         # what a follower is about to see (a model call's message, a tool's result) first
         self.keep_progress: Callable[[], None] | None = None  # set by the driver
         self.tool_calls = 0
+        self.cost = 0.0  # dollars of this run's model calls (counted with cost_usd only)
+        self.usage_limit: str | None = None  # the usage limit passed, once one is
         self.retries = 0
         self.model_ids: list[str] = []  # per answered model call (run/_model_step.py)
         self.started = time.perf_counter()
@@ -114,9 +117,20 @@ class RunContext:
             total[key] = total.get(key, 0) + int(value)  # type: ignore[call-overload]
         self.usage = total  # type: ignore[assignment]
 
+    def stop_at_limit(self, limit: str | None) -> None:
+        """Stop the run at a usage limit (no-op for ``None``): raised as a cancel is, so
+        the run ends through the same close (:func:`~._steps.end_cancelled`), which
+        tells the two apart by the scope (a real cancel wins)."""
+        if limit is not None:
+            self.usage_limit = limit
+            raise CancelledError(f"usage limit: {limit}")
+
     def finish(self, status: RunStatus, stop_reason: str, cancel_reason: str | None) -> None:
-        """Record the outcome and build the result (the history is already closed)."""
+        """Record the outcome and build the result (the history is already closed); a run
+        that ends once a usage limit was passed (its final answer kept) says so."""
         self.ended_at = time.perf_counter()
+        if status == "done" and self.usage_limit is not None:
+            stop_reason = "usage_limit"
         message = self.messages[-1]  # a run always has its user message, at least
         self.stop_reason = stop_reason
         self.result = AgentResult(
@@ -136,6 +150,7 @@ class RunContext:
                 model_ids=tuple(self.model_ids),
             ),
             output=result_output(self),
+            usage_limit=self.usage_limit if stop_reason == "usage_limit" else None,
         )
         self.pending_tool_ids = ()
         self.phase = "idle"

@@ -35,6 +35,9 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     _before_model_call(ctx)
     if ctx.cycle >= ctx.settings.max_cycles:
         return "max_cycles"
+    budget = ctx.settings.budget
+    if budget is not None:  # requests, tokens and cost so far: a limit reached stops here
+        ctx.stop_at_limit(budget.before_call(ctx.cycle, ctx.usage, ctx.cost))
     ctx.cycle = cycle = ctx.cycle + 1
     ctx.phase = "model"
     settings, scope, hooks = ctx.settings, ctx.scope, ctx.hooks
@@ -128,6 +131,11 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     )
     if follows == "finish":
         ctx.steps.append(Step(cycle=cycle, message=message, tool_results=()))
+    if budget is not None and ctx.usage_limit is None:
+        passed = budget.after_response(ctx.usage, ctx.cost)
+        if follows == "tools":  # nothing it asked for runs: its calls answered "not run"
+            ctx.stop_at_limit(passed)
+        ctx.usage_limit = passed  # a final answer is kept; the run ends naming the limit
     return follows
 
 
@@ -136,6 +144,9 @@ def _count_call(ctx: RunContext, assembler: MessageAssembler) -> None:
     token's time, whether the call finished or was cut short (a cancel after the input
     tokens were reported still cost them)."""
     ctx.add_usage(assembler.usage)
+    budget = ctx.settings.budget
+    if budget is not None and budget.price is not None:
+        ctx.cost += budget.cost(assembler.usage)
     if ctx.first_token is None and assembler.first_text_at is not None:
         ctx.first_token = assembler.first_text_at - ctx.started
 

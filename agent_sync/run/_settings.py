@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._limits import Budget, checked_budget
 from .._run_state import OwnerLostPolicy
 from ..errors import UsageError
 from ..messages import Message, ToolSpec, Usage
@@ -94,6 +95,7 @@ class RunSettings:
     output_retries: int = 2
     context: ContextShaper | None = None  # the context policy, with what it learned
     on_owner_lost: OwnerLostPolicy = "fail"  # what a store does when the run's owner dies
+    budget: Budget | None = None  # the usage limits, checked (with the model's price)
 
 
 def agent_settings(
@@ -118,6 +120,7 @@ def agent_settings(
     context: ContextShaper | None,
     tool_sources: list[ToolSource],
     on_owner_lost: OwnerLostPolicy = "fail",
+    usage_limits: object = None,
 ) -> RunSettings:
     """The settings of ``Agent(...)``'s arguments (see :class:`~agent_sync.Agent`); the
     tool sources among ``tools`` (MCP servers, whose tools come at each run) are put in
@@ -169,6 +172,7 @@ def agent_settings(
         output_retries=checked_output_retries(output_retries),
         context=context,
         on_owner_lost=on_owner_lost,
+        budget=checked_budget(usage_limits, model),
     )
 
 
@@ -179,10 +183,11 @@ def call_settings(
     deps: Any = UNSET,
     params: Mapping[str, Any] | None = None,
     output_type: object = UNSET,
+    usage_limits: object = UNSET,
 ) -> RunSettings:
-    """The settings of one call: the agent's, with the call's ``cache``, ``deps`` and
-    ``output_type`` if given, and its ``params`` merged over the agent's (for every model
-    call of the run).
+    """The settings of one call: the agent's, with the call's ``cache``, ``deps``,
+    ``output_type`` and ``usage_limits`` if given, and its ``params`` merged over the
+    agent's (for every model call of the run).
 
     Raises:
         UsageError: An invalid argument, named.
@@ -197,6 +202,8 @@ def call_settings(
         changes["params"] = {**settings.params, **_checked_params(params)}
     if not isinstance(output_type, Unset):
         changes["output"] = checked_output_type(output_type)
+    if not isinstance(usage_limits, Unset):
+        changes["budget"] = checked_budget(usage_limits, settings.model)
     return replace(settings, **changes) if changes else settings
 
 

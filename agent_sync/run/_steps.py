@@ -33,6 +33,7 @@ from typing import Any
 
 from .._decisions import ApprovalRequest, Deny
 from .._history import add_user_blocks, close_cancelled_turn, close_turn, tool_result_message
+from .._limits import not_run_text, stopped_text
 from .._run_state import Step, StepName
 from ..events import (
     AgentEvent,
@@ -64,6 +65,11 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     the input queued meanwhile."""
     ctx.scope.raise_if_cancelled()  # checkpoint: before tools
     assistant = ctx.messages[-1]
+    budget = ctx.settings.budget
+    if budget is not None:  # a batch that would pass tool_calls does not start
+        uses = [b["toolUse"]["toolUseId"] for b in assistant["content"] if "toolUse" in b]
+        count = sum(1 for i in uses if i not in ctx.round_results)  # not run before a pause
+        ctx.stop_at_limit(budget.before_tools(ctx.tool_calls, count))
     if _awaiting_approval(ctx, assistant):
         return "approval"  # nothing of this round runs before every gated call is answered
     calls = _tool_calls(ctx, assistant)
@@ -280,6 +286,10 @@ STEPS: dict[StepName, StepFunction] = {
 def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
     """Close a cancelled run: queued input, answers for pending calls, "Cancelled by user".
 
+    A run a usage limit stopped (:meth:`RunContext.stop_at_limit`, unless a real cancel
+    came too) is closed the same way, its calls answered "not run: ... limit" and the turn
+    closed naming the limit; it ends ``"usage_limit"``, status ``done``.
+
     Returns:
         The queued input that was written to the history.
     """
@@ -288,8 +298,19 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
     results = tuple(ctx.round_results.values())
     ctx.round_results, ctx.subruns = {}, {}
     queued = ctx.inbox.close()
-    close_cancelled_turn(ctx.messages, results=results, queued=queued)
-    ctx.finish("cancelled", "cancelled", ctx.scope.reason)
+    limit = None if ctx.scope.cancelled else ctx.usage_limit
+    if limit is None:
+        close_cancelled_turn(ctx.messages, results=results, queued=queued)
+        ctx.finish("cancelled", "cancelled", ctx.scope.reason)
+        return queued
+    close_cancelled_turn(
+        ctx.messages,
+        results=results,
+        queued=queued,
+        unanswered_text=not_run_text(limit),
+        closing_text=stopped_text(limit),
+    )
+    ctx.finish("done", "usage_limit", None)
     return queued
 
 

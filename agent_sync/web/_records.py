@@ -40,8 +40,9 @@ Records, in the order a run makes them:
                     ``cycle``; a grandchild's is a ``subagent`` record in it; the child's
                     ``done`` comes too)
 ``done``            ``{"run_id", "stop_reason", "cancel_reason", "usage", "text",
-                    "output"?}``: last (``output``: with an ``output_type``, the validated
-                    answer as JSON)
+                    "usage_limit"?, "output"?}``: last (``usage_limit``: the limit that
+                    stopped a ``"usage_limit"`` run; ``output``: with an ``output_type``,
+                    the validated answer as JSON)
 ``error``           ``{"error", "message", "retryable", "status"?, "problems"?}``: last,
                     the run failed (``StoreUnavailable``/``StoreError``: its records could
                     not be stored; ``OutputValidationError``: ``problems``, one line per

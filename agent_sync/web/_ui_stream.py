@@ -57,6 +57,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .._limits import not_run_text
 from ..messages import CANCELLED_TEXT
 from ._encoders import KEEPALIVE_FRAME
 from ._http import utf8
@@ -329,7 +330,9 @@ class UIStreamEncoder:
         if stop_reason == "paused":  # a writer that logs the paused run's Done
             self._pause(parts)
             return
-        self._close_all(parts, error_text=CANCELLED_TEXT)
+        limit = record.get("usage_limit") if stop_reason == "usage_limit" else None
+        # the calls left open were answered as the history answered them
+        self._close_all(parts, error_text=not_run_text(str(limit)) if limit else CANCELLED_TEXT)
         if stop_reason == "cancelled":
             abort: dict[str, Any] = {"type": "abort"}
             reason = record.get("cancel_reason")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent_sync import Agent, Deny, tool
+from agent_sync import Agent, Deny, UsageLimits, tool
 from agent_sync.errors import ModelError, ModelThrottledError
 from agent_sync.events import AgentEvent, Done, MessageComplete
 from agent_sync.messages import CANCELLED_TEXT
@@ -445,6 +445,7 @@ def test_retry_and_injection_are_transient_data_parts() -> None:
         ("stop_sequence", "stop"),
         ("max_tokens", "length"),
         ("max_cycles", "other"),
+        ("usage_limit", "other"),
         ("content_filtered", "other"),
     ],
 )
@@ -456,6 +457,18 @@ def test_finish_reasons(stop_reason: str, finish_reason: str) -> None:
 def test_a_max_tokens_run_finishes_with_length() -> None:
     agent = Agent(ScriptedModel([{"text": "cut sh", "stop_reason": "max_tokens"}]))
     assert parts_of(record(agent.stream("hi")))[-2]["finishReason"] == "length"
+
+
+def test_a_usage_limit_run_answers_its_open_calls_as_the_history_does() -> None:
+    model = ScriptedModel([{"tool_calls": [{"name": "read", "input": {"path": "a"}}]}])
+    agent = Agent(model, tools=[read], usage_limits=UsageLimits(tool_calls=0))
+    records = record(agent.stream("hi"))
+    assert records[-1]["stop_reason"] == "usage_limit"
+    assert records[-1]["usage_limit"] == "tool_calls"
+    parts = parts_of(records)
+    errors = by_type(parts, "tool-output-error")
+    assert [p["errorText"] for p in errors] == ["not run: tool call limit"]
+    assert parts[-2] == {"type": "finish", "finishReason": "other"}
 
 
 def test_a_logged_paused_done_ends_like_a_pause() -> None:
