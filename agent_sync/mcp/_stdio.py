@@ -39,6 +39,7 @@ from mcp.client.stdio import (
     _stop_server_process,
     get_default_environment,
 )
+from mcp.os.win32.utilities import ServerProcess
 from mcp.shared.message import SessionMessage
 
 __all__ = ["TOO_LARGE", "Lines", "stdio_transport"]
@@ -53,6 +54,10 @@ _ID = rb'(-?\d+|"(?:[^"\\]|\\.)*")'
 _ID_AT_START = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*' + _ID)
 _ID_AT_END = re.compile(rb'"id"\s*:\s*' + _ID + rb'\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*$')
 _FLUSH_S = 0.5  # for the writer to send what it accepted before stdin is closed
+_REAP_S = 30.0
+"""How long a server the SDK killed may take to be seen dead. The SDK waits 2 s and then
+abandons it: on a busy machine the loop sees the death later than that, and an abandoned
+child stays a zombie whose ``Popen`` warns when collected. A killed process does die."""
 
 
 class Lines:
@@ -188,7 +193,17 @@ async def stdio_transport(
                 with anyio.move_on_after(_FLUSH_S):
                     await written.wait()
                 await _stop_server_process(process)
+                await _reaped(process)
                 for stream in (from_server, to_server, to_client, from_client):
                     await stream.aclose()
                 await anyio.lowlevel.checkpoint()
             group.cancel_scope.cancel()
+
+
+async def _reaped(process: ServerProcess) -> None:
+    """Wait (at most :data:`_REAP_S`) until the loop has seen the stopped server exit."""
+    with anyio.move_on_after(_REAP_S):
+        while process.returncode is None:
+            await anyio.sleep(0.01)
+    if process.returncode is None:
+        logger.warning("MCP server process %d did not exit after it was killed", process.pid)
