@@ -79,6 +79,13 @@ def _answered(state: RunState, text: str = "done") -> RunState:
     return replace(state, status="done", next_step=None, messages=messages, stop_reason="end_turn")
 
 
+def _within(started: float, seconds: float) -> bool:
+    """Whether under ``seconds`` have passed since ``started`` (``time.monotonic()``): what
+    holds only *during* a short lease or keep time is asserted when the check came inside
+    it (a busy machine can take longer than ``LEASE_S`` between two calls)."""
+    return time.monotonic() - started < seconds
+
+
 def _wait_past(deadline: float) -> None:
     """Let wall-clock time pass ``deadline`` (a lease is time; this is what is tested)."""
     pause = threading.Event()

@@ -20,6 +20,7 @@ from ._base import (
     _answered,
     _asking,
     _wait_past,
+    _within,
     make_state,
     racing_claims,
 )
@@ -194,8 +195,12 @@ class RunsContract(ContractBase):
     @pytest.mark.timeout(30)
     def test_renew_keeps_a_run_alive(self, store: RunStore) -> None:
         state = make_state()
+        started = time.monotonic()
         store.begin("c1", state, owner=OWNER, lease_s=LEASE_S, expected_length=0)
-        assert store.renew(state.run_id, owner=OWNER, lease_s=30) is True
+        renewed = store.renew(state.run_id, owner=OWNER, lease_s=30)
+        if not _within(started, LEASE_S):  # the lease ran out before the renew came
+            pytest.skip("the machine took longer than LEASE_S between two calls")
+        assert renewed is True
         assert store.renew(state.run_id, owner=OTHER, lease_s=30) is False
         _wait_past(time.time() + LEASE_S)
         record = store.load("c1")
