@@ -117,12 +117,18 @@ class RunContext:
             total[key] = total.get(key, 0) + int(value)  # type: ignore[call-overload]
         self.usage = total  # type: ignore[assignment]
 
+    def note_limit(self, limit: str | None) -> None:
+        """Record a usage limit a final answer passed (no-op for ``None``): the answer is
+        kept and the run ends naming the limit (:meth:`finish`)."""
+        if limit is not None:
+            self.usage_limit = limit
+
     def stop_at_limit(self, limit: str | None) -> None:
         """Stop the run at a usage limit (no-op for ``None``): raised as a cancel is, so
         the run ends through the same close (:func:`~._steps.end_cancelled`), which
         tells the two apart by the scope (a real cancel wins)."""
         if limit is not None:
-            self.usage_limit = limit
+            self.note_limit(limit)
             raise CancelledError(f"usage limit: {limit}")
 
     def finish(self, status: RunStatus, stop_reason: str, cancel_reason: str | None) -> None:

@@ -135,7 +135,7 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         passed = budget.after_response(ctx.usage, ctx.cost)
         if follows == "tools":  # nothing it asked for runs: its calls answered "not run"
             ctx.stop_at_limit(passed)
-        ctx.usage_limit = passed  # a final answer is kept; the run ends naming the limit
+        ctx.note_limit(passed)  # a final answer is kept; the run ends naming the limit
     return follows
 
 
