@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import statistics
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -17,6 +20,38 @@ def summarize(samples: Sequence[float]) -> dict[str, float]:
     ordered = sorted(samples)
     p90 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.9))]
     return {"median": statistics.median(ordered), "p90": p90, "max": ordered[-1]}
+
+
+def p99(samples: Sequence[float]) -> float:
+    """The 99th percentile, nearest rank (of 100 samples: the 99th smallest)."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(len(ordered) * 0.99) - 1)]
+
+
+def bare_wake() -> float:
+    """Seconds from ``Event.set()`` to the thread blocked on it running again: the least any
+    cross-thread cancel can take on this machine at this moment (its floor, not a cost of
+    ours). Taken interleaved with cancel samples, its tail shows what the machine adds."""
+    event = threading.Event()
+    box: list[float] = []
+
+    def waiter() -> None:
+        event.wait()
+        box.append(time.perf_counter())
+
+    thread = threading.Thread(target=waiter, name="bench-bare-wake")
+    thread.start()
+    while not _blocked(thread):
+        time.sleep(0.0005)  # bench only: the waiter reaches its wait
+    start = time.perf_counter()
+    event.set()
+    thread.join(10)
+    return box[0] - start
+
+
+def _blocked(thread: threading.Thread) -> bool:
+    frame = sys._current_frames().get(thread.ident or -1)  # noqa: SLF001 (bench probe)
+    return frame is not None and frame.f_code.co_name == "wait"
 
 
 def report(label: str, samples: Sequence[float]) -> None:

@@ -32,7 +32,7 @@ from agent_sync import Agent, RetryPolicy, ToolContext, tool
 from agent_sync.cancel import CancelScope
 from agent_sync.models import Model, ModelRequest
 from agent_sync.testing._http_server import ScriptedServer
-from bench._common import report, summarize
+from bench._common import bare_wake, report, summarize
 
 CHUNKS = 200
 LONG_TEXT = "abcde" * CHUNKS  # 200 text deltas of 5 characters
@@ -104,6 +104,7 @@ def _stream_in_thread(
 @dataclass
 class CancelResult:
     samples: dict[str, list[float]]  # per CancelState.label, in CANCEL_STATES order
+    floor: list[float]  # a bare thread wake after each cancel (bench._common.bare_wake)
     sockets_released: bool  # the server saw every connection closed after all the aborts
 
 
@@ -121,6 +122,7 @@ def cancel_latency(
         return "done"
 
     results: dict[str, list[float]] = {}
+    floor: list[float] = []
     with provider.server() as server:
         with provider.model(server, None) as model:
             stalls = 0
@@ -152,6 +154,7 @@ def cancel_latency(
                     agent.cancel("bench")
                     thread.join(10)
                     samples.append(box["ended_at"] - t0)
+                    floor.append(bare_wake())
                     if "error" in box:
                         print(f"  error in {state.label}: {box['error']!r}")
                     _clear_turns(server)
@@ -159,7 +162,7 @@ def cancel_latency(
                 if on_state is not None:
                     on_state(state.label, samples)
         released = server.wait_for_idle(5)
-    return CancelResult(results, released)
+    return CancelResult(results, floor, released)
 
 
 def cancel_section(provider: Provider, runs: int, *, report_sockets: bool = False) -> None:

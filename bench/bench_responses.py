@@ -20,7 +20,6 @@ ratios mean more than absolute times.
 from __future__ import annotations
 
 import argparse
-import math
 import socket
 import statistics
 import sys
@@ -40,7 +39,7 @@ from agent_sync import Agent  # noqa: E402
 from agent_sync.models import OpenAIResponsesModel  # noqa: E402
 from agent_sync.testing._http_server import ScriptedServer  # noqa: E402
 from agent_sync.testing.responses_server import ResponsesServer  # noqa: E402
-from bench._common import ms  # noqa: E402
+from bench._common import ms, p99  # noqa: E402
 from bench._provider_bench import (  # noqa: E402
     Provider,
     cancel_latency,
@@ -103,12 +102,6 @@ def open_raw(server: ScriptedServer, pool: int | None) -> Iterator[Callable[[], 
 
 
 RESPONSES = Provider("OpenAIResponsesModel", ResponsesServer, open_model, open_raw)
-
-
-def p99(samples: list[float]) -> float:
-    """The 99th percentile, nearest rank (of 100 samples: the 99th smallest)."""
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(len(ordered) * 0.99) - 1)]
 
 
 def _row(label: str, samples: list[float]) -> None:
@@ -179,11 +172,13 @@ def cancel_section(runs: int, *, rounds: int = 1, with_chat: bool = False) -> No
         contenders["OpenAIModel (chat)"] = OPENAI
     print(f"\n== cancel latency: cancel() -> the run returns ({runs * rounds} runs per state) ==")
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in contenders}
+    floor: list[float] = []
     released = True
     for _ in range(rounds):
         for name, provider in contenders.items():
             result = cancel_latency(provider, runs)
             released = released and result.sockets_released
+            floor.extend(result.floor)
             for label, values in result.samples.items():
                 samples[name].setdefault(label, []).extend(values)
         samples["OpenAIResponsesModel"].setdefault("connecting (SYN unanswered)", []).extend(
@@ -193,6 +188,8 @@ def cancel_section(runs: int, *, rounds: int = 1, with_chat: bool = False) -> No
         print(f"  {name}")
         for label, values in states.items():
             _row(label, values)
+    print("  the machine's floor, interleaved (no agent_sync in it)")
+    _row("a bare thread wake (Event.set -> waiter runs)", floor)
     print(f"  sockets released after all aborts: {released}")
 
 
