@@ -1,0 +1,125 @@
+"""The output gate: an assistant message's streamed text is released only as far as every
+pattern allows (DESIGN 13, output stage; STYLE: "a stream gate holds back what it has not
+checked").
+
+Design. The gate keeps the message's text so far, with the redactions already made, and how
+much of it was released. After each chunk it applies every match that more text can no longer
+change (a redaction rewrites the unreleased text; a trip ends the message), then releases up to
+the first of:
+
+* the start of a match that more text could still change (it waits for its whole reach);
+* ``len(text) - hold``, where ``hold`` is the longest ``max_match`` less one: a match that is
+  not here yet ends after the text and is at most ``max_match`` long, so it starts inside the
+  held tail; what lies before it can never become part of a match.
+
+Released text is final: no later chunk changes it, and a match can never start inside it and
+end after it. At the message's end (:meth:`OutputGate.finish`) every match is settled and the
+rest is released. A trip releases nothing more: the tripped text and all after it stay here.
+
+One gate serves one message, in the loop's thread only (no lock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._pattern import PatternGuard
+
+
+@dataclass(frozen=True)
+class GateStep:
+    """What one chunk (or the message's end) let out."""
+
+    released: str
+    """Text released now, after the text released before (may be empty)."""
+    tripped: PatternGuard | None = None
+    """The pattern that tripped: nothing more of this message is released."""
+
+
+class OutputGate:
+    """One assistant message's text, released only where every pattern passed it.
+
+    Args:
+        patterns: The output-stage patterns, applied in order (a redaction made by one is
+            what the next sees).
+    """
+
+    __slots__ = ("_hold", "_patterns", "_released", "_text", "_tripped")
+
+    def __init__(self, patterns: Sequence[PatternGuard]) -> None:
+        self._patterns = tuple(patterns)
+        self._hold = max((pattern.max_match for pattern in self._patterns), default=1) - 1
+        self._text = ""
+        self._released = 0
+        self._tripped: PatternGuard | None = None
+
+    @property
+    def released_text(self) -> str:
+        """Everything released so far: what the history's assistant text is."""
+        return self._text[: self._released]
+
+    @property
+    def pending(self) -> str:
+        """Text received (redactions applied) and not released yet."""
+        return self._text[self._released :]
+
+    @property
+    def tripped(self) -> PatternGuard | None:
+        """The pattern that tripped, if one did."""
+        return self._tripped
+
+    def feed(self, chunk: str) -> GateStep:
+        """Take the next chunk of the message's text; return what may be released now."""
+        if self._tripped is not None:
+            return GateStep("", self._tripped)
+        self._text += chunk
+        return self._advance(final=False)
+
+    def finish(self) -> GateStep:
+        """The message ended: settle every match and release the rest."""
+        if self._tripped is not None:
+            return GateStep("", self._tripped)
+        return self._advance(final=True)
+
+    def _advance(self, *, final: bool) -> GateStep:
+        tripped = self._apply_settled(final)
+        if tripped is not None:
+            self._tripped = tripped
+            return GateStep("", tripped)
+        text = self._text
+        limit = len(text) if final else max(self._released, len(text) - self._hold)
+        if not final:
+            for pattern in self._patterns:
+                waiting = pattern.first_match(text, self._released)
+                if waiting is not None:  # unsettled, or _apply_settled would have taken it
+                    limit = min(limit, waiting.start)
+        limit = max(limit, self._released)
+        released, self._released = text[self._released : limit], limit
+        return GateStep(released)
+
+    def _apply_settled(self, final: bool) -> PatternGuard | None:
+        """Apply every settled match after the released text until none is left; the
+        pattern that tripped, if one did.
+
+        A redaction can make a new match with the text around it, so the patterns go round
+        again while any changed the text. A pattern's own replacement never matches it
+        (checked when it is made), so the rounds end unless redactions keep feeding each
+        other: after one round more than there are patterns, the last to redact trips (fail
+        closed)."""
+        for _ in range(len(self._patterns) + 1):
+            changed_by: PatternGuard | None = None
+            for pattern in self._patterns:
+                at = self._released
+                while (match := pattern.first_match(self._text, at)) is not None:
+                    if not final and not pattern.settled(match, len(self._text)):
+                        break
+                    if pattern.action == "trip":
+                        return pattern
+                    text = self._text
+                    self._text = text[: match.start] + pattern.replacement + text[match.end :]
+                    at = match.start + len(pattern.replacement)
+                    changed_by = pattern
+            if changed_by is None:
+                return None
+        return changed_by

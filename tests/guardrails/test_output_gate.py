@@ -1,0 +1,145 @@
+"""The output gate (DESIGN 13): streamed text is released only where every pattern passed it.
+
+The rule under test: whatever the chunking, the gate releases exactly what checking the whole
+text at once gives (a redaction streams as it would have been made on the whole answer), and
+a trip releases nothing of the tripped text or after it. Every pattern is split at every
+boundary, and Hypothesis draws random chunkings.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent_sync._guardrails._pattern import PatternGuard
+from agent_sync._guardrails._release import OutputGate
+from agent_sync.errors import UsageError
+
+KEY = r"sk-[A-Za-z0-9]{8,}"
+SECRET = "sk-ABCDEFGH1234"
+
+
+def stream(gate: OutputGate, chunks: list[str]) -> tuple[str, PatternGuard | None]:
+    """Feed every chunk, then finish; what was released, and the pattern that tripped."""
+    released: list[str] = []
+    for chunk in chunks:
+        step = gate.feed(chunk)
+        released.append(step.released)
+        if step.tripped is not None:
+            return "".join(released), step.tripped
+    step = gate.finish()
+    released.append(step.released)
+    return "".join(released), step.tripped
+
+
+def splits(text: str) -> list[list[str]]:
+    """The text in two chunks at every boundary, and one character a chunk."""
+    return [[text[:i], text[i:]] for i in range(len(text) + 1)] + [list(text)]
+
+
+@pytest.mark.parametrize("chunks", splits(f"the key is {SECRET}, keep it."))
+def test_a_trip_releases_nothing_of_a_secret_split_anywhere(chunks: list[str]) -> None:
+    guard = PatternGuard(KEY, max_match=24)
+    released, tripped = stream(OutputGate([guard]), chunks)
+    assert tripped is guard
+    assert released == "the key is "[: len(released)]  # a prefix of the text before the key
+    assert "sk-" not in released
+
+
+@pytest.mark.parametrize("chunks", splits(f"a {SECRET} and {SECRET}!"))
+def test_a_redaction_split_anywhere_streams_as_the_whole_text_redacted(
+    chunks: list[str],
+) -> None:
+    guard = PatternGuard(KEY, action="redact", replacement="[key]", max_match=24)
+    released, tripped = stream(OutputGate([guard]), chunks)
+    assert tripped is None
+    assert released == "a [key] and [key]!" == guard.scan("".join(chunks))
+
+
+@given(
+    text=st.text(alphabet="sk-AB9 .x", max_size=60),
+    cuts=st.lists(st.integers(min_value=0, max_value=60), max_size=12),
+)
+def test_any_chunking_releases_what_the_whole_text_gives(text: str, cuts: list[int]) -> None:
+    bounds = sorted({0, len(text), *(cut for cut in cuts if cut <= len(text))})
+    chunks = [text[a:b] for a, b in pairwise(bounds)]
+    patterns = [
+        PatternGuard(r"sk-[AB9]{3,}", action="redact", replacement="#", max_match=8),
+        PatternGuard(r"x\.x", action="trip", max_match=3),
+    ]
+    released, tripped = stream(OutputGate(patterns), chunks)
+    whole = patterns[0].scan(text)
+    assert whole is not None
+    if patterns[1].scan(whole) is None:  # the whole text trips: nothing of the match leaks
+        trip = patterns[1].first_match(whole)
+        assert tripped is patterns[1] and trip is not None
+        assert whole.startswith(released)
+        assert len(released) <= trip.start  # not a character of the tripped text
+    else:
+        assert tripped is None
+        assert released == whole
+
+
+def test_text_without_a_match_is_held_back_only_by_the_longest_pattern() -> None:
+    gate = OutputGate([PatternGuard("abc", max_match=3), PatternGuard(KEY, max_match=24)])
+    assert gate.feed("x" * 30).released == "x" * 7  # 30 - (24 - 1)
+    assert gate.pending == "x" * 23
+    assert gate.finish().released == "x" * 23
+    assert gate.released_text == "x" * 30
+
+
+def test_nothing_configured_holds_nothing_back() -> None:
+    gate = OutputGate([])
+    assert gate.feed("hello").released == "hello"
+    assert gate.finish().released == ""
+
+
+def test_after_a_trip_nothing_more_is_released() -> None:
+    guard = PatternGuard("bad", max_match=3)
+    gate = OutputGate([guard])
+    assert gate.feed("so bad").tripped is guard
+    assert gate.feed(" and more").released == ""
+    assert gate.finish().tripped is guard
+    assert gate.released_text == "so "[: len(gate.released_text)]
+
+
+def test_redactions_that_keep_making_matches_trip_fail_closed() -> None:
+    # each replacement completes a match of the other pattern, round after round
+    first = PatternGuard("ab", action="redact", replacement="c", max_match=2)
+    second = PatternGuard("cb", action="redact", replacement="a", max_match=2)
+    released, tripped = stream(OutputGate([first, second]), ["abbbbbbb"])
+    assert tripped is not None
+    assert released == ""
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"pattern": "("}, "does not compile"),
+        ({"pattern": "a*"}, "empty string"),
+        ({"pattern": b"x"}, "must be a str"),
+        ({"pattern": "x", "stage": "later"}, "stage must be one of"),
+        ({"pattern": "x", "action": "log"}, "action must be"),
+        ({"pattern": "x", "max_match": 0}, "max_match must be"),
+        ({"pattern": "x", "max_match": True}, "max_match must be"),
+        ({"pattern": "x", "replacement": "xx"}, "must not match its own pattern"),
+        ({"pattern": "x", "name": ""}, "name must be"),
+    ],
+)
+def test_a_bad_pattern_guard_is_refused_with_a_clear_error(
+    kwargs: dict[str, object], message: str
+) -> None:
+    pattern = kwargs.pop("pattern")
+    with pytest.raises(UsageError, match=message):
+        PatternGuard(pattern, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_whole_text_scan_trips_or_redacts_every_match() -> None:
+    assert PatternGuard(KEY).scan(f"x {SECRET}") is None
+    redact = PatternGuard(KEY, action="redact", replacement="[k]")
+    assert redact.scan(f"{SECRET} {SECRET}") == "[k] [k]"
+    assert redact.scan("nothing here") == "nothing here"
+    assert repr(redact).startswith("PatternGuard('sk-")
