@@ -141,6 +141,17 @@ def _hello() -> list[Message]:
 # -- the answer ----------------------------------------------------------------------------
 
 
+def test_connection_is_reused_across_calls(server: GeminiServer, model: GeminiModel) -> None:
+    # Gemini's stream has no end sentinel: the body's end is the answer's, read to it, so
+    # the response goes back to the pool rather than being closed with its socket.
+    server.add_turns({"text": "one"}, {"text": "two"}, {"text": "three"})
+    for _ in range(3):
+        collect(model)
+    assert server.open_connections == 1  # one keep-alive socket served all three
+    model.close()
+    assert server.wait_for_idle()
+
+
 def test_text_streams_with_usage(server: GeminiServer, model: GeminiModel) -> None:
     usage = {
         "inputTokens": 120,
