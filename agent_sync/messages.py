@@ -182,10 +182,15 @@ class Usage(_UsageRequired, total=False):
             provider reports it.
         cacheWriteInputTokens: Input tokens written to the prompt cache, when the
             provider reports it.
+        reasoningTokens: Output tokens the model spent reasoning (already counted in
+            ``outputTokens``), when the provider reports them apart: OpenAI's Chat
+            Completions and Responses, Gemini's thoughts. Anthropic and Bedrock count
+            thinking in ``outputTokens`` without a separate figure.
     """
 
     cacheReadInputTokens: int
     cacheWriteInputTokens: int
+    reasoningTokens: int
 
 
 # --- model stream events (Bedrock ConverseStream shapes) ---------------------------------

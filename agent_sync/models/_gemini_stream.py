@@ -60,7 +60,8 @@ def converse_usage(usage: dict[str, Any]) -> Usage:
 
     ``inputTokens`` is ``promptTokenCount``, which *includes* the cached tokens (as OpenAI's);
     ``outputTokens`` adds ``thoughtsTokenCount`` to ``candidatesTokenCount`` (thinking is
-    billed as output); ``cacheReadInputTokens`` is ``cachedContentTokenCount`` when reported.
+    billed as output) and ``reasoningTokens`` is ``thoughtsTokenCount``;
+    ``cacheReadInputTokens`` is ``cachedContentTokenCount``; each only when reported.
     """
     prompt = int(usage.get("promptTokenCount") or 0)
     output = int(usage.get("candidatesTokenCount") or 0) + int(usage.get("thoughtsTokenCount") or 0)
@@ -69,6 +70,9 @@ def converse_usage(usage: dict[str, Any]) -> Usage:
     cached = usage.get("cachedContentTokenCount")
     if cached is not None:
         converse["cacheReadInputTokens"] = int(cached)
+    thoughts = usage.get("thoughtsTokenCount")
+    if thoughts is not None:
+        converse["reasoningTokens"] = int(thoughts)
     return converse
 
 

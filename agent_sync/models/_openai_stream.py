@@ -53,6 +53,8 @@ def converse_usage(usage: dict[str, Any]) -> Usage:
     meaning, kept as is). ``cacheReadInputTokens`` is added only when the server reports a
     cache figure: ``prompt_tokens_details.cached_tokens`` (OpenAI, vLLM, llama.cpp) or
     ``prompt_cache_hit_tokens`` (DeepSeek). Chat Completions reports no cache writes.
+    ``reasoningTokens`` is ``completion_tokens_details.reasoning_tokens`` (counted in
+    ``completion_tokens`` too), when reported.
     """
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
@@ -64,6 +66,9 @@ def converse_usage(usage: dict[str, Any]) -> Usage:
         cached = usage.get("prompt_cache_hit_tokens")
     if cached is not None:
         converse["cacheReadInputTokens"] = int(cached)
+    output_details = usage.get("completion_tokens_details")
+    if isinstance(output_details, dict) and output_details.get("reasoning_tokens") is not None:
+        converse["reasoningTokens"] = int(output_details["reasoning_tokens"])
     return converse
 
 

@@ -43,9 +43,9 @@ def converse_usage(usage: dict[str, Any]) -> Usage:
     """Responses ``usage`` -> Converse usage.
 
     ``inputTokens`` is ``input_tokens``, which includes cached tokens (OpenAI's meaning);
-    ``outputTokens`` includes the reasoning tokens. ``cached_tokens`` becomes
-    ``cacheReadInputTokens`` and ``cache_write_tokens`` ``cacheWriteInputTokens``, each only
-    when reported.
+    ``outputTokens`` includes the reasoning tokens, also reported as ``reasoningTokens``.
+    ``cached_tokens`` becomes ``cacheReadInputTokens`` and ``cache_write_tokens``
+    ``cacheWriteInputTokens``, each only when reported.
     """
     prompt = int(usage.get("input_tokens") or 0)
     completion = int(usage.get("output_tokens") or 0)
@@ -57,6 +57,9 @@ def converse_usage(usage: dict[str, Any]) -> Usage:
             converse["cacheReadInputTokens"] = int(details["cached_tokens"])
         if details.get("cache_write_tokens"):
             converse["cacheWriteInputTokens"] = int(details["cache_write_tokens"])
+    output_details = usage.get("output_tokens_details")
+    if isinstance(output_details, dict) and output_details.get("reasoning_tokens") is not None:
+        converse["reasoningTokens"] = int(output_details["reasoning_tokens"])
     return converse
 
 

@@ -242,11 +242,11 @@ def _normalise_usage(usage: Any) -> Usage:
         "outputTokens": output_tokens,
         "totalTokens": int(total) if total is not None else input_tokens + output_tokens,
     }
-    for key in _OPTIONAL_USAGE_KEYS:  # cache token counts: only when the provider reports them
+    for key in _OPTIONAL_USAGE_KEYS:  # cache and reasoning counts: when the provider reports them
         value = usage.get(key)
         if value is not None:
             normalised[key] = int(value)
     return normalised  # type: ignore[return-value]
 
 
-_OPTIONAL_USAGE_KEYS = ("cacheReadInputTokens", "cacheWriteInputTokens")
+_OPTIONAL_USAGE_KEYS = ("cacheReadInputTokens", "cacheWriteInputTokens", "reasoningTokens")

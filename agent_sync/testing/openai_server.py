@@ -32,7 +32,8 @@ Compatible servers' quirks, per server (constructor arguments):
 
 Usage: a turn's ``usage`` key ``cacheReadInputTokens`` is reported as
 ``prompt_tokens_details.cached_tokens`` (``prompt_tokens`` is ``inputTokens``, which for
-OpenAI includes the cached tokens).
+OpenAI includes the cached tokens), ``reasoningTokens`` as
+``completion_tokens_details.reasoning_tokens`` (part of ``completion_tokens``).
 
 Frame counts (``stall_after`` etc.) count SSE events; frame 0 is the role chunk (or the
 ``: keep-alive`` comment when ``comments=True``).
@@ -297,6 +298,8 @@ def _openai_usage(usage: dict[str, int]) -> dict[str, Any]:
     }
     if "cacheReadInputTokens" in usage:
         wire["prompt_tokens_details"] = {"cached_tokens": usage["cacheReadInputTokens"]}
+    if "reasoningTokens" in usage:
+        wire["completion_tokens_details"] = {"reasoning_tokens": usage["reasoningTokens"]}
     return wire
 
 

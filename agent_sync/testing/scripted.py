@@ -269,7 +269,7 @@ def _usage(turn: ScriptedTurn, request: ModelRequest) -> Usage:
         inp = prompt_chars // 4 + 1
         out = (len(turn.text) + len(json.dumps(list(turn.tool_calls), default=str))) // 4 + 1
     usage: Usage = {"inputTokens": inp, "outputTokens": out, "totalTokens": inp + out}
-    for key in ("cacheReadInputTokens", "cacheWriteInputTokens"):
+    for key in ("cacheReadInputTokens", "cacheWriteInputTokens", "reasoningTokens"):
         if turn.usage is not None and key in turn.usage:
             usage[key] = int(turn.usage[key])
     return usage

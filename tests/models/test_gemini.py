@@ -169,7 +169,8 @@ def test_text_streams_with_usage(server: GeminiServer, model: GeminiModel) -> No
     assert assembled.stop_reason == "end_turn"
     # promptTokenCount includes the cached tokens; thinking is billed as output.
     assert assembled.usage == {
-        "inputTokens": 120, "outputTokens": 37, "totalTokens": 157, "cacheReadInputTokens": 64
+        "inputTokens": 120, "outputTokens": 37, "totalTokens": 157, "cacheReadInputTokens": 64,
+        "reasoningTokens": 30,
     }  # fmt: skip
 
 

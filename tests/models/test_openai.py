@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agent_sync import Agent
 from agent_sync.cancel import CancelledError, CancelScope
 from agent_sync.errors import (
     ContextWindowOverflowError,
@@ -62,6 +63,19 @@ def test_connection_is_reused_across_calls(server: OpenAIServer, model: OpenAIMo
     assert server.open_connections == 1  # one keep-alive socket served all three
     model.close()
     assert server.wait_for_idle()
+
+
+def test_reasoning_tokens_are_reported_apart_and_summed_over_the_run(
+    server: OpenAIServer, model: OpenAIModel
+) -> None:
+    usage = {"inputTokens": 7, "outputTokens": 25, "reasoningTokens": 20}
+    server.add_turns({"text": "thought first", "usage": usage}, {"text": "again", "usage": usage})
+    assert collect(model)[-1] == {
+        "metadata": {"usage": {"inputTokens": 7, "outputTokens": 25, "totalTokens": 32,
+                               "reasoningTokens": 20}}
+    }  # fmt: skip
+    result = Agent(model).invoke("hi")
+    assert result.usage["reasoningTokens"] == 20  # part of outputTokens, as the wire counts
 
 
 def test_parallel_tool_calls_interleaved_by_index() -> None:

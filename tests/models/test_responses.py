@@ -76,7 +76,8 @@ def test_text_and_usage(server: ResponsesServer, model: OpenAIResponsesModel) ->
     assert {"messageStop": {"stopReason": "end_turn"}} in events
     # outputTokens includes the reasoning tokens (OpenAI's count); cached tokens are read
     assert events[-1] == {"metadata": {"usage": {"inputTokens": 1200, "outputTokens": 40,
-                          "totalTokens": 1240, "cacheReadInputTokens": 1024}}}  # fmt: skip
+                          "totalTokens": 1240, "cacheReadInputTokens": 1024,
+                          "reasoningTokens": 32}}}  # fmt: skip
     body = server.requests[0].body
     assert body["stream"] is True and body["model"] == "gpt-test"
     assert body["input"] == [
