@@ -8,12 +8,14 @@ replaces a summary that covers more, unless it replaces the very summary its wri
 (one it found not to be of the log: a replaced history, or a summary stored by an older
 version, whose coverage cannot be proven and which is therefore never used).
 
-The stores have no conversation-scoped key/value of their own, so this module keeps it
-for each store of the package on that store's own storage: a dict beside a
-:class:`~agent_sync.stores.MemoryRunStore`, a ``context_summaries`` table in a
-:class:`~agent_sync.stores.SQLiteRunStore`'s file, and a key under a
-:class:`~agent_sync.stores.RedisRunStore`'s prefix. Another store keeps summaries per
-process (logged once).
+With a store, the summary is the conversation's value under
+:data:`~agent_sync.stores._value_rules.SUMMARY_KEY` (:meth:`RunStore.get_value`), and a
+write is a compare-and-set on the value read (:meth:`RunStore.set_value`), read again and
+decided again when another worker wrote first; nothing of a store but its protocol is used.
+A store written before the protocol had values (no ``get_value``/``set_value``) keeps
+summaries in this process, beside the store (logged once per store type): they are made
+again in another process, and nothing of the conversation is lost (its log keeps every
+message).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..stores import MemoryRunStore, RedisRunStore, SQLiteRunStore
-from ..stores._redis_client import text, translated
+from ..stores import RunStore
+from ..stores._value_rules import MAX_VALUE_BYTES, SUMMARY_KEY
 
 __all__ = ["Summary", "SummaryMemo", "memo_for"]
 
@@ -115,103 +117,55 @@ def _beside(store: object, conversation_id: str) -> _Local:
         return by_conversation.setdefault(conversation_id, _Local())
 
 
-_SQLITE_TABLE = """
-CREATE TABLE IF NOT EXISTS context_summaries (
-    conversation_id TEXT PRIMARY KEY,
-    end_position INTEGER NOT NULL,
-    summary TEXT NOT NULL
-)
-"""
+_ATTEMPTS = 20  # compare-and-sets lost in a row to other writers before giving up
 
 
-class _SQLite:
-    """A row of the ``context_summaries`` table in the store's file (created on first use)."""
+class _Stored:
+    """The conversation's value under ``SUMMARY_KEY`` in the store (any store with values)."""
 
-    def __init__(self, store: Any, conversation_id: str) -> None:
-        self._connections = store._connections
+    def __init__(self, store: RunStore, conversation_id: str) -> None:
+        self._store = store
         self._conversation_id = conversation_id
-        self._ready = False
-
-    def _ensure_table(self) -> None:
-        if not self._ready:
-            with self._connections.transaction(write=True) as db:
-                db.execute(_SQLITE_TABLE)
-            self._ready = True
 
     def get(self) -> Summary | None:
-        self._ensure_table()
-        with self._connections.transaction(write=False) as db:
-            row = db.execute(
-                "SELECT summary FROM context_summaries WHERE conversation_id = ?",
-                (self._conversation_id,),
-            ).fetchone()
-        return Summary.from_json(row[0]) if row is not None else None
+        return Summary.from_json(self._store.get_value(self._conversation_id, SUMMARY_KEY))
 
     def put(self, summary: Summary, *, replacing: Summary | None) -> None:
-        self._ensure_table()
-        with self._connections.transaction(write=True) as db:
-            db.execute(
-                "INSERT INTO context_summaries (conversation_id, end_position, summary) "
-                "VALUES (?, ?, ?) ON CONFLICT (conversation_id) DO UPDATE SET "
-                "end_position = excluded.end_position, summary = excluded.summary "
-                "WHERE excluded.end_position >= context_summaries.end_position "
-                "OR context_summaries.summary = ?",
-                (
-                    self._conversation_id,
-                    summary.end,
-                    summary.to_json(),
-                    replacing.raw if replacing is not None else None,
-                ),
-            )
-
-
-_REDIS_PUT = """
-local current = redis.call('GET', KEYS[1])
-if current and current ~= ARGV[3] then
-    local ok, kept = pcall(cjson.decode, current)
-    if ok and tonumber(kept['end']) and tonumber(kept['end']) > tonumber(ARGV[1]) then
-        return 0
-    end
-end
-redis.call('SET', KEYS[1], ARGV[2])
-return 1
-"""
-
-
-class _Redis:
-    """A key ``<prefix>summary:<conversation_id>`` on the store's server."""
-
-    def __init__(self, store: Any, conversation_id: str) -> None:
-        self._client = store._client
-        self._key = f"{store.prefix}summary:{conversation_id}"
-
-    def get(self) -> Summary | None:
-        with translated():
-            raw = self._client.get(self._key)
-        return Summary.from_json(text(raw)) if raw is not None else None
-
-    def put(self, summary: Summary, *, replacing: Summary | None) -> None:
-        expected = replacing.raw if replacing is not None else ""
-        with translated():
-            self._client.eval(_REDIS_PUT, 1, self._key, summary.end, summary.to_json(), expected)
+        value = summary.to_json()
+        if len(value.encode("utf-8", "replace")) > MAX_VALUE_BYTES:
+            logger.warning("chars=<%d> | a summary too large to store was not kept", len(value))
+            return
+        for _ in range(_ATTEMPTS):
+            current = self._store.get_value(self._conversation_id, SUMMARY_KEY)
+            kept = Summary.from_json(current)
+            if (
+                kept is not None
+                and (replacing is None or current != replacing.raw)
+                and kept.end > summary.end
+            ):
+                return  # another worker kept one that covers more
+            if self._store.set_value(self._conversation_id, SUMMARY_KEY, value, expected=current):
+                return
+        logger.warning(  # a cache entry not kept: the next call summarizes again
+            "attempts=<%d> | the stored summary kept changing; this one was not kept", _ATTEMPTS
+        )
 
 
 _WARNED: set[str] = set()
 
 
 def memo_for(store: object | None, conversation_id: str | None) -> SummaryMemo:
-    """Where the summaries of this agent's conversation are kept."""
+    """Where the summaries of this agent's conversation are kept: the store's values, in
+    this process without a store (or beside a store without values)."""
     if store is None or conversation_id is None:
         return _Local()
-    if isinstance(store, SQLiteRunStore):
-        return _SQLite(store, conversation_id)
-    if isinstance(store, RedisRunStore):
-        return _Redis(store, conversation_id)
-    if not isinstance(store, MemoryRunStore) and type(store).__name__ not in _WARNED:
+    if callable(getattr(store, "get_value", None)) and callable(getattr(store, "set_value", None)):
+        return _Stored(store, conversation_id)  # type: ignore[arg-type]
+    if type(store).__name__ not in _WARNED:
         _WARNED.add(type(store).__name__)
         logger.warning(
-            "store=<%s> | summaries are kept in this process only (the store has no place "
-            "for them)",
+            "store=<%s> | summaries are kept in this process only (the store has no "
+            "get_value/set_value)",
             type(store).__name__,
         )
     return _beside(store, conversation_id)

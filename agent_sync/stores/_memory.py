@@ -1,7 +1,8 @@
 """:class:`MemoryRunStore`: the run store of one process (tests, single-process apps).
 
 The reference implementation of :mod:`agent_sync.stores._protocol`: one lock guards every
-structure, one condition wakes ``wait_signals`` (the event logs: :mod:`._memory_events`).
+structure, one condition wakes ``wait_signals`` (the event logs: :mod:`._memory_events`,
+the conversations' values: :mod:`._memory_values`).
 States and messages are kept as their JSON text (the shared codec of :mod:`._rules`), so a
 caller's later changes to what it committed never reach the store, exactly as with the
 stores that serialise.
@@ -19,6 +20,7 @@ from .._run_state import RunSnapshot, RunState, RunStatus
 from ..cancel import CancelMode, check_mode
 from ..messages import ContentBlock, Message
 from ._memory_events import MemoryEventLog
+from ._memory_values import MemoryValues
 from ._protocol import ConversationRecord, RunSignal, StoredRun
 from ._recoverable import Recoverable
 from ._rules import (
@@ -77,7 +79,7 @@ class _Conversation:
     generation: int = 0  # bumped by replace_log
 
 
-class MemoryRunStore(MemoryEventLog, Recoverable):
+class MemoryRunStore(MemoryEventLog, MemoryValues, Recoverable):
     """A :class:`~agent_sync.stores.RunStore` in this process's memory. Thread-safe.
 
     Args:
@@ -91,6 +93,7 @@ class MemoryRunStore(MemoryEventLog, Recoverable):
         self._conversations: dict[str, _Conversation] = {}
         self._runs: dict[str, _Run] = {}
         self._resumable: set[str] = set()  # running runs left for a recoverer if lost
+        self._values: dict[str, dict[str, str]] = {}  # MemoryValues'
 
     # -- conversations and runs --
 

@@ -62,6 +62,14 @@ Rules every store follows (:mod:`agent_sync.stores._rules` holds the shared part
 * **Event logs.** Beside its state, a run may have an event log: the other role of every
   store of the package, :class:`~agent_sync.stores.RunEventLog` (its rules are in
   :mod:`._event_log`); :meth:`RunStore.prune` drops the logs of the runs it prunes.
+* **Values.** Beside its log, a conversation has a few small named values (text under a
+  key: :meth:`RunStore.get_value`, :meth:`RunStore.set_value`), each written by
+  compare-and-set on the value itself, so two writers racing never both win. They are the
+  conversation's, not a run's: ``prune`` and ``replace_log`` leave them (as they leave the
+  log), and a value goes only when a ``set_value`` deletes it. Keys starting with
+  ``agent_sync.`` are the package's (``agent_sync.context`` keeps each conversation's
+  latest summary under one). Keys and values are checked at the edge
+  (:mod:`._value_rules`: a key is 1 to 256 characters, a value at most 1 MB of UTF-8).
 * **Fail closed.** A store that cannot be reached raises
   :class:`~agent_sync.errors.StoreUnavailableError` and changes nothing.
 """
@@ -275,8 +283,33 @@ class RunStore(Protocol):
         the wait is heard at once, not at the next call."""
         ...
 
+    def get_value(self, conversation_id: str, key: str) -> str | None:
+        """The conversation's value under ``key``, or ``None`` if it has none (an unknown
+        conversation, or an id no store can hold, has none).
+
+        Raises:
+            UsageError: ``key`` is not a key (a non-empty ``str`` of at most 256
+                characters, UTF-8 encodable).
+        """
+        ...
+
+    def set_value(
+        self, conversation_id: str, key: str, value: str | None, *, expected: str | None
+    ) -> bool:
+        """Compare-and-set the conversation's value under ``key``: if it is ``expected``
+        now (``None``: it has none), make it ``value`` (``None``: delete it) and return
+        ``True``; else change nothing and return ``False`` (another writer got there
+        first: read it again and decide). Atomic across threads and processes.
+
+        Raises:
+            UsageError: A conversation id no store can hold, a bad key, or a ``value``
+                or ``expected`` that is not ``None`` or a ``str`` UTF-8 can encode within
+                1 MB; nothing is written.
+        """
+        ...
+
     def prune(self, *, older_than: float) -> int:
         """Delete finished runs (and their signals and event logs) that ended more than
         ``older_than`` seconds ago, and complete event logs past their ``keep_s``; return
-        how many runs. Conversation logs are kept."""
+        how many runs. Conversation logs and values are kept."""
         ...

@@ -14,6 +14,7 @@ Design:
       {prefix}conv:{id}:log           list: the conversation's messages (JSON), in order
       {prefix}conv:{id}:current       string: the run id of its running or paused run
       {prefix}conv:{id}:generation    integer: how many times the log was replaced
+      {prefix}conv:{id}:values        hash: the conversation's values (:mod:`._redis_values`)
       {prefix}finished                sorted set: finished runs by end time (``prune``)
       {prefix}resumable               sorted set: running runs with on_owner_lost "resume"
                                       by lease expiry (``lost_runs``: those past it)
@@ -71,6 +72,7 @@ from ._redis_events import RedisEventLog
 from ._redis_keys import KeyLayout, RunHomes
 from ._redis_runs import RedisRuns, stored_run
 from ._redis_signals import RedisSignals
+from ._redis_values import RedisValues
 from ._rules import (
     bad_conversation_id,
     cancelled_while_lost,
@@ -103,7 +105,7 @@ __all__ = ["RedisRunStore"]
 _CAS_ATTEMPTS = 20  # cancel of a paused run racing other writers; runs failed in a row
 
 
-class RedisRunStore(RedisEventLog, Recoverable):
+class RedisRunStore(RedisEventLog, RedisValues, Recoverable):
     """A :class:`~agent_sync.stores.RunStore` on a Redis server, for processes on many hosts.
 
     Args:

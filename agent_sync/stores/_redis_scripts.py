@@ -9,6 +9,8 @@ followed by the script's body. The keys are described in :mod:`._redis`.
 
 from __future__ import annotations
 
+from ._redis_value_scripts import VALUE_SCRIPTS
+
 __all__ = ["CHUNK", "PRELUDE", "SCRIPTS"]
 
 CHUNK = 500  # messages per RPUSH inside a script (Lua's unpack has a stack limit)
@@ -403,6 +405,7 @@ SCRIPTS: dict[str, str] = {
         ("append", _APPEND),
         ("prune", _PRUNE),
         ("lost", _LOST),
+        *VALUE_SCRIPTS,
     )
 }
 """The source of each script, by the name the store runs it under."""

@@ -28,8 +28,9 @@ Design:
   (:func:`._sqlite_runs.consume_signals`). Polling is what SQLite offers across processes;
   a poll is one indexed read, and only a poll that finds rows takes the write lock.
 * A run's event log (the :class:`~agent_sync.stores.RunEventLog` role) is
-  :mod:`._sqlite_events`; the schema and the opening of a file are :mod:`._sqlite_schema`,
-  the connections and fork safety :mod:`._sqlite_pool`.
+  :mod:`._sqlite_events`, the conversations' values :mod:`._sqlite_values`; the schema and
+  the opening of a file are :mod:`._sqlite_schema`, the connections and fork safety
+  :mod:`._sqlite_pool`.
 * Every ``sqlite3`` failure (locked past the busy timeout, an unwritable file, disk I/O)
   becomes :class:`~agent_sync.errors.StoreUnavailableError`: the transaction is rolled back
   and nothing changed (fail closed).
@@ -91,13 +92,14 @@ from ._sqlite_runs import (
     write_state,
 )
 from ._sqlite_schema import NOW, open_database
+from ._sqlite_values import SQLiteValues
 
 __all__ = ["SQLiteRunStore"]
 
 _POLL_S = 0.005  # wait_signals: one indexed read per poll
 
 
-class SQLiteRunStore(SQLiteEventLog, Recoverable):
+class SQLiteRunStore(SQLiteEventLog, SQLiteValues, Recoverable):
     """A :class:`~agent_sync.stores.RunStore` in one SQLite file. Thread- and process-safe.
 
     Args:

@@ -5,6 +5,11 @@
   it (:func:`open_database`, in one write transaction, so two processes opening it at once
   add each once), then the :data:`INDEXES` on those columns (``runs_lost``: the running
   runs left for a recoverer, by lease expiry, which ``lost_runs`` reads without a scan).
+* :data:`VALUES`: the conversations' values (``get_value``/``set_value``), created by
+  :func:`open_database` when missing; a file that kept summaries in the table
+  ``context_summaries`` of the previous version has them copied in then, under
+  :data:`~._value_rules.SUMMARY_KEY`, so no summary is lost (that table is left as it
+  is for a process of the previous version still running on the file, and read no more).
 * :data:`NOW`: the database's time in epoch seconds, the one clock of leases (set and
   checked inside the transaction that uses them), never a process's ``time.time``.
 * The connections, their lock discipline and fork safety are :mod:`._sqlite_pool`'s.
@@ -16,8 +21,9 @@ import sqlite3
 
 from ..errors import StoreUnavailableError
 from ._sqlite_pool import Connections, create_private
+from ._value_rules import SUMMARY_KEY
 
-__all__ = ["INDEXES", "NOW", "SCHEMA", "open_database"]
+__all__ = ["INDEXES", "NOW", "SCHEMA", "VALUES", "open_database"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -79,6 +85,16 @@ CREATE INDEX IF NOT EXISTS runs_lost ON runs (lease_expires_at, run_id)
 """
 """The indexes on columns added since the first version (created once they exist)."""
 
+VALUES = """
+CREATE TABLE conversation_values (
+    conversation_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, key)
+) WITHOUT ROWID
+"""
+"""The conversations' values (added after the first version: see :func:`_add_values`)."""
+
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 """The database's time in epoch seconds: the one clock of leases (set and checked)."""
 
@@ -99,6 +115,7 @@ def open_database(path: str, busy_timeout_s: float) -> Connections:
             raise StoreUnavailableError(f"the SQLite store is unavailable: {exc}") from exc
     with connections.transaction(write=True) as db:
         _add_missing_columns(db)
+        _add_values(db)
     connections.opened()
     return connections
 
@@ -116,3 +133,18 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
     for statement in INDEXES.split(";"):
         if statement.strip():
             db.execute(statement)
+
+
+def _add_values(db: sqlite3.Connection) -> None:
+    """Create the values table if the file has none, with the summaries the previous
+    version kept in its own table (in the open's write transaction: once per file)."""
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "conversation_values" in tables:
+        return
+    db.execute(VALUES)
+    if "context_summaries" in tables:  # the previous version's summaries, one per conversation
+        db.execute(
+            "INSERT INTO conversation_values (conversation_id, key, value)"
+            " SELECT conversation_id, ?, summary FROM context_summaries",
+            (SUMMARY_KEY,),
+        )

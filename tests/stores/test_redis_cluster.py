@@ -173,3 +173,29 @@ def test_a_run_on_a_cluster_costs_one_round_trip_more_at_each_end(
     assert sent(lambda: third.get(state.run_id)) == ["GET", "read"]
     assert sent(lambda: third.get(state.run_id)) == ["read"]
     assert sent(lambda: store.commit(_done(state), owner="o", version=2)) == ["write", "EXPIRE"]
+
+
+def test_a_conversations_values_live_in_its_slot_one_script_each(
+    redis_cluster: RedisCluster,
+) -> None:
+    """A conversation's values are one hash beside its log, in its slot (a compare-and-set
+    is one script there); a read and a write are one round trip each."""
+    prefix = f"v{uuid.uuid4().hex[:12]}:"
+    store = _open(redis_cluster.ports[0], prefix)
+    state = make_state()
+    store.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+    store.commit(_done(state), owner="o", version=1)
+    with RoundTrips(redis_cluster.ports, prefix) as trips:
+        assert store.set_value("c1", "k", "v", expected=None) is True
+        assert store.get_value("c1", "k") == "v"
+        assert store.set_value("c1", "k", "w", expected="stale") is False
+    assert trips.names == ["set_value", "get_value", "set_value"]
+    keys = []
+    for port in redis_cluster.ports:
+        node = redis.Redis(port=port)
+        keys += [key.decode() for key in node.scan_iter(match=f"{prefix}*conv:c1:*", count=1000)]
+        node.close()
+    (log,) = [key for key in keys if key.endswith("conv:c1:log")]
+    (values,) = [key for key in keys if key.endswith("conv:c1:values")]
+    assert values == log[: -len("log")] + "values"  # the same hash tag: the same slot
+    assert sorted(keys) == sorted([log, values])

@@ -20,8 +20,8 @@ store object on the same data (a reader must wake for its appends as for another
 
 The suite is one class per concern, combined in :class:`RunStoreContract`: runs
 (``_runs``), conversations (``_conversations``), signals (``_signals``) and when they are
-acknowledged (``_signal_acks``), event logs (``_event_log``) and lost runs
-(``_lost_runs``), on a shared base (``_base``: the
+acknowledged (``_signal_acks``), event logs (``_event_log``), lost runs
+(``_lost_runs``) and conversations' values (``_values``), on a shared base (``_base``: the
 fixture, :func:`make_state`).
 """
 
@@ -35,6 +35,7 @@ from ._lost_runs import LostRunsContract
 from ._runs import RunsContract
 from ._signal_acks import SignalAcksContract
 from ._signals import SignalsContract
+from ._values import ValuesContract
 
 __all__ = ["LEASE_S", "TURNS", "RunStoreContract", "make_state", "take_turns"]
 
@@ -46,5 +47,6 @@ class RunStoreContract(
     SignalAcksContract,
     EventLogContract,
     LostRunsContract,
+    ValuesContract,
 ):
     """Inherit it; override :meth:`make_store` (and :meth:`process_factory`)."""
