@@ -22,14 +22,14 @@ from .models.base import CacheMode
 from .result import AgentResult
 from .run import CancelMode, RunState
 from .run._approvals import check_decisions
+from .run._binding import ConversationBinding
 from .run._driver import RunDriver, release_surely
-from .run._durable import StoreLink, load_log
 from .run._handle import AgentStream
 from .run._lost import resumed_state
 from .run._settings import UNSET, RunSettings, Unset, call_settings
 from .run._slot import RunSlot
 from .run._subruns import cancel_subruns
-from .stores._protocol import RunStore, StoredRun
+from .stores._protocol import StoredRun
 from .tools._registry import ToolSource, with_sources
 from .tools.decorator import Tool
 
@@ -43,9 +43,6 @@ Prompt = Union[str, Sequence[ContentBlock], None]
 _Self = TypeVar("_Self", bound="AgentRuns")
 
 _Face = TypeVar("_Face")
-
-
-_NO_MESSAGES = 2**62  # load(since=...): only the conversation's current run is needed
 
 
 class Call(NamedTuple):
@@ -79,8 +76,7 @@ class AgentRuns:
     _settings: RunSettings
     _own_tools: dict[str, Tool[Any]]
     _tool_sources: tuple[ToolSource, ...]
-    _store: RunStore | None
-    _lease_s: float
+    _binding: ConversationBinding | None  # the conversation in the store, if any
     _slot: RunSlot
 
     def _checked_resume(
@@ -88,7 +84,7 @@ class AgentRuns:
     ) -> tuple[RunState, dict[str, Approve | Deny]]:
         """The paused run (refreshed from the store) and the decisions checked against it."""
         local = self._slot.paused
-        if self._store is not None and self._slot.driver is None:
+        if self._binding is not None and self._slot.driver is None:
             self._refresh()
             stored = self._slot.paused
             if local is not None and (stored is None or stored.run_id != local.run_id):
@@ -110,7 +106,7 @@ class AgentRuns:
             ConcurrentInvocationError: This agent is running.
             UsageError: The agent has no store, or the run is another conversation's.
         """
-        if self._store is None or lost.conversation_id != self._settings.conversation_id:
+        if self._binding is None or lost.conversation_id != self._binding.conversation_id:
             raise UsageError("a lost run is recovered by an agent of its conversation's store")
         self._refresh()
         state = resumed_state(lost.state, self._with_source_tools().tools)
@@ -123,25 +119,30 @@ class AgentRuns:
                 self._refresh()  # not taken over: the agent shows the store's state again
             raise
 
-    def _stored(self) -> tuple[RunStore, float] | None:
-        """This agent's store and lease, if it has a store."""
-        return (self._store, self._lease_s) if self._store is not None else None
-
     def _spawn(
-        self: _Self, stored: tuple[RunStore, float] | None, conversation_id: str | None
+        self: _Self, store: ConversationBinding | None, conversation_id: str | None
     ) -> _Self:
         """A fresh copy of this agent (a sub-agent call's): same settings, its own empty
-        history (or the stored conversation's), in ``stored`` if given."""
+        history (or the stored conversation's); with ``store`` (a caller's binding), in
+        the conversation ``conversation_id`` of that store, with its lease."""
         child = copy.copy(self)
-        child._store, child._lease_s = stored if stored is not None else (None, self._lease_s)
+        binding = child._binding = (
+            store.for_conversation(conversation_id)
+            if store is not None and conversation_id is not None
+            else None
+        )
         keeper = self._settings.context  # a policy learns per conversation: a fresh keeper
         child._settings = replace(
             self._settings,
             conversation_id=conversation_id,
-            context=(keeper.fresh(child._store, conversation_id) if keeper is not None else None),
+            context=(
+                keeper.fresh(binding.store if binding else None, conversation_id)
+                if keeper is not None
+                else None
+            ),
         )
         child._slot = RunSlot([])
-        if child._store is not None:
+        if binding is not None:
             child._refresh()
         return child
 
@@ -172,11 +173,9 @@ class AgentRuns:
 
     def _refresh(self) -> None:
         """Load the history and any paused run from the store (only while idle here)."""
-        assert self._store is not None and self._settings.conversation_id is not None
+        assert self._binding is not None
         known, synced, generation = self._slot.sync_point()
-        record, logged, mirrored = load_log(
-            self._store, self._settings.conversation_id, known, synced, generation
-        )
+        record, logged, mirrored = self._binding.read_log(known, synced, generation)
         # Not applied if a run took the agent meanwhile (it loads for itself) or the
         # history was replaced.
         self._slot.apply_record(record, logged, mirrored, unless_changed_since=(known, synced))
@@ -184,11 +183,11 @@ class AgentRuns:
     def _cancel_stored(self, reason: str | None, mode: CancelMode) -> bool:
         """Cancel the conversation's current run, wherever it runs (its owner's watcher
         hears it) or is paused (cancelled at once), through the store."""
-        assert self._store is not None and self._settings.conversation_id is not None
-        record = self._store.load(self._settings.conversation_id, since=_NO_MESSAGES)
-        if record.run is None:
+        assert self._binding is not None
+        current = self._binding.current_run()
+        if current is None:
             return False
-        cancelled = self._store.cancel(record.run.state.run_id, reason, mode=mode)
+        cancelled = self._binding.cancel_run(current.state.run_id, reason, mode)
         if self._slot.driver is None:
             self._refresh()
         return cancelled
@@ -281,11 +280,7 @@ class AgentRuns:
             token=call.token,
             emit_deltas=emit_deltas,
             resume=resume,
-            link=(
-                StoreLink(self._store, self._settings.conversation_id or "", self._lease_s)
-                if self._store is not None
-                else None
-            ),
+            binding=self._binding,
             parent=parent,
             run_id=run_id,
             source_tools=self._run_tools if self._tool_sources else None,

@@ -47,6 +47,7 @@ from .tools.decorator import Tool
 if TYPE_CHECKING:
     from .agent import Agent
     from .result import AgentResult
+    from .run._binding import ConversationBinding
 
 __all__ = ["DEFAULT_MAX_DEPTH", "ConversationIdFactory", "subagent_tool"]
 
@@ -85,10 +86,11 @@ class _Lineage:
     caller's, so its cancel reaches every level at once, whatever the levels between do."""
 
 
-def _caller(context: ToolContext[Any]) -> object:
+def _caller(context: ToolContext[Any]) -> Agent:
     """The agent whose run calls the tool (``context.agent`` is a view of it)."""
     view = context.agent
-    return view._agent if isinstance(view, _RunBoundAgent) else view
+    agent: Agent = view._agent if isinstance(view, _RunBoundAgent) else view
+    return agent
 
 
 def subagent_tool(
@@ -212,11 +214,11 @@ class _SubAgent:
         lineage = self._lineage(caller, parent)
         if context._resume is not None:  # the child paused for approval: go on with it
             info, decisions = context._resume
-            child = self._paused_child(info, context, caller)
+            child = self._paused_child(info, caller)
             setattr(child, _LINEAGE, lineage)
             driver = child._open_child(None, parent, decisions=decisions)
         else:
-            child = self._child(context)
+            child = self._child(context, caller)
             setattr(child, _LINEAGE, lineage)
             driver = child._open_child(prompt, parent)
         result: AgentResult | None = None
@@ -237,14 +239,14 @@ class _SubAgent:
             release_surely(driver)
         assert result is not None
         if result.stop_reason == "paused":  # the caller pauses with it
-            stored = child._store is not None
-            if not stored:
+            binding = child._binding
+            if binding is None:
                 subruns.hold(caller, result.run_id, child)
-            conversation = child._settings.conversation_id if stored else None
+            conversation = binding.conversation_id if binding is not None else None
             raise SubRunPaused(result.run_id, conversation, result.approvals, result.usage)
         return _answer(result, parent.cancel_requested)
 
-    def _lineage(self, caller: object, parent: CancelScope) -> _Lineage:
+    def _lineage(self, caller: Agent, parent: CancelScope) -> _Lineage:
         """Where a child of ``caller``'s run (scope ``parent``) would sit in its tree, if
         it may start there: within ``max_depth`` and while the tree's top-level run is
         live (nothing of a tree starts once its top-level run is over or cancelled)."""
@@ -264,14 +266,12 @@ class _SubAgent:
             )
         return lineage
 
-    def _paused_child(
-        self, info: Mapping[str, Any], context: ToolContext[Any], caller: object
-    ) -> Agent:
+    def _paused_child(self, info: Mapping[str, Any], caller: Agent) -> Agent:
         """The agent of a paused child run: loaded from the store, or held by the caller."""
         conversation = info.get("conversation_id")
-        stored = context._store or self._template._stored()
-        if conversation and stored is not None:
-            return self._template._spawn(stored, str(conversation))
+        binding = self._binding(caller)
+        if conversation and binding is not None:
+            return self._template._spawn(binding, str(conversation))
         agent: Agent | None = subruns.take(caller, str(info.get("run_id")))
         if agent is None:
             raise ToolError(
@@ -281,19 +281,24 @@ class _SubAgent:
             )
         return agent
 
-    def _child(self, context: ToolContext[Any]) -> Agent:
+    def _binding(self, caller: Agent) -> ConversationBinding | None:
+        """Where a child of ``caller``'s run is stored: the caller's store, else the
+        template's (with that store's lease), or nowhere."""
+        return caller._binding or self._template._binding
+
+    def _child(self, context: ToolContext[Any], caller: Agent) -> Agent:
         """The agent a call runs on: a fresh copy of the template, or the one of a named
         conversation."""
         template = self._template
-        stored = context._store or template._stored()
+        binding = self._binding(caller)
         factory = self._conversations
         if factory is None:
-            return template._spawn(stored, f"sub_{uuid.uuid4().hex}" if stored else None)
+            return template._spawn(binding, f"sub_{uuid.uuid4().hex}" if binding else None)
         name = factory(context)
         if not isinstance(name, str) or not name.strip():
             raise ToolError("the sub-agent's conversation_id factory must return a non-empty str")
-        if stored is not None:
-            return template._spawn(stored, name)
+        if binding is not None:
+            return template._spawn(binding, name)
         with self._lock:  # in memory: the named conversation's agent lives with the tool
             agent = self._named.get(name)
             if agent is None:

@@ -29,6 +29,7 @@ from .models.base import CacheMode, Model
 from .result import AgentResult
 from .retry import RetryPolicy
 from .run import CancelMode, Run
+from .run._binding import ConversationBinding
 from .run._handle import AgentStream, StepsRun
 from .run._settings import UNSET, Unset, agent_settings
 from .run._slot import RunSlot
@@ -175,13 +176,21 @@ class Agent(AgentRuns):
         lease = float(lease_s if lease_s is not None else getattr(store, "lease_s", 30.0))
         if not lease > 0:
             raise UsageError("lease_s must be positive (seconds)")
-        self._store = store
-        self._lease_s = lease
+        self._binding = (
+            ConversationBinding(
+                store=store,
+                conversation_id=conversation_id,
+                lease_s=lease,
+                on_owner_lost=settings.on_owner_lost,
+            )
+            if store is not None and conversation_id is not None
+            else None
+        )
         self._settings = settings
         self._own_tools = settings.tools
         self._tool_sources = tuple(sources)
         self._slot = RunSlot(self._checked_history(messages or []))
-        if store is not None:
+        if self._binding is not None:
             self._refresh()  # the history, and whether a run there waits for approval
 
     # -- public API --
@@ -219,14 +228,8 @@ class Agent(AgentRuns):
     @messages.setter
     def messages(self, value: Sequence[Message]) -> None:
         checked = self._checked_history(value)
-        store, conversation_id = self._store, self._settings.conversation_id
-        if store is None:
-            self._slot.replace_history(checked, None)
-            return
-        assert conversation_id is not None
-        self._slot.replace_history(
-            checked, lambda messages: store.replace_log(conversation_id, messages)
-        )
+        binding = self._binding
+        self._slot.replace_history(checked, binding.replace_log if binding is not None else None)
 
     @property
     def is_running(self) -> bool:
@@ -470,7 +473,7 @@ class Agent(AgentRuns):
         driver = self._slot.driver  # one read: the run of this moment, or None
         if driver is not None:
             return driver.cancel(reason, mode=mode)
-        if self._store is not None:
+        if self._binding is not None:
             return self._cancel_stored(reason, mode)
         return self._cancel_paused()
 
