@@ -33,7 +33,7 @@ import threading
 import uuid
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .cancel import CancelledError, CancelScope
 from .errors import ToolError, UsageError
@@ -45,9 +45,11 @@ from .tools.context import ToolContext, _RunBoundAgent
 from .tools.decorator import Tool
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from ._decisions import Decision
     from .result import AgentResult
     from .run._binding import ConversationBinding
+    from .run._driver import RunDriver
+    from .run._settings import RunSettings
 
 __all__ = ["DEFAULT_MAX_DEPTH", "ConversationIdFactory", "subagent_tool"]
 
@@ -71,6 +73,30 @@ DEFAULT_MAX_DEPTH: Final = 8
 """How many levels below the top-level run a sub-agent's run may be, by default (its
 ``as_tool(max_depth=...)``): 1 is a child of the run a user started, 2 a grandchild."""
 
+
+class _Agent(Protocol):
+    """What the sub-agent path uses of an :class:`~agent_sync.Agent`: its package-internal
+    verbs (typed here by their shape, so this module needs nothing above it)."""
+
+    @property
+    def _settings(self) -> RunSettings: ...
+
+    @property
+    def _binding(self) -> ConversationBinding | None: ...
+
+    def _spawn_child(
+        self, store: ConversationBinding | None, conversation_id: str | None
+    ) -> _Agent: ...
+
+    def _open_child(
+        self,
+        prompt: str | None,
+        parent: CancelScope,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+    ) -> RunDriver: ...
+
+
 _LINEAGE = "_agent_sync_lineage"  # the attribute of a child's agent: its _Lineage
 
 
@@ -86,15 +112,15 @@ class _Lineage:
     caller's, so its cancel reaches every level at once, whatever the levels between do."""
 
 
-def _caller(context: ToolContext[Any]) -> Agent:
+def _caller(context: ToolContext[Any]) -> _Agent:
     """The agent whose run calls the tool (``context.agent`` is a view of it)."""
     view = context.agent
-    agent: Agent = view._agent if isinstance(view, _RunBoundAgent) else view
+    agent: _Agent = view._agent if isinstance(view, _RunBoundAgent) else view
     return agent
 
 
 def subagent_tool(
-    template: Agent,
+    template: _Agent,
     *,
     name: str,
     description: str,
@@ -177,7 +203,7 @@ class _SubAgent:
 
     def __init__(
         self,
-        template: Agent,
+        template: _Agent,
         conversations: ConversationIdFactory | None,
         *,
         name: str,
@@ -189,7 +215,7 @@ class _SubAgent:
         self._max_depth = max_depth
         # Without a store, the children of named conversations live here (in memory).
         self._lock = threading.Lock()
-        self._named: dict[str, Agent] = {}
+        self._named: dict[str, _Agent] = {}
 
     def call(self, prompt: str, context: ToolContext[Any]) -> Any:
         """The call in a tool worker: the child's events go through the context."""
@@ -246,7 +272,7 @@ class _SubAgent:
             raise SubRunPaused(result.run_id, conversation, result.approvals, result.usage)
         return _answer(result, parent.cancel_requested)
 
-    def _lineage(self, caller: Agent, parent: CancelScope) -> _Lineage:
+    def _lineage(self, caller: _Agent, parent: CancelScope) -> _Lineage:
         """Where a child of ``caller``'s run (scope ``parent``) would sit in its tree, if
         it may start there: within ``max_depth`` and while the tree's top-level run is
         live (nothing of a tree starts once its top-level run is over or cancelled)."""
@@ -266,13 +292,13 @@ class _SubAgent:
             )
         return lineage
 
-    def _paused_child(self, info: Mapping[str, Any], caller: Agent) -> Agent:
+    def _paused_child(self, info: Mapping[str, Any], caller: _Agent) -> _Agent:
         """The agent of a paused child run: loaded from the store, or held by the caller."""
         conversation = info.get("conversation_id")
-        binding = self._binding(caller)
+        binding = self._binding_for(caller)
         if conversation and binding is not None:
-            return self._template._spawn(binding, str(conversation))
-        agent: Agent | None = subruns.take(caller, str(info.get("run_id")))
+            return self._template._spawn_child(binding, str(conversation))
+        agent: _Agent | None = subruns.take(caller, str(info.get("run_id")))
         if agent is None:
             raise ToolError(
                 f"the sub-agent's paused run {info.get('run_id')} is not held by this process "
@@ -281,28 +307,28 @@ class _SubAgent:
             )
         return agent
 
-    def _binding(self, caller: Agent) -> ConversationBinding | None:
+    def _binding_for(self, caller: _Agent) -> ConversationBinding | None:
         """Where a child of ``caller``'s run is stored: the caller's store, else the
         template's (with that store's lease), or nowhere."""
         return caller._binding or self._template._binding
 
-    def _child(self, context: ToolContext[Any], caller: Agent) -> Agent:
+    def _child(self, context: ToolContext[Any], caller: _Agent) -> _Agent:
         """The agent a call runs on: a fresh copy of the template, or the one of a named
         conversation."""
         template = self._template
-        binding = self._binding(caller)
+        binding = self._binding_for(caller)
         factory = self._conversations
         if factory is None:
-            return template._spawn(binding, f"sub_{uuid.uuid4().hex}" if binding else None)
+            return template._spawn_child(binding, f"sub_{uuid.uuid4().hex}" if binding else None)
         name = factory(context)
         if not isinstance(name, str) or not name.strip():
             raise ToolError("the sub-agent's conversation_id factory must return a non-empty str")
         if binding is not None:
-            return template._spawn(binding, name)
+            return template._spawn_child(binding, name)
         with self._lock:  # in memory: the named conversation's agent lives with the tool
             agent = self._named.get(name)
             if agent is None:
-                agent = self._named[name] = template._spawn(None, name)
+                agent = self._named[name] = template._spawn_child(None, name)
             return agent
 
 

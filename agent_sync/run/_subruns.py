@@ -36,7 +36,7 @@ class _Held:
 
     An attribute of that agent, so the children live as long as their caller: nothing
     module-wide keeps them. It names its owner (weakly): a copy of the agent (a sub-agent
-    call's, ``Agent._spawn``) gets a holder of its own, never its template's.
+    call's, ``Agent._spawn_child``) gets a holder of its own, never its template's.
     """
 
     __slots__ = ("agents", "lock", "owner")
