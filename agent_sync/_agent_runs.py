@@ -1,20 +1,24 @@
-"""What an :class:`~agent_sync.Agent` does behind its public methods: checking one call's
-options into a :class:`Call`, starting the call's :class:`~agent_sync.run._driver.RunDriver`
-(as a top-level run, or a sub-agent's child of a calling run), and its dealings with its
-store (refreshing the history and a paused run, cancelling the conversation's run
-wherever it is). ``Agent`` adds the public API and its documentation on top.
+"""What an :class:`~agent_sync.Agent` does behind its public methods: its
+:class:`AgentRunner`, which the agent owns (one per agent), holds the agent's state (its
+settings, tool sources, :class:`~agent_sync.run._binding.ConversationBinding` and
+:class:`~agent_sync.run._slot.RunSlot`) and does the work: checking one call's options into a
+:class:`Call`, starting the call's :class:`~agent_sync.run._driver.RunDriver` (as a top-level
+run, a recovered one, or a sub-agent's child of a calling run), and its dealings with its
+store (refreshing the history and a paused run, cancelling the conversation's run wherever
+it is). ``Agent`` (``agent.py``) is the facade: the public API and its documentation.
+
+The runner does not hold its agent: a method that starts a run is given it (``agent``), as
+what the run's tools see as ``context.agent`` and what holds its paused children.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple, TypeVar, Union
 
 from ._decisions import Approve, Decision, Deny
-from ._prompt import history_copy
 from .cancel import CancelScope, CancelToken
 from .errors import RunConflictError, UsageError
 from .messages import ContentBlock, Message
@@ -22,30 +26,25 @@ from .models.base import CacheMode
 from .result import AgentResult
 from .run import CancelMode, RunState
 from .run._approvals import check_decisions
+from .run._binding import ConversationBinding
 from .run._driver import RunDriver, release_surely
-from .run._durable import StoreLink, load_log
 from .run._handle import AgentStream
 from .run._lost import resumed_state
 from .run._settings import UNSET, RunSettings, Unset, call_settings
 from .run._slot import RunSlot
 from .run._subruns import cancel_subruns
-from .stores._protocol import RunStore, StoredRun
+from .stores._protocol import StoredRun
 from .tools._registry import ToolSource, with_sources
 from .tools.decorator import Tool
 
-__all__ = ["AgentRuns", "Call", "Prompt", "run_to_end"]
+__all__ = ["AgentRunner", "Call", "Prompt", "run_to_end"]
 
 logger = logging.getLogger("agent_sync.agent")
 
 Prompt = Union[str, Sequence[ContentBlock], None]
 """A prompt: text, a list of content blocks, or ``None`` to answer the history as it is."""
 
-_Self = TypeVar("_Self", bound="AgentRuns")
-
 _Face = TypeVar("_Face")
-
-
-_NO_MESSAGES = 2**62  # load(since=...): only the conversation's current run is needed
 
 
 class Call(NamedTuple):
@@ -73,127 +72,143 @@ def run_to_end(driver: RunDriver) -> AgentResult:
     return result
 
 
-class AgentRuns:
-    """The agent's state and the machinery of its runs (see the module docstring)."""
+class AgentRunner:
+    """One agent's state and the machinery of its runs (see the module docstring).
 
-    _settings: RunSettings
-    _own_tools: dict[str, Tool[Any]]
-    _tool_sources: tuple[ToolSource, ...]
-    _store: RunStore | None
-    _lease_s: float
-    _slot: RunSlot
+    Its fields are written by its own verbs only, except ``settings``, which a run's tool
+    sources refresh (:meth:`with_source_tools`).
+    """
 
-    def _checked_resume(
+    def __init__(
+        self,
+        settings: RunSettings,
+        tool_sources: Sequence[ToolSource],
+        binding: ConversationBinding | None,
+        history: list[Message],
+    ) -> None:
+        self.settings = settings
+        """The agent's settings, with its tool sources' tools of the last run."""
+        self.own_tools: dict[str, Tool[Any]] = settings.tools
+        """The agent's own tools (without its tool sources')."""
+        self.tool_sources = tuple(tool_sources)
+        """Tool sources (MCP servers): their tools are listed at each run."""
+        self.binding = binding
+        """The agent's conversation in its store, or ``None`` without a store."""
+        self.slot = RunSlot(history)
+        """The history, the live run and the paused one."""
+        if binding is not None:
+            self.refresh()  # the history, and whether a run there waits for approval
+
+    def spawned(
+        self, store: ConversationBinding | None, conversation_id: str | None
+    ) -> AgentRunner:
+        """A runner for a fresh copy of this agent (a sub-agent call's): same settings,
+        its own empty history (or the stored conversation's); with ``store`` (a caller's
+        binding), in the conversation ``conversation_id`` of that store, with its lease."""
+        binding = (
+            store.for_conversation(conversation_id)
+            if store is not None and conversation_id is not None
+            else None
+        )
+        keeper = self.settings.context  # a policy learns per conversation: a fresh keeper
+        settings = replace(
+            self.settings,
+            conversation_id=conversation_id,
+            context=(
+                keeper.fresh(binding.store if binding else None, conversation_id)
+                if keeper is not None
+                else None
+            ),
+        )
+        child = AgentRunner(settings, self.tool_sources, binding, [])
+        child.own_tools = self.own_tools
+        return child
+
+    def checked_resume(
         self, decisions: Mapping[str, Decision]
     ) -> tuple[RunState, dict[str, Approve | Deny]]:
         """The paused run (refreshed from the store) and the decisions checked against it."""
-        local = self._slot.paused
-        if self._store is not None and self._slot.driver is None:
-            self._refresh()
-            stored = self._slot.paused
+        local = self.slot.paused
+        if self.binding is not None and self.slot.driver is None:
+            self.refresh()
+            stored = self.slot.paused
             if local is not None and (stored is None or stored.run_id != local.run_id):
                 raise RunConflictError(
                     f"run {local.run_id} was resumed or cancelled by another worker"
                 )
-        paused = self._slot.paused
+        paused = self.slot.paused
         if paused is None:
             raise UsageError("nothing to resume: no run of this agent waits for approval")
-        return paused, check_decisions(paused, self._settings.tools, decisions)
+        return paused, check_decisions(paused, self.settings.tools, decisions)
 
-    def _recover(self, lost: StoredRun, timeout: float | None = None) -> AgentStream:
-        """Go on with ``lost``, a run of this agent's conversation whose worker died, from
-        its last committed state (see :mod:`agent_sync.run._lost`): claimed in the store,
-        then streamed here as a resumed paused run is.
-
-        Raises:
-            RunConflictError: Another recoverer took it, or it is no longer lost.
-            ConcurrentInvocationError: This agent is running.
-            UsageError: The agent has no store, or the run is another conversation's.
-        """
-        if self._store is None or lost.conversation_id != self._settings.conversation_id:
+    def recover(self, agent: object, lost: StoredRun, timeout: float | None) -> AgentStream:
+        """Go on with ``lost`` (see ``Agent._recover``)."""
+        if self.binding is None or lost.conversation_id != self.binding.conversation_id:
             raise UsageError("a lost run is recovered by an agent of its conversation's store")
-        self._refresh()
-        state = resumed_state(lost.state, self._with_source_tools().tools)
-        self._slot.adopt(state, lost.version)
-        call = self._call(timeout, UNSET, None, UNSET, None, UNSET)
+        self.refresh()
+        state = resumed_state(lost.state, self.with_source_tools().tools)
+        self.slot.adopt(state, lost.version)
+        call = self.call(timeout, UNSET, None, UNSET, None, UNSET)
         try:
-            return self._open(None, call, emit_deltas=True, face=AgentStream, resume=(state, {}))
+            return self.open(
+                agent, None, call, emit_deltas=True, face=AgentStream, resume=(state, {})
+            )
         except BaseException:
-            if self._slot.driver is None:
-                self._refresh()  # not taken over: the agent shows the store's state again
+            if self.slot.driver is None:
+                self.refresh()  # not taken over: the agent shows the store's state again
             raise
 
-    def _stored(self) -> tuple[RunStore, float] | None:
-        """This agent's store and lease, if it has a store."""
-        return (self._store, self._lease_s) if self._store is not None else None
-
-    def _spawn(
-        self: _Self, stored: tuple[RunStore, float] | None, conversation_id: str | None
-    ) -> _Self:
-        """A fresh copy of this agent (a sub-agent call's): same settings, its own empty
-        history (or the stored conversation's), in ``stored`` if given."""
-        child = copy.copy(self)
-        child._store, child._lease_s = stored if stored is not None else (None, self._lease_s)
-        keeper = self._settings.context  # a policy learns per conversation: a fresh keeper
-        child._settings = replace(
-            self._settings,
-            conversation_id=conversation_id,
-            context=(keeper.fresh(child._store, conversation_id) if keeper is not None else None),
-        )
-        child._slot = RunSlot([])
-        if child._store is not None:
-            child._refresh()
-        return child
-
-    def _open_child(
+    def open_child(
         self,
+        agent: object,
         prompt: Prompt,
         parent: CancelScope,
-        *,
-        decisions: Mapping[str, Decision] | None = None,
+        decisions: Mapping[str, Decision] | None,
     ) -> RunDriver:
-        """Start a sub-agent's run (or its resume with ``decisions``) as a child of
-        ``parent``, for the caller to drive with :meth:`RunDriver.events` (the caller's
-        ``finally`` releases it: :func:`~agent_sync.run._driver.release_surely`)."""
-        resume = self._checked_resume(decisions) if decisions is not None else None
-        call = self._call(None, UNSET, None, UNSET, None, UNSET)
-        return self._open(
-            prompt, call, emit_deltas=True, face=_the_driver, resume=resume, parent=parent
+        """Start a sub-agent's run (see ``Agent._open_child``)."""
+        resume = self.checked_resume(decisions) if decisions is not None else None
+        call = self.call(None, UNSET, None, UNSET, None, UNSET)
+        return self.open(
+            agent, prompt, call, emit_deltas=True, face=_the_driver, resume=resume, parent=parent
         )
 
-    def _cancel_paused(self) -> bool:
-        """Drop a paused run: pending calls answered "Cancelled by user", turn closed."""
-        paused = self._slot.drop_paused()
+    def cancel_paused(self, agent: object) -> bool:
+        """Drop a paused run: pending calls answered "Cancelled by user", turn closed
+        (``agent`` holds the paused children it waited on)."""
+        paused = self.slot.drop_paused()
         if paused is None:
             return False
-        cancel_subruns(self, paused.subruns, None, "cancelled")  # the paused children it waited on
+        cancel_subruns(agent, paused.subruns, None, "cancelled")  # the children it waited on
         logger.debug("run_id=<%s> | paused run cancelled", paused.run_id)
         return True
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
         """Load the history and any paused run from the store (only while idle here)."""
-        assert self._store is not None and self._settings.conversation_id is not None
-        known, synced, generation = self._slot.sync_point()
-        record, logged, mirrored = load_log(
-            self._store, self._settings.conversation_id, known, synced, generation
-        )
+        assert self.binding is not None
+        known, synced, generation = self.slot.sync_point()
+        record, logged, mirrored = self.binding.read_log(known, synced, generation)
         # Not applied if a run took the agent meanwhile (it loads for itself) or the
         # history was replaced.
-        self._slot.apply_record(record, logged, mirrored, unless_changed_since=(known, synced))
+        self.slot.apply_record(record, logged, mirrored, unless_changed_since=(known, synced))
 
-    def _cancel_stored(self, reason: str | None, mode: CancelMode) -> bool:
+    def replace_history(self, messages: list[Message]) -> None:
+        """Replace the history while idle (with a store, written there first)."""
+        binding = self.binding
+        self.slot.replace_history(messages, binding.replace_log if binding is not None else None)
+
+    def cancel_stored(self, reason: str | None, mode: CancelMode) -> bool:
         """Cancel the conversation's current run, wherever it runs (its owner's watcher
         hears it) or is paused (cancelled at once), through the store."""
-        assert self._store is not None and self._settings.conversation_id is not None
-        record = self._store.load(self._settings.conversation_id, since=_NO_MESSAGES)
-        if record.run is None:
+        assert self.binding is not None
+        current = self.binding.current_run()
+        if current is None:
             return False
-        cancelled = self._store.cancel(record.run.state.run_id, reason, mode=mode)
-        if self._slot.driver is None:
-            self._refresh()
+        cancelled = self.binding.cancel_run(current.state.run_id, reason, mode)
+        if self.slot.driver is None:
+            self.refresh()
         return cancelled
 
-    def _call(
+    def call(
         self,
         timeout: float | None,
         cache: CacheMode | None | Unset,
@@ -207,7 +222,7 @@ class AgentRuns:
         if token is not None and not isinstance(token, CancelToken):
             raise UsageError(f"cancel= takes a CancelToken, got {type(token).__name__}")
         settings = call_settings(
-            self._settings,  # the tool sources' tools are read by the run: _run_tools
+            self.settings,  # the tool sources' tools are read by the run: run_tools
             cache=cache,
             deps=deps,
             params=params,
@@ -216,27 +231,28 @@ class AgentRuns:
         )
         return Call(settings, timeout, token)
 
-    def _with_source_tools(self, cancel: CancelScope | None = None) -> RunSettings:
+    def with_source_tools(self, cancel: CancelScope | None = None) -> RunSettings:
         """The agent's settings with its tool sources' (MCP servers') tools as they list
         them now: a source connects at the first run, and a changed list is picked up at
         the next (``agent.tools`` shows the last run's); a cancel of ``cancel`` ends a
         connect (``CancelledError``)."""
-        if not self._tool_sources:
-            return self._settings
-        tools = with_sources(self._own_tools, self._tool_sources, cancel)
-        if tools != self._settings.tools:
+        if not self.tool_sources:
+            return self.settings
+        tools = with_sources(self.own_tools, self.tool_sources, cancel)
+        if tools != self.settings.tools:
             specs = tuple(t.spec for t in tools.values())
-            self._settings = replace(self._settings, tools=tools, tool_specs=specs)
-        return self._settings
+            self.settings = replace(self.settings, tools=tools, tool_specs=specs)
+        return self.settings
 
-    def _run_tools(self, scope: CancelScope) -> dict[str, Tool[Any]]:
+    def run_tools(self, scope: CancelScope) -> dict[str, Tool[Any]]:
         """A run's tools, read by the run itself before its first step, under its scope: a
         tool source that connects (or never answers) is stopped by ``cancel()``,
         ``timeout=``, a token or a calling run's cancel, as any step is."""
-        return self._with_source_tools(scope).tools
+        return self.with_source_tools(scope).tools
 
-    def _open(
+    def open(
         self,
+        agent: object,
         prompt: Prompt,
         call: Call,
         *,
@@ -251,8 +267,14 @@ class AgentRuns:
 
         The handle is made inside the ``try``: a Ctrl-C before it exists releases the agent.
         """
-        driver = self._new_run(
-            prompt, call, emit_deltas=emit_deltas, resume=resume, parent=parent, run_id=run_id
+        driver = self.new_run(
+            agent,
+            prompt,
+            call,
+            emit_deltas=emit_deltas,
+            resume=resume,
+            parent=parent,
+            run_id=run_id,
         )
         try:
             driver.start()
@@ -261,8 +283,9 @@ class AgentRuns:
             release_surely(driver)
             raise
 
-    def _new_run(
+    def new_run(
         self,
+        agent: object,
         prompt: Prompt,
         call: Call,
         *,
@@ -271,9 +294,11 @@ class AgentRuns:
         parent: CancelScope | None = None,
         run_id: str | None = None,
     ) -> RunDriver:
+        """The run of one call, not started (no side effects): ``agent`` is the agent its
+        tools see as ``context.agent``."""
         return RunDriver(
-            agent=self,
-            slot=self._slot,
+            agent=agent,
+            slot=self.slot,
             settings=call.settings,
             prompt=prompt,
             timeout=call.timeout,
@@ -281,17 +306,8 @@ class AgentRuns:
             token=call.token,
             emit_deltas=emit_deltas,
             resume=resume,
-            link=(
-                StoreLink(self._store, self._settings.conversation_id or "", self._lease_s)
-                if self._store is not None
-                else None
-            ),
+            binding=self.binding,
             parent=parent,
             run_id=run_id,
-            source_tools=self._run_tools if self._tool_sources else None,
+            source_tools=self.run_tools if self.tool_sources else None,
         )
-
-    @staticmethod
-    def _checked_history(messages: Sequence[Message]) -> list[Message]:
-        """A private, encodable copy of ``messages``; ``UsageError`` naming the first problem."""
-        return history_copy(messages)

@@ -35,6 +35,7 @@ from .stores._watcher import watch
 
 if TYPE_CHECKING:
     from .agent import Agent
+    from .run._binding import ConversationBinding
     from .stores._protocol import RunStore, StoredRun
     from .web._publish import RunSlots
 
@@ -192,7 +193,8 @@ def _take_over(store: RunStore, recoverer: _Recoverer, lost: StoredRun) -> _Outc
         return "other"
     try:
         agent = recoverer.make_agent(lost.conversation_id)
-        if getattr(agent, "_store", None) is not store:
+        binding: ConversationBinding | None = getattr(agent, "_binding", None)
+        if binding is None or not binding.holds(store):
             raise UsageError(
                 "make_agent must build agents on the recovering store "
                 "(Agent(..., store=store, conversation_id=conversation_id))"
@@ -210,7 +212,7 @@ def _take_over(store: RunStore, recoverer: _Recoverer, lost: StoredRun) -> _Outc
         logger.exception("run_id=<%s> | the lost run could not be taken over", run_id)
         return "failed"
     logger.info("run_id=<%s> | lost run taken over: it goes on here", run_id)
-    if logged:
+    if logged and isinstance(store, RunEventLog):  # a log only a RunEventLog keeps
         from .web._recovered import publish_recovered  # the web layer, above this one
 
         try:

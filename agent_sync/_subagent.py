@@ -33,7 +33,7 @@ import threading
 import uuid
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .cancel import CancelledError, CancelScope
 from .errors import ToolError, UsageError
@@ -45,8 +45,11 @@ from .tools.context import ToolContext, _RunBoundAgent
 from .tools.decorator import Tool
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from ._decisions import Decision
     from .result import AgentResult
+    from .run._binding import ConversationBinding
+    from .run._driver import RunDriver
+    from .run._settings import RunSettings
 
 __all__ = ["DEFAULT_MAX_DEPTH", "ConversationIdFactory", "subagent_tool"]
 
@@ -70,6 +73,30 @@ DEFAULT_MAX_DEPTH: Final = 8
 """How many levels below the top-level run a sub-agent's run may be, by default (its
 ``as_tool(max_depth=...)``): 1 is a child of the run a user started, 2 a grandchild."""
 
+
+class _Agent(Protocol):
+    """What the sub-agent path uses of an :class:`~agent_sync.Agent`: its package-internal
+    verbs (typed here by their shape, so this module needs nothing above it)."""
+
+    @property
+    def _settings(self) -> RunSettings: ...
+
+    @property
+    def _binding(self) -> ConversationBinding | None: ...
+
+    def _spawn_child(
+        self, store: ConversationBinding | None, conversation_id: str | None
+    ) -> _Agent: ...
+
+    def _open_child(
+        self,
+        prompt: str | None,
+        parent: CancelScope,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+    ) -> RunDriver: ...
+
+
 _LINEAGE = "_agent_sync_lineage"  # the attribute of a child's agent: its _Lineage
 
 
@@ -85,14 +112,15 @@ class _Lineage:
     caller's, so its cancel reaches every level at once, whatever the levels between do."""
 
 
-def _caller(context: ToolContext[Any]) -> object:
+def _caller(context: ToolContext[Any]) -> _Agent:
     """The agent whose run calls the tool (``context.agent`` is a view of it)."""
     view = context.agent
-    return view._agent if isinstance(view, _RunBoundAgent) else view
+    agent: _Agent = view._agent if isinstance(view, _RunBoundAgent) else view
+    return agent
 
 
 def subagent_tool(
-    template: Agent,
+    template: _Agent,
     *,
     name: str,
     description: str,
@@ -175,7 +203,7 @@ class _SubAgent:
 
     def __init__(
         self,
-        template: Agent,
+        template: _Agent,
         conversations: ConversationIdFactory | None,
         *,
         name: str,
@@ -187,7 +215,7 @@ class _SubAgent:
         self._max_depth = max_depth
         # Without a store, the children of named conversations live here (in memory).
         self._lock = threading.Lock()
-        self._named: dict[str, Agent] = {}
+        self._named: dict[str, _Agent] = {}
 
     def call(self, prompt: str, context: ToolContext[Any]) -> Any:
         """The call in a tool worker: the child's events go through the context."""
@@ -212,11 +240,11 @@ class _SubAgent:
         lineage = self._lineage(caller, parent)
         if context._resume is not None:  # the child paused for approval: go on with it
             info, decisions = context._resume
-            child = self._paused_child(info, context, caller)
+            child = self._paused_child(info, caller)
             setattr(child, _LINEAGE, lineage)
             driver = child._open_child(None, parent, decisions=decisions)
         else:
-            child = self._child(context)
+            child = self._child(context, caller)
             setattr(child, _LINEAGE, lineage)
             driver = child._open_child(prompt, parent)
         result: AgentResult | None = None
@@ -237,14 +265,14 @@ class _SubAgent:
             release_surely(driver)
         assert result is not None
         if result.stop_reason == "paused":  # the caller pauses with it
-            stored = child._store is not None
-            if not stored:
+            binding = child._binding
+            if binding is None:
                 subruns.hold(caller, result.run_id, child)
-            conversation = child._settings.conversation_id if stored else None
+            conversation = binding.conversation_id if binding is not None else None
             raise SubRunPaused(result.run_id, conversation, result.approvals, result.usage)
         return _answer(result, parent.cancel_requested)
 
-    def _lineage(self, caller: object, parent: CancelScope) -> _Lineage:
+    def _lineage(self, caller: _Agent, parent: CancelScope) -> _Lineage:
         """Where a child of ``caller``'s run (scope ``parent``) would sit in its tree, if
         it may start there: within ``max_depth`` and while the tree's top-level run is
         live (nothing of a tree starts once its top-level run is over or cancelled)."""
@@ -264,15 +292,13 @@ class _SubAgent:
             )
         return lineage
 
-    def _paused_child(
-        self, info: Mapping[str, Any], context: ToolContext[Any], caller: object
-    ) -> Agent:
+    def _paused_child(self, info: Mapping[str, Any], caller: _Agent) -> _Agent:
         """The agent of a paused child run: loaded from the store, or held by the caller."""
         conversation = info.get("conversation_id")
-        stored = context._store or self._template._stored()
-        if conversation and stored is not None:
-            return self._template._spawn(stored, str(conversation))
-        agent: Agent | None = subruns.take(caller, str(info.get("run_id")))
+        binding = self._binding_for(caller)
+        if conversation and binding is not None:
+            return self._template._spawn_child(binding, str(conversation))
+        agent: _Agent | None = subruns.take(caller, str(info.get("run_id")))
         if agent is None:
             raise ToolError(
                 f"the sub-agent's paused run {info.get('run_id')} is not held by this process "
@@ -281,23 +307,28 @@ class _SubAgent:
             )
         return agent
 
-    def _child(self, context: ToolContext[Any]) -> Agent:
+    def _binding_for(self, caller: _Agent) -> ConversationBinding | None:
+        """Where a child of ``caller``'s run is stored: the caller's store, else the
+        template's (with that store's lease), or nowhere."""
+        return caller._binding or self._template._binding
+
+    def _child(self, context: ToolContext[Any], caller: _Agent) -> _Agent:
         """The agent a call runs on: a fresh copy of the template, or the one of a named
         conversation."""
         template = self._template
-        stored = context._store or template._stored()
+        binding = self._binding_for(caller)
         factory = self._conversations
         if factory is None:
-            return template._spawn(stored, f"sub_{uuid.uuid4().hex}" if stored else None)
+            return template._spawn_child(binding, f"sub_{uuid.uuid4().hex}" if binding else None)
         name = factory(context)
         if not isinstance(name, str) or not name.strip():
             raise ToolError("the sub-agent's conversation_id factory must return a non-empty str")
-        if stored is not None:
-            return template._spawn(stored, name)
+        if binding is not None:
+            return template._spawn_child(binding, name)
         with self._lock:  # in memory: the named conversation's agent lives with the tool
             agent = self._named.get(name)
             if agent is None:
-                agent = self._named[name] = template._spawn(None, name)
+                agent = self._named[name] = template._spawn_child(None, name)
             return agent
 
 

@@ -3,8 +3,9 @@ resume, cancel, inject).
 
 An agent runs at most one invocation at a time. Each invocation is a
 :class:`~agent_sync.run.Run` (see :mod:`agent_sync.run._driver` for its lifecycle and the
-Ctrl-C rules); the agent holds it in a :class:`~agent_sync.run._slot.RunSlot` with the
-history. ``invoke``/``stream``/``steps`` take the slot without waiting (a busy agent raises
+Ctrl-C rules); the agent's runner (:class:`~agent_sync._agent_runs.AgentRunner`, which it
+owns) holds it in a :class:`~agent_sync.run._slot.RunSlot` with the history.
+``invoke``/``stream``/``steps`` take the slot without waiting (a busy agent raises
 :class:`~agent_sync.errors.ConcurrentInvocationError` at once and touches nothing);
 ``cancel()``/``inject()`` read the slot once and act on that run, so a late call reaches a
 finished run (``False``/``UsageError``), never the next invocation.
@@ -12,15 +13,17 @@ finished run (``False``/``UsageError``), never the next invocation.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._agent_runs import AgentRuns, Prompt, run_to_end
+from ._agent_runs import AgentRunner, Prompt, run_to_end
 from ._decisions import ApprovalRequest, Decision
 from ._limits import UsageLimits
+from ._prompt import history_copy
 from ._run_state import OwnerLostPolicy
-from .cancel import CancelToken, check_mode
+from .cancel import CancelScope, CancelToken, check_mode
 from .context import ContextPolicy, SlidingWindow, Summarizing
 from .context._keeper import ContextKeeper
 from .errors import UsageError
@@ -29,10 +32,12 @@ from .models.base import CacheMode, Model
 from .result import AgentResult
 from .retry import RetryPolicy
 from .run import CancelMode, Run
+from .run._binding import ConversationBinding
+from .run._driver import RunDriver
 from .run._handle import AgentStream, StepsRun
-from .run._settings import UNSET, Unset, agent_settings
+from .run._settings import UNSET, RunSettings, Unset, agent_settings
 from .run._slot import RunSlot
-from .stores._protocol import RunStore
+from .stores._protocol import RunStore, StoredRun
 from .tools._registry import ToolSource
 from .tools.context import ToolContext
 from .tools.decorator import Tool
@@ -43,7 +48,7 @@ __all__ = ["Agent", "AgentStream", "Prompt"]
 logger = logging.getLogger(__name__)
 
 
-class Agent(AgentRuns):
+class Agent:
     """An LLM agent that runs the model -> tools loop in the calling thread.
 
     ``invoke``/``stream`` may be called from any thread, one invocation at a time per agent;
@@ -175,26 +180,32 @@ class Agent(AgentRuns):
         lease = float(lease_s if lease_s is not None else getattr(store, "lease_s", 30.0))
         if not lease > 0:
             raise UsageError("lease_s must be positive (seconds)")
-        self._store = store
-        self._lease_s = lease
-        self._settings = settings
-        self._own_tools = settings.tools
-        self._tool_sources = tuple(sources)
-        self._slot = RunSlot(self._checked_history(messages or []))
-        if store is not None:
-            self._refresh()  # the history, and whether a run there waits for approval
+        binding = (
+            ConversationBinding(
+                store=store,
+                conversation_id=conversation_id,
+                lease_s=lease,
+                on_owner_lost=settings.on_owner_lost,
+            )
+            if store is not None and conversation_id is not None
+            else None
+        )
+        history = self._checked_history(messages or [])
+        # its runs' machinery and state; with a store, the history and any paused run
+        # are read from it here
+        self._runner = AgentRunner(settings, sources, binding, history)
 
     # -- public API --
 
     @property
     def model(self) -> Model:
         """The model this agent calls."""
-        return self._settings.model
+        return self._runner.settings.model
 
     @property
     def tools(self) -> dict[str, Tool[Any]]:
         """The agent's tools by name (a copy)."""
-        return dict(self._settings.tools)
+        return dict(self._runner.settings.tools)
 
     @property
     def messages(self) -> list[Message]:
@@ -214,34 +225,26 @@ class Agent(AgentRuns):
             PendingApprovalError: A run waits for approval; nothing changed.
             StoreUnavailableError: The store could not be reached; nothing changed.
         """
-        return self._slot.messages
+        return self._runner.slot.messages
 
     @messages.setter
     def messages(self, value: Sequence[Message]) -> None:
-        checked = self._checked_history(value)
-        store, conversation_id = self._store, self._settings.conversation_id
-        if store is None:
-            self._slot.replace_history(checked, None)
-            return
-        assert conversation_id is not None
-        self._slot.replace_history(
-            checked, lambda messages: store.replace_log(conversation_id, messages)
-        )
+        self._runner.replace_history(self._checked_history(value))
 
     @property
     def is_running(self) -> bool:
         """Whether an invocation (or an unfinished stream or steps run) holds the agent."""
-        return self._slot.driver is not None
+        return self._runner.slot.driver is not None
 
     @property
     def is_paused(self) -> bool:
         """Whether a run waits for approval (see :meth:`resume`)."""
-        return self._slot.paused is not None
+        return self._runner.slot.paused is not None
 
     @property
     def pending_approvals(self) -> tuple[ApprovalRequest, ...]:
         """The requests a paused run waits for (empty when not paused)."""
-        paused = self._slot.paused
+        paused = self._runner.slot.paused
         return paused.approvals if paused is not None else ()
 
     @property
@@ -251,7 +254,7 @@ class Agent(AgentRuns):
         Read it once and keep the handle: its ``cancel``/``inject``/``snapshot`` act on
         that run only, from any thread, even after the agent has moved on.
         """
-        driver = self._slot.driver
+        driver = self._runner.slot.driver
         return Run(driver) if driver is not None else None
 
     def invoke(
@@ -298,13 +301,9 @@ class Agent(AgentRuns):
             OutputValidationError: With an output type, the answer was still invalid after
                 ``output_retries`` re-asks; the history is valid, the agent reusable.
         """
-        return run_to_end(
-            self._new_run(
-                prompt,
-                self._call(timeout, cache, cancel, deps, params, output_type, usage_limits),
-                emit_deltas=False,
-            )
-        )
+        runner = self._runner
+        call = runner.call(timeout, cache, cancel, deps, params, output_type, usage_limits)
+        return run_to_end(runner.new_run(self, prompt, call, emit_deltas=False))
 
     __call__ = invoke
 
@@ -328,12 +327,9 @@ class Agent(AgentRuns):
         ``"stream closed"`` and leaves the history valid. Same arguments and errors as
         :meth:`invoke`; the last event is ``Done`` carrying the result.
         """
-        return self._open(
-            prompt,
-            self._call(timeout, cache, cancel, deps, params, output_type, usage_limits),
-            emit_deltas=True,
-            face=AgentStream,
-        )
+        runner = self._runner
+        call = runner.call(timeout, cache, cancel, deps, params, output_type, usage_limits)
+        return runner.open(self, prompt, call, emit_deltas=True, face=AgentStream)
 
     def steps(
         self,
@@ -363,12 +359,9 @@ class Agent(AgentRuns):
         The agent is taken at once, as for :meth:`stream`; same arguments and errors as
         :meth:`invoke` (a model error is raised from the iteration).
         """
-        return self._open(
-            prompt,
-            self._call(timeout, cache, cancel, deps, params, output_type, usage_limits),
-            emit_deltas=False,
-            face=StepsRun,
-        )
+        runner = self._runner
+        call = runner.call(timeout, cache, cancel, deps, params, output_type, usage_limits)
+        return runner.open(self, prompt, call, emit_deltas=False, face=StepsRun)
 
     def resume(
         self,
@@ -407,15 +400,10 @@ class Agent(AgentRuns):
             UsageError: Nothing is paused.
             ConcurrentInvocationError: The agent is running.
         """
-        paused, checked = self._checked_resume(decisions)
-        return run_to_end(
-            self._new_run(
-                None,
-                self._call(timeout, cache, cancel, deps, params, output_type, usage_limits),
-                emit_deltas=False,
-                resume=(paused, checked),
-            )
-        )
+        runner = self._runner
+        resume = runner.checked_resume(decisions)
+        call = runner.call(timeout, cache, cancel, deps, params, output_type, usage_limits)
+        return run_to_end(runner.new_run(self, None, call, emit_deltas=False, resume=resume))
 
     def resume_stream(
         self,
@@ -436,14 +424,10 @@ class Agent(AgentRuns):
         :meth:`resume` are raised here, before any event); the run's events follow, the
         last one ``Done``. The run keeps its ``run_id``.
         """
-        paused, checked = self._checked_resume(decisions)
-        return self._open(
-            None,
-            self._call(timeout, cache, cancel, deps, params, output_type, usage_limits),
-            emit_deltas=True,
-            face=AgentStream,
-            resume=(paused, checked),
-        )
+        runner = self._runner
+        resume = runner.checked_resume(decisions)
+        call = runner.call(timeout, cache, cancel, deps, params, output_type, usage_limits)
+        return runner.open(self, None, call, emit_deltas=True, face=AgentStream, resume=resume)
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:
         """Stop the running invocation, from any thread, at any moment.
@@ -467,12 +451,13 @@ class Agent(AgentRuns):
             UsageError: ``mode`` is neither ``"now"`` nor ``"after_turn"`` (even when idle).
         """
         check_mode(mode)  # first, whatever there is to cancel: a bad mode is never ignored
-        driver = self._slot.driver  # one read: the run of this moment, or None
+        runner = self._runner
+        driver = runner.slot.driver  # one read: the run of this moment, or None
         if driver is not None:
             return driver.cancel(reason, mode=mode)
-        if self._store is not None:
-            return self._cancel_stored(reason, mode)
-        return self._cancel_paused()
+        if runner.binding is not None:
+            return runner.cancel_stored(reason, mode)
+        return runner.cancel_paused(self)
 
     def as_tool(
         self,
@@ -536,12 +521,83 @@ class Agent(AgentRuns):
         Raises:
             UsageError: The agent is idle (or its run just ended), or invalid content.
         """
-        driver = self._slot.driver
+        driver = self._runner.slot.driver
         if driver is None:
             raise UsageError("the agent is idle: there is no run to inject into")
         driver.inject(content)
 
     def __repr__(self) -> str:
         state = "running" if self.is_running else "idle"
-        count = len(self._slot.messages)
+        count = len(self._runner.slot.messages)
         return f"<Agent {state} model={type(self.model).__name__} messages={count}>"
+
+    # -- package-internal: what the sub-agent tool, recovery, the web and Celery use --
+
+    @property
+    def _settings(self) -> RunSettings:
+        """The agent's checked settings (with its tool sources' tools of the last run)."""
+        return self._runner.settings
+
+    @property
+    def _binding(self) -> ConversationBinding | None:
+        """The agent's conversation in its store (``None`` without a store)."""
+        return self._runner.binding
+
+    @property
+    def _slot(self) -> RunSlot:
+        """The history, the live run and the paused one."""
+        return self._runner.slot
+
+    def _spawn_child(self, store: ConversationBinding | None, conversation_id: str | None) -> Agent:
+        """Package-internal (``_subagent``): a fresh copy of this agent for one sub-agent
+        call: same model, tools and settings, its own empty history (or the stored
+        conversation's); with ``store`` (the calling run's binding, else the template's),
+        in the conversation ``conversation_id`` of that store, with its lease."""
+        child = copy.copy(self)
+        child._runner = self._runner.spawned(store, conversation_id)
+        return child
+
+    def _open_child(
+        self,
+        prompt: Prompt,
+        parent: CancelScope,
+        *,
+        decisions: Mapping[str, Decision] | None = None,
+    ) -> RunDriver:
+        """Package-internal (``_subagent``): start this agent's run (or, with
+        ``decisions``, its paused run's resume) as a child of the calling run's scope
+        ``parent``, for the caller to drive with :meth:`RunDriver.events`; the caller's
+        ``finally`` releases it (:func:`~agent_sync.run._driver.release_surely`)."""
+        return self._runner.open_child(self, prompt, parent, decisions)
+
+    def _recover(self, lost: StoredRun, timeout: float | None = None) -> AgentStream:
+        """Package-internal (``_recovery``): go on with ``lost``, a run of this agent's
+        conversation whose worker died, from its last committed state (see
+        :mod:`agent_sync.run._lost`): claimed in the store, then streamed here as a
+        resumed paused run is.
+
+        Raises:
+            RunConflictError: Another recoverer took it, or it is no longer lost.
+            ConcurrentInvocationError: This agent is running.
+            UsageError: The agent has no store, or the run is another conversation's.
+        """
+        return self._runner.recover(self, lost, timeout)
+
+    def _stream_as(
+        self,
+        run_id: str,
+        prompt: Prompt,
+        *,
+        timeout: float | None,
+        cancel: CancelToken | None,
+    ) -> AgentStream:
+        """Package-internal (``agent_sync.celery``): :meth:`stream` for a new run whose
+        id the caller chose (the web worker that hands the run over names it)."""
+        runner = self._runner
+        call = runner.call(timeout, UNSET, cancel, UNSET, None, UNSET)
+        return runner.open(self, prompt, call, emit_deltas=True, face=AgentStream, run_id=run_id)
+
+    @staticmethod
+    def _checked_history(messages: Sequence[Message]) -> list[Message]:
+        """A private, encodable copy of ``messages``; ``UsageError`` naming the first problem."""
+        return history_copy(messages)

@@ -18,6 +18,7 @@ from ..stores._event_log import EventLogStore
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..run._binding import ConversationBinding
 
 __all__ = ["Config", "MakeAgent", "check_store", "configured", "set_config"]
 
@@ -53,7 +54,8 @@ class Config:
             UsageError: ``agent`` has no store, another store than the others, or one
                 that keeps no event logs.
         """
-        theirs: object = getattr(agent, "_store", None)
+        binding: ConversationBinding | None = getattr(agent, "_binding", None)
+        theirs: object = binding.store if binding is not None else None
         learned = False
         with self._lock:
             if self._store is None and theirs is not None:

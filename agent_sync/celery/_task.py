@@ -20,7 +20,6 @@ from .._signal_safe import Event
 from ..cancel import CancelToken
 from ..errors import ConcurrentInvocationError, PendingApprovalError, UsageError
 from ..run._handle import AgentStream
-from ..run._settings import UNSET
 from ..stores._event_log import EventLogStore
 from ..web._http import valid_id
 from ..web._publish import REPLAY_TTL_S, Publisher
@@ -104,8 +103,7 @@ def _publish(
         if agent is None:
             agent = config.make_agent(conversation_id)
             config.store_of(agent)
-        call = agent._call(timeout, UNSET, token, UNSET, None, UNSET)
-        stream = agent._open(prompt, call, emit_deltas=True, face=AgentStream, run_id=run_id)
+        stream = agent._stream_as(run_id, prompt, timeout=timeout, cancel=token)
         publisher = Publisher(
             store, stream, run_id=run_id, first=first, after=after, replay_ttl=REPLAY_TTL_S
         )

@@ -30,6 +30,7 @@ from ._settings import RunSettings
 
 if TYPE_CHECKING:
     from ..cancel import CancelScope
+    from ._binding import ConversationBinding
 
 __all__ = ["RunContext", "RunSettings"]
 
@@ -61,7 +62,8 @@ class RunContext:
         self.cache = cache
         self.hooks = hooks
         self.parent_run_id = parent_run_id  # a sub-agent's run: the run that called it
-        self.store: tuple[Any, float] | None = None  # (store, lease_s): sub-agents' runs go there
+        # the agent's conversation in its store, if any: sub-agents' runs are stored there
+        self.binding: ConversationBinding | None = None
         self.inbox = Inbox()
         # what snapshot() reads: each written with one store of an immutable value
         self.status: RunStatus = "running"

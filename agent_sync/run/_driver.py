@@ -55,9 +55,9 @@ from ..errors import UsageError
 from ..events import AgentEvent, Done, InputInjected
 from ..messages import ContentBlock, Message
 from ..result import AgentResult
+from ._binding import ConversationBinding
 from ._commits import Commits
 from ._context import RunContext, RunSettings
-from ._durable import StoreLink
 from ._hooks import run_hooks
 from ._slot import RunSlot
 from ._steps import STEPS, end_cancelled, end_failed
@@ -100,7 +100,7 @@ class RunDriver:
         token: CancelToken | None,
         emit_deltas: bool,
         resume: tuple[RunState, dict[str, Approve | Deny]] | None = None,
-        link: StoreLink | None = None,
+        binding: ConversationBinding | None = None,
         parent: CancelScope | None = None,
         run_id: str | None = None,
         source_tools: Callable[[CancelScope], dict[str, Tool[Any]]] | None = None,
@@ -124,15 +124,15 @@ class RunDriver:
             parent_run_id=parent.run_id if parent is not None else None,
         )
         self._parent = parent  # a sub-agent's run: the calling run's scope (cancel is a tree)
-        if link is not None:
-            self._ctx.store = (link.store, link.lease_s)
+        self._ctx.binding = binding
+        link = binding.link() if binding is not None else None
         self._resume = resume
         self._link = link
         if resume is not None:
             self._ctx.restore(*resume)
         self._commits = Commits(link, self._ctx, slot)
         self._ctx.commit_pause = self._commits.pause
-        if link is not None and parent is None and settings.on_owner_lost == "resume":
+        if binding is not None and parent is None and binding.on_owner_lost == "resume":
             self._ctx.keep_progress = self._commits.checkpoint  # see docs/recovery.md
         self._prompt = prompt
         self._timeout = timeout

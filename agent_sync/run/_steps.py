@@ -89,7 +89,6 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         max_workers=settings.max_tool_workers if settings.tool_executor == "concurrent" else 1,
         grace_period=settings.tool_grace_period,
         deps=settings.deps,
-        store=ctx.store,
     )
     results: list[ToolResult] = []
     injected: list[ContentBlock] = []
@@ -294,7 +293,7 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
         The queued input that was written to the history.
     """
     if ctx.subruns:  # resumed, then cancelled before its paused children went on
-        cancel_subruns(ctx.agent, ctx.subruns, ctx.store, ctx.scope.reason or "cancelled")
+        cancel_subruns(ctx.agent, ctx.subruns, ctx.binding, ctx.scope.reason or "cancelled")
     results = tuple(ctx.round_results.values())
     ctx.round_results, ctx.subruns = {}, {}
     queued = ctx.inbox.close()

@@ -20,6 +20,7 @@ from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
 from ..tools._results import error_result
 
 if TYPE_CHECKING:
+    from ._binding import ConversationBinding
     from ._context import RunContext
 
 __all__ = ["cancel_subruns", "child_usage", "held", "hold", "round_paused", "take"]
@@ -35,7 +36,7 @@ class _Held:
 
     An attribute of that agent, so the children live as long as their caller: nothing
     module-wide keeps them. It names its owner (weakly): a copy of the agent (a sub-agent
-    call's, ``Agent._spawn``) gets a holder of its own, never its template's.
+    call's, ``Agent._spawn_child``) gets a holder of its own, never its template's.
     """
 
     __slots__ = ("agents", "lock", "owner")
@@ -80,7 +81,7 @@ def held(owner: object) -> list[str]:
 def cancel_subruns(
     owner: object,
     subruns: Mapping[str, Mapping[str, Any]],
-    store: tuple[Any, float] | None,
+    binding: ConversationBinding | None,
     reason: str | None,
 ) -> None:
     """Cancel the paused children a cancelled caller (``owner``, its agent) waited on
@@ -92,8 +93,8 @@ def cancel_subruns(
             agent = take(owner, run_id)
             if agent is not None:
                 agent.cancel(reason)
-            elif store is not None:
-                store[0].cancel(run_id, reason)
+            elif binding is not None:
+                binding.cancel_run(run_id, reason)
         except Exception:
             logger.warning("run_id=<%s> | could not cancel a paused sub-agent run", run_id)
 
@@ -115,7 +116,7 @@ def round_paused(
     paused = {calls[index].tool_use["toolUseId"]: child for index, child in batch.paused.items()}
     if not completed or ctx.scope.cancelled:
         subruns = {key: {"run_id": child.run_id} for key, child in paused.items()}
-        cancel_subruns(ctx.agent, subruns, ctx.store, ctx.scope.reason or "cancelled")
+        cancel_subruns(ctx.agent, subruns, ctx.binding, ctx.scope.reason or "cancelled")
         for index in batch.paused:
             results[index] = error_result(calls[index].tool_use["toolUseId"], CANCELLED_TEXT)
         return {}

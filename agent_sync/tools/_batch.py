@@ -148,7 +148,6 @@ class ToolBatch(DirectCalls, InlineCalls):
         max_workers: int,
         grace_period: float,
         deps: Any = None,
-        store: tuple[Any, float] | None = None,
     ) -> None:
         self._calls = list(calls)
         self._deps = deps
@@ -157,7 +156,6 @@ class ToolBatch(DirectCalls, InlineCalls):
         self._run_id = run_id
         self._available = ", ".join(available) or "none"
         self._grace = grace_period
-        self._store = store
         self.paused: dict[int, SubRunPaused] = {}  # calls whose sub-agent paused (index ->)
         self._results: list[ToolResult | None] = [None] * len(self._calls)
         self._outstanding = len(self._calls)
@@ -416,7 +414,6 @@ class ToolBatch(DirectCalls, InlineCalls):
             decision=call.decision,
             deps=self._deps,
             _emit=self._emitter(),
-            _store=self._store,
             _resume=call.resume,
             _progress=functools.partial(self._report_progress, index),
         )

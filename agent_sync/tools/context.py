@@ -139,8 +139,6 @@ class ToolContext(Generic[DepsT]):
     process's ``deps``."""
     _emit: Callable[[Any], None] | None = None
     """Puts an event into the run's stream (a sub-agent's events: ``agent.as_tool()``)."""
-    _store: tuple[Any, float] | None = None
-    """The run's store and lease (a sub-agent's runs are stored there), if it has one."""
     _resume: Any = None
     """For a sub-agent's call whose child paused for approval: what resumes the child
     (its ``subruns`` entry and the decisions for its requests)."""

@@ -39,6 +39,7 @@ from ._sse import DISCONNECT_REASON
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..run._binding import ConversationBinding
 
 __all__ = ["RETRY_AFTER_S", "RunControl"]
 
@@ -235,12 +236,13 @@ class RunControl:
 
     def _agent(self, conversation_id: str) -> Agent:
         agent = self._make_agent(conversation_id)
-        if getattr(agent, "_store", None) is not self._store:
+        binding: ConversationBinding | None = getattr(agent, "_binding", None)
+        if binding is None or not binding.holds(self._store):
             raise UsageError(
                 "make_agent must build agents on the routes' store "
                 "(Agent(..., store=store, conversation_id=conversation_id))"
             )
-        if not self._recovering and agent._settings.on_owner_lost == "resume":
+        if not self._recovering and binding.on_owner_lost == "resume":
             self._recover_lost_runs()
         return agent
 
