@@ -16,15 +16,24 @@ Released text is final: no later chunk changes it, and a match can never start i
 end after it. At the message's end (:meth:`OutputGate.finish`) every match is settled and the
 rest is released. A trip releases nothing more: the tripped text and all after it stay here.
 
+Checks without ``every`` (:class:`~._checks.Guardrail`) run on each chunk, after the patterns,
+in the loop's thread: each sees the text so far and what is pending; a ``Redact`` replaces the
+pending text (and the patterns go over it again), a ``Trip`` ends the message. What they
+passed is released as far as the patterns allow.
+
 One gate serves one message, in the loop's thread only (no lock).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ._checks import Guardrail, GuardView, Redact, Trip
 from ._pattern import PatternGuard
+
+MakeView = Callable[[str, str], GuardView]
+"""``make_view(text, pending)``: the view a check sees (the run fills in the rest)."""
 
 
 @dataclass(frozen=True)
@@ -33,26 +42,40 @@ class GateStep:
 
     released: str
     """Text released now, after the text released before (may be empty)."""
-    tripped: PatternGuard | None = None
-    """The pattern that tripped: nothing more of this message is released."""
+    tripped: PatternGuard | Guardrail | None = None
+    """The pattern or check that tripped: nothing more of this message is released."""
+    reason: str | None = None
+    """Why, with ``tripped`` (never the tripped text)."""
 
 
 class OutputGate:
-    """One assistant message's text, released only where every pattern passed it.
+    """One assistant message's text, released only where every pattern and check passed it.
 
     Args:
         patterns: The output-stage patterns, applied in order (a redaction made by one is
             what the next sees).
+        checks: Output checks without ``every``, run on each chunk in order.
+        make_view: Builds a check's view from the text so far and the pending text (needed
+            with ``checks``).
     """
 
-    __slots__ = ("_hold", "_patterns", "_released", "_text", "_tripped")
+    __slots__ = ("_checks", "_hold", "_make_view", "_patterns", "_released", "_text", "_trip")
 
-    def __init__(self, patterns: Sequence[PatternGuard]) -> None:
+    def __init__(
+        self,
+        patterns: Sequence[PatternGuard],
+        checks: Sequence[Guardrail] = (),
+        make_view: MakeView | None = None,
+    ) -> None:
+        if checks and make_view is None:
+            raise ValueError("an OutputGate with checks needs make_view")
         self._patterns = tuple(patterns)
+        self._checks = tuple(checks)
+        self._make_view = make_view
         self._hold = max((pattern.max_match for pattern in self._patterns), default=1) - 1
         self._text = ""
         self._released = 0
-        self._tripped: PatternGuard | None = None
+        self._trip: GateStep | None = None
 
     @property
     def released_text(self) -> str:
@@ -65,28 +88,28 @@ class OutputGate:
         return self._text[self._released :]
 
     @property
-    def tripped(self) -> PatternGuard | None:
-        """The pattern that tripped, if one did."""
-        return self._tripped
+    def tripped(self) -> PatternGuard | Guardrail | None:
+        """The pattern or check that tripped, if one did."""
+        return self._trip.tripped if self._trip is not None else None
 
     def feed(self, chunk: str) -> GateStep:
         """Take the next chunk of the message's text; return what may be released now."""
-        if self._tripped is not None:
-            return GateStep("", self._tripped)
+        if self._trip is not None:
+            return self._trip
         self._text += chunk
         return self._advance(final=False)
 
     def finish(self) -> GateStep:
         """The message ended: settle every match and release the rest."""
-        if self._tripped is not None:
-            return GateStep("", self._tripped)
+        if self._trip is not None:
+            return self._trip
         return self._advance(final=True)
 
     def _advance(self, *, final: bool) -> GateStep:
-        tripped = self._apply_settled(final)
-        if tripped is not None:
-            self._tripped = tripped
-            return GateStep("", tripped)
+        trip = self._judge(final)
+        if trip is not None:
+            self._trip = trip
+            return trip
         text = self._text
         limit = len(text) if final else max(self._released, len(text) - self._hold)
         if not final:
@@ -97,6 +120,27 @@ class OutputGate:
         limit = max(limit, self._released)
         released, self._released = text[self._released : limit], limit
         return GateStep(released)
+
+    def _judge(self, final: bool) -> GateStep | None:
+        """Patterns, then checks (then patterns again over what a check redacted): the
+        trip, if one tripped."""
+        pattern = self._apply_settled(final)
+        if pattern is not None:
+            return GateStep("", pattern, f"matched the {pattern.name} pattern")
+        if not self._checks or not self.pending:
+            return None
+        assert self._make_view is not None
+        redacted = False
+        for check in self._checks:
+            verdict = check.judge(self._make_view(self._text, self.pending))
+            if isinstance(verdict, Trip):
+                return GateStep("", check, verdict.reason)
+            if isinstance(verdict, Redact):
+                self._text = self.released_text + verdict.text
+                redacted = True
+        if redacted and (pattern := self._apply_settled(final)) is not None:
+            return GateStep("", pattern, f"matched the {pattern.name} pattern")
+        return None
 
     def _apply_settled(self, final: bool) -> PatternGuard | None:
         """Apply every settled match after the released text until none is left; the

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent_sync._guardrails._checks import Guardrail, GuardView, Redact, Trip, guardrail
 from agent_sync._guardrails._pattern import PatternGuard
 from agent_sync._guardrails._release import OutputGate
 from agent_sync.errors import UsageError
@@ -143,3 +144,44 @@ def test_a_whole_text_scan_trips_or_redacts_every_match() -> None:
     assert redact.scan(f"{SECRET} {SECRET}") == "[k] [k]"
     assert redact.scan("nothing here") == "nothing here"
     assert repr(redact).startswith("PatternGuard('sk-")
+
+
+def view_of(text: str, pending: str) -> GuardView:
+    return GuardView(stage="output", run_id="run-1", text=text, pending=pending)
+
+
+def test_a_chunk_check_that_trips_releases_nothing_of_the_chunk_it_saw() -> None:
+    seen: list[tuple[str, str]] = []
+
+    @guardrail(stage="output")
+    def no_plans(view: GuardView) -> Trip | None:
+        seen.append((view.text, view.pending))
+        return Trip("plans") if "plan" in view.text else None
+
+    gate = OutputGate([], [no_plans], view_of)
+    assert gate.feed("Hello. ").released == "Hello. "
+    step = gate.feed("The plan is")
+    assert (step.released, step.tripped, step.reason) == ("", no_plans, "plans")
+    assert seen == [("Hello. ", "Hello. "), ("Hello. The plan is", "The plan is")]
+    assert gate.finish().tripped is no_plans and gate.released_text == "Hello. "
+
+
+def test_a_chunk_check_redacts_the_pending_text_and_the_patterns_go_over_it_again() -> None:
+    @guardrail(stage="output")
+    def canonical(view: GuardView) -> Redact:
+        return Redact(view.pending.replace("sk-", "SK-"))
+
+    # the pattern only matches what the check made of the text
+    key = PatternGuard(r"SK-\w{4}", action="redact", replacement="[key]", max_match=8)
+    released, tripped = stream(OutputGate([key], [canonical], view_of), ["a sk-", "abcd b"])
+    assert tripped is None
+    assert released == "a [key] b"
+
+
+def test_a_chunk_check_that_raises_trips_the_message() -> None:
+    def broken(view: GuardView) -> None:
+        raise KeyError(view.text)
+
+    check = Guardrail(broken, stage="output")
+    step = OutputGate([], [check], view_of).feed("anything")
+    assert step.tripped is check and step.reason == "guardrail broken failed: KeyError"
