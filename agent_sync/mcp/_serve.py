@@ -1,0 +1,298 @@
+"""``serve()``: an agent as an MCP server, one tool taking ``{"prompt": string}``.
+
+Built on the official SDK's low-level ``Server``: :class:`AgentTool` answers ``tools/list``
+(one tool) and ``tools/call`` (a run; see :mod:`._serve_run` for the thread bridge and
+:mod:`._serve_approvals` for approvals). The transports are the SDK's: stdio, and
+streamable HTTP served by uvicorn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp_types.version import is_version_at_least
+from pydantic import TypeAdapter
+
+from .._version import __version__
+from ..agent import Agent, AgentStream
+from ..cancel import CancelToken
+from ..errors import AgentSyncError, UsageError
+from ..result import AgentResult
+from ._serve_approvals import (
+    PAUSE_TTL,
+    Decision,
+    Paused,
+    PausedRuns,
+    ask_now,
+    decisions_from,
+    input_required,
+)
+from ._serve_run import ProgressPump, run_stretch
+
+__all__ = ["MAX_PROMPT_CHARS", "AgentTool", "serve"]
+
+logger = logging.getLogger(__name__)
+
+MAX_PROMPT_CHARS = 1_000_000
+"""The longest ``prompt`` a served agent accepts; a longer one is an ``isError`` result."""
+
+BUSY = "the agent is busy with another call; call again when it has answered"
+_INPUT_REQUIRED_VERSION = "2026-07-28"
+_FINE_STOPS = frozenset({"end_turn", "max_tokens", "stop_sequence"})
+
+AgentSource = Agent | Callable[[], Agent]
+
+
+def _error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+class AgentTool:
+    """The one tool of a served agent: its listing and its calls (see :func:`serve`)."""
+
+    def __init__(self, source: AgentSource, name: str, description: str | None) -> None:
+        if not isinstance(source, Agent) and not callable(source):
+            raise UsageError(
+                f"serve() takes an Agent or a callable returning one, not {type(source).__name__}"
+            )
+        if not isinstance(name, str) or not name:
+            raise UsageError("serve(name=) must be a non-empty string")
+        self._source = source
+        self._single = source if isinstance(source, Agent) else None
+        self._busy = False
+        self._paused = PausedRuns()
+        self.tool = types.Tool(
+            name=name,
+            description=description or f"Ask the agent {name}: it answers the prompt.",
+            input_schema={
+                "type": "object",
+                "properties": {
+                    "prompt": {"type": "string", "description": "What to ask the agent."}
+                },
+                "required": ["prompt"],
+            },
+        )
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[self.tool])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """One ``tools/call``: a run, or the next round of a run paused for approvals."""
+        self._release(self._paused.sweep())
+        if params.name != self.tool.name:
+            return _error(f"unknown tool {params.name!r}: this server has {self.tool.name!r}")
+        if params.request_state is not None:
+            return await self._next_round(ctx, params)
+        prompt = (params.arguments or {}).get("prompt")
+        if not isinstance(prompt, str):
+            return _error('the argument "prompt" must be a string')
+        if len(prompt) > MAX_PROMPT_CHARS:
+            return _error(f'the argument "prompt" is longer than {MAX_PROMPT_CHARS} characters')
+        if self._single is not None and self._busy:
+            return _error(BUSY)
+        try:
+            agent, owned = self._take()
+        except Exception as exc:  # noqa: BLE001 - a factory's fault, answered to the client
+            logger.warning("the agent factory failed: %s", type(exc).__name__, exc_info=True)
+            return _error(f"the agent factory failed ({type(exc).__name__})")
+        return await self._drive(
+            ctx, agent, owned, lambda token: agent.stream(prompt, cancel=token)
+        )
+
+    def _take(self) -> tuple[Agent, bool]:
+        if self._single is not None:
+            self._busy = True
+            return self._single, True
+        assert callable(self._source)
+        agent = self._source()
+        if not isinstance(agent, Agent):
+            raise UsageError(f"the agent factory returned {type(agent).__name__}, not an Agent")
+        return agent, False
+
+    def _release(self, dropped: list[Paused]) -> None:
+        if any(paused.owned for paused in dropped):
+            self._busy = False
+
+    async def _next_round(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        assert params.request_state is not None
+        paused = self._paused.take(params.request_state)
+        if paused is None:
+            return _error("unknown or expired request_state: call the tool again")
+        decisions = decisions_from(paused.approvals, params.input_responses)
+        agent = paused.agent
+        return await self._drive(
+            ctx, agent, paused.owned, lambda token: agent.resume_stream(decisions, cancel=token)
+        )
+
+    async def _drive(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        agent: Agent,
+        owned: bool,
+        start: Callable[[CancelToken], AgentStream],
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        keep = False
+        try:
+            while True:
+                token = CancelToken()
+                try:
+                    result = await run_stretch(start, token, self._progress(ctx))
+                except AgentSyncError as exc:  # messages are redacted already
+                    return _error(f"{type(exc).__name__}: {exc}")
+                except Exception as exc:  # noqa: BLE001 - a tool's or model's bug
+                    logger.warning("the served run failed: %s", type(exc).__name__, exc_info=True)
+                    return _error(f"the run failed ({type(exc).__name__})")
+                if result.stop_reason != "paused":
+                    return _answer(result)
+                if not is_version_at_least(ctx.protocol_version, _INPUT_REQUIRED_VERSION):
+                    decisions: dict[str, Decision] = await self._ask(ctx, agent, result)
+                    start = _resuming(agent, decisions)
+                    continue
+                paused = Paused(
+                    agent=agent,
+                    approvals=result.approvals,
+                    owned=owned,
+                    expires=time.monotonic() + PAUSE_TTL,
+                )
+                key = self._paused.put(paused)
+                if key is None:
+                    start = _resuming(agent, decisions_from(result.approvals, None))
+                    continue
+                keep = True
+                return input_required(result.approvals, key)
+        finally:
+            if owned and not keep:
+                self._busy = False
+
+    async def _ask(
+        self, ctx: ServerRequestContext[Any, Any], agent: Agent, result: AgentResult
+    ) -> dict[str, Decision]:
+        try:
+            return await ask_now(ctx, result.approvals)
+        except BaseException:
+            agent.cancel("the MCP client cancelled the call")  # the paused run: agent ready
+            raise
+
+    def _progress(self, ctx: ServerRequestContext[Any, Any]) -> ProgressPump | None:
+        if ctx.meta is None or ctx.meta.get("progress_token") is None:
+            return None
+
+        async def report(progress: float, message: str) -> None:
+            await ctx.session.report_progress(progress, None, message)
+
+        return ProgressPump(report)
+
+    def close(self) -> None:
+        """Cancel the runs still paused for a client's answers."""
+        self._release(self._paused.clear())
+
+
+def _resuming(agent: Agent, decisions: dict[str, Decision]) -> Callable[[CancelToken], AgentStream]:
+    return lambda token: agent.resume_stream(decisions, cancel=token)
+
+
+def _answer(result: AgentResult) -> types.CallToolResult:
+    if result.stop_reason == "cancelled":
+        return _error(f"the run was cancelled ({result.cancel_reason or 'no reason given'})")
+    if result.stop_reason not in _FINE_STOPS:
+        detail = f": {result.usage_limit}" if result.usage_limit else ""
+        return _error(f"the run stopped before answering ({result.stop_reason}{detail})")
+    structured: dict[str, Any] | None = None
+    if not isinstance(result.output, str):
+        dumped = TypeAdapter(Any).dump_python(result.output, mode="json")
+        structured = dumped if isinstance(dumped, dict) else {"result": dumped}
+    text = result.text or (json.dumps(structured) if structured is not None else "")
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=structured
+    )
+
+
+def serve(
+    agent_or_factory: AgentSource,
+    *,
+    name: str = "agent",
+    description: str | None = None,
+    transport: Literal["stdio", "http"] = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    path: str = "/mcp",
+) -> None:
+    """Serve an agent as an MCP server whose one tool, ``name``, takes ``{"prompt": string}``.
+
+    Each ``tools/call`` is a run. Given a factory (a callable with no argument returning an
+    :class:`~agent_sync.Agent`), each call gets its own agent, and calls run in parallel
+    (in anyio's worker threads, 40 at most by default). Given an agent, calls share it (one
+    conversation) one at a time: a call that comes while it runs, or while it is paused for
+    a client's approvals, is answered at once with an ``isError`` result saying it is busy.
+
+    * ``notifications/cancelled`` for a call cancels its run within milliseconds.
+    * With a ``progressToken``, progress notifications carry the text streamed since the
+      previous one (``progress``: the characters streamed so far).
+    * A gated tool's approval is asked of the client: up to protocol 2025-11-25 by
+      ``elicitation/create`` during the call, from 2026-07-28 on by an input-required round
+      (the call answers ``InputRequiredResult``; the client's SDK asks and retries). Accept
+      approves; decline or cancel denies. A client without elicitation support gets a
+      denial (:data:`~agent_sync.mcp._serve_approvals.NO_ELICITATION`), which the model sees.
+    * A missing, non-string or oversize ``prompt``, a run's error or a stopped run are
+      ``isError`` results with a short message; the server goes on serving.
+    * The result is the run's final text, and ``structuredContent`` with an ``output_type``.
+
+    Blocks until the transport ends: stdin closed (stdio), or KeyboardInterrupt/SIGTERM
+    (http), then returns.
+
+    Args:
+        agent_or_factory: The agent, or a factory of agents.
+        name: The tool's name.
+        description: The tool's description (a generic one by default).
+        transport: ``"stdio"`` or ``"http"`` (streamable HTTP).
+        host, port, path: Where the HTTP transport listens.
+
+    Raises:
+        UsageError: A bad argument.
+    """
+    if transport not in ("stdio", "http"):
+        raise UsageError(f'serve(transport=) must be "stdio" or "http", not {transport!r}')
+    tool = AgentTool(agent_or_factory, name, description)
+    server: Server[Any] = Server(
+        name,
+        version=__version__,
+        description=description,
+        on_list_tools=tool.list_tools,
+        on_call_tool=tool.call_tool,
+    )
+    try:
+        if transport == "stdio":
+            anyio.run(_stdio, server)
+        else:
+            _http(server, host, port, path)
+    finally:
+        tool.close()
+
+
+async def _stdio(server: Server[Any]) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _http(server: Server[Any], host: str, port: int, path: str) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    uvicorn.Server(config).run()
