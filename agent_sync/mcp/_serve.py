@@ -21,17 +21,20 @@ from mcp.server.lowlevel import Server
 from mcp_types.version import is_version_at_least
 from pydantic import TypeAdapter
 
+from .._decisions import Deny
 from .._version import __version__
 from ..agent import Agent, AgentStream
 from ..cancel import CancelToken
 from ..errors import AgentSyncError, UsageError
 from ..result import AgentResult
 from ._serve_approvals import (
+    NO_ELICITATION,
     PAUSE_TTL,
     Decision,
     Paused,
     PausedRuns,
     ask_now,
+    can_elicit,
     decisions_from,
     input_required,
 )
@@ -47,6 +50,7 @@ MAX_PROMPT_CHARS = 1_000_000
 BUSY = "the agent is busy with another call; call again when it has answered"
 _INPUT_REQUIRED_VERSION = "2026-07-28"
 _FINE_STOPS = frozenset({"end_turn", "max_tokens", "stop_sequence"})
+_GRACE = 5  # seconds uvicorn waits for calls in flight at shutdown, then cancels them
 
 AgentSource = Agent | Callable[[], Agent]
 
@@ -158,9 +162,11 @@ class AgentTool:
                     return _error(f"the run failed ({type(exc).__name__})")
                 if result.stop_reason != "paused":
                     return _answer(result)
+                if not can_elicit(ctx):
+                    start = _resuming(agent, {r.id: Deny(NO_ELICITATION) for r in result.approvals})
+                    continue
                 if not is_version_at_least(ctx.protocol_version, _INPUT_REQUIRED_VERSION):
-                    decisions: dict[str, Decision] = await self._ask(ctx, agent, result)
-                    start = _resuming(agent, decisions)
+                    start = _resuming(agent, await self._ask(ctx, agent, result))
                     continue
                 paused = Paused(
                     agent=agent,
@@ -291,8 +297,27 @@ async def _stdio(server: Server[Any]) -> None:
 
 
 def _http(server: Server[Any], host: str, port: int, path: str) -> None:
+    import socket
+
     import uvicorn
 
     app = server.streamable_http_app(streamable_http_path=path, host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    uvicorn.Server(config).run()
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=_GRACE
+    )
+    # bound here, so the address (port 0: a free one) is known and logged before serving;
+    # connections made from now on wait in the backlog until uvicorn accepts them
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    bound = port
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(2048)
+        bound = listener.getsockname()[1]
+        logger.info("serving the agent %s at http://%s:%d%s", server.name, host, bound, path)
+        uvicorn.Server(config).run(sockets=[listener])
+    except KeyboardInterrupt:  # uvicorn raises the SIGINT it deferred once it has stopped
+        logger.info("the MCP server at port %d stopped", bound)
+    finally:
+        listener.close()

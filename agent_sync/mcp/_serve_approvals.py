@@ -33,6 +33,7 @@ __all__ = [
     "PAUSE_TTL",
     "Paused",
     "PausedRuns",
+    "Decision",
     "ask_now",
     "can_elicit",
     "decisions_from",
@@ -81,9 +82,6 @@ async def ask_now(
     """Ask each approval by ``elicitation/create`` while the call waits (up to 2025-11-25)."""
     decisions: dict[str, Decision] = {}
     for request in approvals:
-        if not can_elicit(ctx):
-            decisions[request.id] = Deny(NO_ELICITATION)
-            continue
         try:
             result = await ctx.session.elicit_form(
                 question(request), _SCHEMA, related_request_id=ctx.request_id

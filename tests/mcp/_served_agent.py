@@ -6,7 +6,8 @@ The agent's model is a :class:`~agent_sync.testing.ScriptedModel` chosen by the 
 
 * ``hello``: answers :data:`HELLO`, streamed 4 characters a delta;
 * ``stall``: streams "..." then goes silent until cancelled;
-* ``gated``: calls ``delete(path="/tmp/x")`` (needs approval), then answers "done";
+* ``gated``: calls ``delete(path="/tmp/x")`` (needs approval); after a tool's result,
+  the model answers "the tool said: " and the result's text (or the denial's reason);
 * ``boom``: the model fails (a ``ModelError``);
 * anything else: echoes the prompt.
 
@@ -48,8 +49,7 @@ def _script(prompt: str) -> ScriptedModel:
         return ScriptedModel([{"text": "......", "chunk_size": 3, "stall_after": 1}], repeat=True)
     if prompt == "gated":
         return ScriptedModel(
-            [{"tool_calls": [{"name": "delete", "input": {"path": "/tmp/x"}}]}, "done"],
-            repeat=True,
+            [{"tool_calls": [{"name": "delete", "input": {"path": "/tmp/x"}}]}], repeat=True
         )
     if prompt == "boom":
         return ScriptedModel([{"error": ModelError("the model is down")}], repeat=True)
@@ -63,6 +63,11 @@ class ByPrompt:
         self._scripts: dict[str, ScriptedModel] = {}
 
     def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
+        for block in request.messages[-1]["content"]:
+            if "toolResult" in block:  # answer what the tool said (or why it was denied)
+                said = [part["text"] for part in block["toolResult"]["content"] if "text" in part]
+                answer = ScriptedModel([f"the tool said: {' '.join(said)}"])
+                return answer.stream(request, cancel=cancel)
         first: Any = request.messages[-1]
         for message in reversed(request.messages):
             texts = [block["text"] for block in message["content"] if "text" in block]
