@@ -1,6 +1,6 @@
 """An agent served over MCP by ``agent_sync.mcp.serve``, for the tests of serving.
 
-    python _served_agent.py stdio|http [PORT]
+    python _served_agent.py stdio|stdio-factory|http [PORT]
 
 The agent's model is a :class:`~agent_sync.testing.ScriptedModel` chosen by the prompt:
 
@@ -11,8 +11,9 @@ The agent's model is a :class:`~agent_sync.testing.ScriptedModel` chosen by the 
 * ``boom``: the model fails (a ``ModelError``);
 * anything else: echoes the prompt.
 
-Over stdio one agent serves every call (one at a time); over HTTP a factory gives each call
-its own. The end of each run is logged to stderr (``served run ... ended: STOP (REASON)``).
+Over stdio one agent serves every call (one at a time); over HTTP (and ``stdio-factory``)
+a factory gives each call its own. The end of each run is logged to stderr
+(``TIME served run ... ended: STOP (REASON)``, ``TIME`` the epoch seconds of the record).
 """
 
 from __future__ import annotations
@@ -85,12 +86,17 @@ def make_agent() -> Agent:
 
 
 def main(argv: list[str]) -> None:
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
+    # the time (epoch seconds) first: bench/bench_mcp_serve.py times a cancel with it
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="%(created).6f %(message)s"
+    )
     logging.getLogger("agent_sync.mcp").setLevel(logging.DEBUG)
     from agent_sync.mcp import serve
 
     if argv[0] == "stdio":
         serve(make_agent(), name="helper", description="A scripted helper.")
+    elif argv[0] == "stdio-factory":
+        serve(make_agent, name="helper")
     else:
         serve(make_agent, name="helper", transport="http", port=int(argv[1]))
     logging.getLogger("served").warning("served: stopped")

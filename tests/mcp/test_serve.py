@@ -72,7 +72,7 @@ class HttpServed:
         while not self.url:
             line = self.process.stderr.readline()
             assert line, "the server exited before serving"
-            if line.startswith("serving the agent helper at "):
+            if " serving the agent helper at " in line:
                 self.url = line.split(" at ", 1)[1].strip()
 
 
