@@ -172,9 +172,9 @@ def test_http_bad_arguments_are_error_results_and_the_next_call_works(
                     {"prompt": "boom"},
                     {"prompt": "fine"},
                 )
-            ]
+            ] + [await client.call_tool("helper", {"prompt": "x"}, request_state="forged")]
 
-    *bad, boom, fine = anyio.run(main)
+    *bad, boom, fine, forged = anyio.run(main)
     assert [text_of(result) for result in bad] == [
         'the argument "prompt" must be a string',
         'the argument "prompt" must be a string',
@@ -184,6 +184,8 @@ def test_http_bad_arguments_are_error_results_and_the_next_call_works(
     assert all(result.is_error for result in bad)
     assert boom.is_error and text_of(boom) == "ModelError: the model is down"
     assert not fine.is_error and text_of(fine) == "echo: fine"
+    assert forged.is_error  # a retry whose request_state names no paused run
+    assert text_of(forged) == "unknown or expired request_state: call the tool again"
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28: an input-required round
