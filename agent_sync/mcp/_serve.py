@@ -257,8 +257,11 @@ def serve(
       ``isError`` results with a short message; the server goes on serving.
     * The result is the run's final text, and ``structuredContent`` with an ``output_type``.
 
-    Blocks until the transport ends: stdin closed (stdio), or KeyboardInterrupt/SIGTERM
-    (http), then returns.
+    Blocks until the transport ends, then returns: stdin closed (stdio), or Ctrl-C
+    (KeyboardInterrupt, SIGINT; over HTTP the calls in flight get 5 s, then are cancelled).
+    Over HTTP, SIGTERM stops the server the same way, then ends the process as SIGTERM
+    does (uvicorn raises it again once it has stopped). Runs still paused for a client's
+    approvals are cancelled on the way out.
 
     Args:
         agent_or_factory: The agent, or a factory of agents.
@@ -285,6 +288,8 @@ def serve(
             anyio.run(_stdio, server)
         else:
             _http(server, host, port, path)
+    except KeyboardInterrupt:  # Ctrl-C: the calls in flight were cancelled on the way out
+        logger.info("the MCP server %s was interrupted", name)
     finally:
         tool.close()
 
@@ -309,15 +314,12 @@ def _http(server: Server[Any], host: str, port: int, path: str) -> None:
     # connections made from now on wait in the backlog until uvicorn accepts them
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
-    bound = port
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((host, port))
         listener.listen(2048)
         bound = listener.getsockname()[1]
         logger.info("serving the agent %s at http://%s:%d%s", server.name, host, bound, path)
-        uvicorn.Server(config).run(sockets=[listener])
-    except KeyboardInterrupt:  # uvicorn raises the SIGINT it deferred once it has stopped
-        logger.info("the MCP server at port %d stopped", bound)
+        uvicorn.Server(config).run(sockets=[listener])  # raises the SIGINT it deferred
     finally:
         listener.close()

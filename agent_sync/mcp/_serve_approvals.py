@@ -13,6 +13,7 @@ elicitation capability is not asked: each call is denied with :data:`NO_ELICITAT
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -26,7 +27,6 @@ from mcp.shared.exceptions import MCPError as SDKError
 
 from .._decisions import ApprovalRequest, Deny
 from ..agent import Agent
-from ._serve_run import describe
 
 __all__ = [
     "NO_ELICITATION",
@@ -59,6 +59,15 @@ def can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
     """Whether the client declared form elicitation."""
     capabilities = ctx.session.client_capabilities
     return capabilities is not None and capabilities.elicitation is not None
+
+
+def describe(value: Any, limit: int = 2000) -> str:
+    """``value`` as short JSON text for a question to a human."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def question(request: ApprovalRequest) -> str:

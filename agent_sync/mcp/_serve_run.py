@@ -18,7 +18,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import anyio
 
@@ -146,14 +145,3 @@ async def run_stretch(
     if isinstance(found, BaseException):
         raise found
     return found
-
-
-def describe(value: Any, limit: int = 2000) -> str:
-    """``value`` as short JSON-ish text for a question to a human."""
-    import json
-
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
