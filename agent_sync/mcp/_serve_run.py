@@ -109,6 +109,7 @@ async def run_stretch(
                 await anyio.sleep_forever()
             finally:
                 if not finished:
+                    logger.debug("the served call was cancelled: cancelling its run")
                     token.cancel(CLIENT_CANCELLED)
 
     def work() -> None:
