@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 MAX_PROMPT_CHARS = 1_000_000
 """The longest ``prompt`` a served agent accepts; a longer one is an ``isError`` result."""
 
-BUSY = "the agent is busy with another call; call again when it has answered"
+BUSY = "the agent waits for a client's approvals in another call; call again later"
 _INPUT_REQUIRED_VERSION = "2026-07-28"
 _FINE_STOPS = frozenset({"end_turn", "max_tokens", "stop_sequence"})
 _GRACE = 5  # seconds uvicorn waits for calls in flight at shutdown, then cancels them
@@ -71,7 +71,9 @@ class AgentTool:
             raise UsageError("serve(name=) must be a non-empty string")
         self._source = source
         self._single = source if isinstance(source, Agent) else None
-        self._busy = False
+        self._busy = False  # the single agent is taken (running, or paused for approvals)
+        self._awaiting = False  # ... and paused for a client's approvals, between rounds
+        self._freed = anyio.Event()  # set when the single agent is given back
         self._paused = PausedRuns()
         self.tool = types.Tool(
             name=name,
@@ -104,7 +106,7 @@ class AgentTool:
             return _error('the argument "prompt" must be a string')
         if len(prompt) > MAX_PROMPT_CHARS:
             return _error(f'the argument "prompt" is longer than {MAX_PROMPT_CHARS} characters')
-        if self._single is not None and self._busy:
+        if self._single is not None and not await self._wait_for_single():
             return _error(BUSY)
         try:
             agent, owned = self._take()
@@ -115,9 +117,20 @@ class AgentTool:
             ctx, agent, owned, lambda token: agent.stream(prompt, cancel=token)
         )
 
+    async def _wait_for_single(self) -> bool:
+        """Wait while the single agent runs another call (a cancelled one ends within ms);
+        ``False`` if it waits for a client's approvals instead (that may take minutes)."""
+        while self._busy:
+            if self._awaiting:
+                return False
+            logger.debug("a call waits for the agent, busy with another")
+            await self._freed.wait()
+        return True
+
     def _take(self) -> tuple[Agent, bool]:
         if self._single is not None:
             self._busy = True
+            self._freed = anyio.Event()
             return self._single, True
         assert callable(self._source)
         agent = self._source()
@@ -127,7 +140,11 @@ class AgentTool:
 
     def _release(self, dropped: list[Paused]) -> None:
         if any(paused.owned for paused in dropped):
-            self._busy = False
+            self._give_back()
+
+    def _give_back(self) -> None:
+        self._busy = self._awaiting = False
+        self._freed.set()
 
     async def _next_round(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -136,6 +153,8 @@ class AgentTool:
         paused = self._paused.take(params.request_state)
         if paused is None:
             return _error("unknown or expired request_state: call the tool again")
+        if paused.owned:
+            self._awaiting = False  # running again: later calls wait for it
         decisions = decisions_from(paused.approvals, params.input_responses)
         agent = paused.agent
         return await self._drive(
@@ -179,10 +198,11 @@ class AgentTool:
                     start = _resuming(agent, decisions_from(result.approvals, None))
                     continue
                 keep = True
+                self._awaiting = owned
                 return input_required(result.approvals, key)
         finally:
             if owned and not keep:
-                self._busy = False
+                self._give_back()
 
     async def _ask(
         self, ctx: ServerRequestContext[Any, Any], agent: Agent, result: AgentResult
@@ -242,8 +262,9 @@ def serve(
     Each ``tools/call`` is a run. Given a factory (a callable with no argument returning an
     :class:`~agent_sync.Agent`), each call gets its own agent, and calls run in parallel
     (in anyio's worker threads, 40 at most by default). Given an agent, calls share it (one
-    conversation) one at a time: a call that comes while it runs, or while it is paused for
-    a client's approvals, is answered at once with an ``isError`` result saying it is busy.
+    conversation) one at a time: a call that comes while it runs waits for it (a cancelled
+    run ends within milliseconds); one that comes while it waits for a client's approvals
+    (an input-required round, below) is answered at once with an ``isError`` result.
 
     * ``notifications/cancelled`` for a call cancels its run within milliseconds.
     * With a ``progressToken``, progress notifications carry the text streamed since the

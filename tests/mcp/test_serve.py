@@ -212,40 +212,55 @@ def test_stdio_one_agent_serves_calls_one_at_a_time() -> None:
     parameters = StdioServerParameters(
         command=sys.executable, args=[SCRIPT, "stdio"], env=dict(os.environ)
     )
+    found: dict[str, types.CallToolResult] = {}
 
-    async def main() -> dict[str, types.CallToolResult]:
-        found: dict[str, types.CallToolResult] = {}
+    async def main() -> None:
         streaming = anyio.Event()
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             streaming.set()
 
-        async with Client(stdio_client(parameters, errlog=errlog)) as client:
+        async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            # the agent waits for this answer between two rounds: another call is refused
+            found["refused"] = await client.call_tool("helper", {"prompt": "hello"})
+            return types.ElicitResult(action="accept", content={})
+
+        async with Client(
+            stdio_client(parameters, errlog=errlog), elicitation_callback=elicit
+        ) as client:
             found["hello"] = await client.call_tool("helper", {"prompt": "hello"})
             async with anyio.create_task_group() as group:
+                stall = anyio.CancelScope()
 
                 async def stalled() -> None:
-                    await client.call_tool(
-                        "helper", {"prompt": "stall"}, progress_callback=on_progress
-                    )
+                    with stall:
+                        await client.call_tool(
+                            "helper", {"prompt": "stall"}, progress_callback=on_progress
+                        )
+
+                async def waiting() -> None:
+                    found["waited"] = await client.call_tool("helper", {"prompt": "hello"})
 
                 group.start_soon(stalled)
-                await streaming.wait()
-                found["busy"] = await client.call_tool("helper", {"prompt": "hello"})
-                group.cancel_scope.cancel()
+                await streaming.wait()  # the agent runs the stalled call
+                group.start_soon(waiting)
+                await lines.wait_for("a call waits for the agent")
+                stall.cancel()  # the stalled run ends; the waiting call gets the agent
             await lines.wait_for(CANCELLED_LINE)
+            found["gated"] = await client.call_tool("helper", {"prompt": "gated"})
             found["after"] = await client.call_tool("helper", {"prompt": "after"})
         await lines.wait_for("served: stopped")  # stdin closed: serve() returned
-        return found
 
     try:
-        found = anyio.run(main)
+        anyio.run(main)
     finally:
         errlog.close()
         lines.stream.close()
     assert text_of(found["hello"]) == HELLO
-    assert found["busy"].is_error and text_of(found["busy"]) == BUSY
-    # one conversation: the cancelled run left the history valid for the next call
+    assert not found["waited"].is_error and text_of(found["waited"]) == HELLO
+    assert found["refused"].is_error and text_of(found["refused"]) == BUSY
+    assert text_of(found["gated"]) == "the tool said: deleted /tmp/x"
+    # one conversation: the cancelled run left the history valid for the next calls
     assert not found["after"].is_error and text_of(found["after"]) == "echo: after"
 
 
