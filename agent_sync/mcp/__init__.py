@@ -10,6 +10,9 @@ Needs the ``mcp`` extra (``pip install 'agent_sync[mcp]'``: the official ``mcp``
     agent = Agent(model, tools=[*time_server.tools(include=["get_current_time"], prefix="t_")])
 
 See :class:`MCPServer` for connections, cancel, faults and approvals.
+
+:func:`serve` does the reverse: it serves an agent as an MCP server (one tool taking a
+``prompt``), over stdio or streamable HTTP.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ try:
 except ImportError as _exc:
     raise missing_extra("mcp", "mcp") from _exc
 
+from ._serve import serve
 from ._tool import MCPTool
 from .server import MCPServer, ServerApproval
 
-__all__ = ["MCPServer", "MCPTool", "ServerApproval"]
+__all__ = ["MCPServer", "MCPTool", "ServerApproval", "serve"]
