@@ -10,12 +10,14 @@ import json
 import os
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent_sync.messages import validate_history
+from agent_sync.stores import SQLiteRunStore
 from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.gunicorn import gunicorn
 
@@ -27,9 +29,15 @@ APP = ROOT / "examples" / "chat_runs"
 pytestmark = pytest.mark.timeout(180)
 
 
+@dataclass(frozen=True)
+class Demo:
+    base: str  # the URL gunicorn serves
+    db: Path  # the SQLite file its workers share
+
+
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The demo under gunicorn (3 gthread workers, one SQLite file); its base URL."""
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    """The demo under gunicorn (3 gthread workers, one SQLite file)."""
     pytest.importorskip("gunicorn", reason="pip install gunicorn")
     pytest.importorskip("flask", reason="pip install -e '.[flask]'")
     folder = tmp_path_factory.mktemp("chat_runs")
@@ -45,23 +53,47 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         options=("--worker-class", "gthread", "--workers", "3", "--threads", "8"),
         cwd=APP,
     ) as port:
-        yield f"http://127.0.0.1:{port}"
+        yield Demo(f"http://127.0.0.1:{port}", folder / "chat_runs.db")
 
 
 class Page:
-    def __init__(self, browser: Any, base: str) -> None:
+    def __init__(self, browser: Any, demo: Demo) -> None:
         from selenium.webdriver.common.by import By
         from selenium.webdriver.support.ui import WebDriverWait
 
-        self.browser, self.base, self.by = browser, base, By
+        self.browser, self.base, self.db, self.by = browser, demo.base, demo.db, By
         self.wait = WebDriverWait(browser, HANG_BOUND, poll_frequency=0.05)
-        browser.get(f"{base}/")
+        browser.get(f"{demo.base}/")
         browser.execute_script("sessionStorage.clear()")  # a new conversation
         browser.refresh()
         self.wait.until(lambda _: self.state() == "idle")
 
     def state(self) -> str:
         return str(self.browser.find_element(self.by.ID, "status").get_attribute("data-state"))
+
+    def wait_for_state(self, state: str) -> None:
+        """Wait until the page's status is ``state``; a timeout says where the page and the
+        run were instead (the page's status, the frame it last showed, the run's log)."""
+        from selenium.common.exceptions import TimeoutException
+
+        try:
+            self.wait.until(lambda _: self.state() == state)
+        except TimeoutException:
+            raise AssertionError(f"never {state!r}: {self.where()}") from None
+
+    def where(self) -> str:
+        status = self.browser.find_element(self.by.ID, "status").text
+        run = self.browser.execute_script("return sessionStorage.getItem('run')")
+        last = self.browser.execute_script("return sessionStorage.getItem('last')")
+        where = f"the page shows {status!r}, its run {run!r}, its last frame {last!r}"
+        if run:
+            store = SQLiteRunStore(self.db)
+            snapshot = store.get(run)
+            events = store.read_events(run)
+            tail = [(event.seq, event.data.get("type")) for event in events[-3:]]
+            where += f"; the run is {snapshot and snapshot.status}, its log ends {tail}"
+            store.close()
+        return where
 
     def send(self, text: str) -> None:
         self.browser.find_element(self.by.ID, "prompt").send_keys(text)
@@ -82,13 +114,13 @@ def _texts(message: Any) -> str:
     return "".join(block.get("text", "") for block in message["content"])
 
 
-def test_a_reload_mid_answer_goes_on_where_it_was(browser: Any, demo: str) -> None:
+def test_a_reload_mid_answer_goes_on_where_it_was(browser: Any, demo: Demo) -> None:
     page = Page(browser, demo)
     page.send("hello there")
     page.wait.until(lambda _: len(page.answer()) > 40)  # mid-answer
     before = page.answer()
     browser.refresh()
-    page.wait.until(lambda _: page.state() == "done")
+    page.wait_for_state("done")
     history = page.history()
     assert validate_history(history) == [] and _texts(history[0]) == "hello there"
     final = _texts(history[-1])
@@ -98,15 +130,15 @@ def test_a_reload_mid_answer_goes_on_where_it_was(browser: Any, demo: str) -> No
 
 @pytest.mark.parametrize(("button", "outcome"), [("Approve", "Done: "), ("Deny", "I did not")])
 def test_approve_and_deny_buttons_answer_a_gated_call(
-    browser: Any, demo: str, button: str, outcome: str
+    browser: Any, demo: Demo, button: str, outcome: str
 ) -> None:
     page = Page(browser, demo)
     page.send("delete the old logs")
-    page.wait.until(lambda _: page.state() == "waiting")
+    page.wait_for_state("waiting")
     box = browser.find_element(page.by.CSS_SELECTOR, ".approval")
     assert "delete_file" in box.text and "old.log" in box.text
     box.find_element(page.by.XPATH, f".//button[text()='{button}']").click()
-    page.wait.until(lambda _: page.state() == "done")
+    page.wait_for_state("done")
     assert outcome in page.answer()
     results = [
         block["toolResult"]
