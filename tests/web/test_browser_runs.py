@@ -33,6 +33,7 @@ pytestmark = pytest.mark.timeout(180)
 class Demo:
     base: str  # the URL gunicorn serves
     db: Path  # the SQLite file its workers share
+    log: Path  # gunicorn's log (its warnings: a worker timed out, restarted)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         options=("--worker-class", "gthread", "--workers", "3", "--threads", "8"),
         cwd=APP,
     ) as port:
-        yield Demo(f"http://127.0.0.1:{port}", folder / "chat_runs.db")
+        yield Demo(f"http://127.0.0.1:{port}", folder / "chat_runs.db", folder / "gunicorn.log")
 
 
 class Page:
@@ -61,7 +62,7 @@ class Page:
         from selenium.webdriver.common.by import By
         from selenium.webdriver.support.ui import WebDriverWait
 
-        self.browser, self.base, self.db, self.by = browser, demo.base, demo.db, By
+        self.browser, self.base, self.demo, self.by = browser, demo.base, demo, By
         self.wait = WebDriverWait(browser, HANG_BOUND, poll_frequency=0.05)
         browser.get(f"{demo.base}/")
         browser.execute_script("sessionStorage.clear()")  # a new conversation
@@ -72,28 +73,41 @@ class Page:
         return str(self.browser.find_element(self.by.ID, "status").get_attribute("data-state"))
 
     def wait_for_state(self, state: str) -> None:
-        """Wait until the page's status is ``state``; a timeout says where the page and the
-        run were instead (the page's status, the frame it last showed, the run's log)."""
+        """Wait until the page's status is ``state``, for as long as the page keeps showing
+        new frames: HANG_BOUND bounds a silence, not the answer's length (on busy cores the
+        demo's answer streams several times slower than its 40 ms a chunk). A page silent
+        for HANG_BOUND fails, saying where the page and the run were."""
         from selenium.common.exceptions import TimeoutException
 
-        try:
-            self.wait.until(lambda _: self.state() == state)
-        except TimeoutException:
-            raise AssertionError(f"never {state!r}: {self.where()}") from None
+        shown = self.last_frame()
+        while True:
+            try:
+                self.wait.until(lambda _: self.state() == state)
+                return
+            except TimeoutException:
+                now = self.last_frame()
+                if now is None or now == shown:
+                    raise AssertionError(f"never {state!r}: {self.where()}") from None
+                shown = now
+
+    def last_frame(self) -> str | None:
+        """The id of the last frame the page showed of the answer in flight."""
+        last = self.browser.execute_script("return sessionStorage.getItem('last')")
+        return str(last) if last else None
 
     def where(self) -> str:
         status = self.browser.find_element(self.by.ID, "status").text
         run = self.browser.execute_script("return sessionStorage.getItem('run')")
-        last = self.browser.execute_script("return sessionStorage.getItem('last')")
-        where = f"the page shows {status!r}, its run {run!r}, its last frame {last!r}"
+        where = f"the page shows {status!r}, its run {run!r}, its last frame {self.last_frame()!r}"
         if run:
-            store = SQLiteRunStore(self.db)
+            store = SQLiteRunStore(self.demo.db)
             snapshot = store.get(run)
             events = store.read_events(run)
             tail = [(event.seq, event.data.get("type")) for event in events[-3:]]
             where += f"; the run is {snapshot and snapshot.status}, its log ends {tail}"
             store.close()
-        return where
+        log = self.demo.log.read_text().strip().splitlines()[-5:]
+        return where + f"; gunicorn's log ends {log}"
 
     def send(self, text: str) -> None:
         self.browser.find_element(self.by.ID, "prompt").send_keys(text)
