@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import compileall
-import gc
 import ipaddress
 import re
 import socket
 import sys
 import threading
 import uuid
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ import pytest
 from hypothesis import settings
 
 from agent_sync.stores import MemoryRunStore, RunStore, SQLiteRunStore
+from tests.fixtures.garbage import collect_garbage
 from tests.fixtures.logs import root_records
 
 # Never assume machine speed: on a loaded machine a property test's example is slow, not
@@ -82,9 +81,7 @@ def _collect_each_files_garbage() -> Iterator[None]:
     here, a file's leftovers never reach the next file's tests (ResourceWarnings only: any
     other warning still fails)."""
     yield
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
+    collect_garbage()
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import gc
 import json
 import threading
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from agent_sync.messages import CANCELLED_TEXT, StreamEvent
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.doubles import BackgroundInvoke, ObservedModel, assert_valid
+from tests.fixtures.garbage import collect_garbage
 
 
 @tool
@@ -127,7 +127,7 @@ def test_stream_garbage_collected_midway_cancels() -> None:
     stream = agent.stream("go")
     next(stream)
     del stream
-    gc.collect()
+    collect_garbage()
     assert not agent.is_running
     assert agent.messages[-1]["content"][-1] == {"text": CANCELLED_TEXT}
     assert_valid(agent)

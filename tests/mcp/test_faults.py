@@ -5,7 +5,6 @@ results, a new connection at the next use, and no process left behind by close()
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import sys
@@ -17,6 +16,7 @@ from agent_sync import Agent, validate_history
 from agent_sync.errors import MCPError
 from agent_sync.mcp import MCPServer
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.garbage import collect_garbage
 from tests.mcp._recording import RecordingProxy, TeeRecorder
 from tests.mcp.conftest import HttpEverything
 from tests.mcp.test_cancel import LONG, Invoke, call_of, cancelled_notice
@@ -177,7 +177,7 @@ def test_a_server_dropped_without_close_ends_its_connection_and_child(
     assert server._connection is not None
     loop_thread = server._connection._thread  # not a reference to the server
     del server
-    gc.collect()
+    collect_garbage()
     loop_thread.join(30)
     assert not loop_thread.is_alive()
     (processes,) = recorder.processes

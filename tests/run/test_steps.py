@@ -9,6 +9,7 @@ from agent_sync.errors import ModelError
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.doubles import assert_valid, texts
+from tests.fixtures.garbage import collect_garbage
 
 
 @tool
@@ -111,13 +112,12 @@ def test_an_unread_steps_run_closed_keeps_the_prompt_and_closes_the_turn() -> No
 
 
 def test_a_dropped_steps_run_is_closed_by_the_garbage_collector() -> None:
-    import gc
 
     agent = Agent(ScriptedModel(SCRIPT), tools=[add])
     run = agent.steps("add things")
     next(run)
     del run
-    gc.collect()
+    collect_garbage()
     assert not agent.is_running
     assert texts(agent.messages[-1]) == [CANCELLED_TEXT]
     assert_valid(agent)

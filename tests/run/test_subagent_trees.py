@@ -26,6 +26,7 @@ from agent_sync.models.base import ModelRequest
 from agent_sync.run import _subruns
 from agent_sync.testing import ScriptedModel
 from agent_sync.tools.decorator import Tool
+from tests.fixtures.garbage import collect_garbage
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -166,16 +167,16 @@ def test_a_dropped_paused_lead_frees_its_paused_children() -> None:
         ScriptedModel([{"tool_calls": [{"name": "clean", "input": {"prompt": "tidy"}}]}]),
         tools=[janitor.as_tool(name="clean", description="Clean up")],
     )
-    gc.collect()
+    collect_garbage()
     # Agents other tests left for the collector are not this run's: only a new one is the copy.
     earlier = {id(o): o for o in gc.get_objects() if type(o) is Agent}
     paused = lead.invoke("go")
     assert paused.stop_reason == "paused"
     (request,) = paused.approvals
     assert _subruns.held(lead) == [request.run_id]
-    gc.collect()
+    collect_garbage()
     (copy,) = (o for o in gc.get_objects() if type(o) is Agent and id(o) not in earlier)
     child, dropped = weakref.ref(copy), weakref.ref(lead)
     del lead, paused, copy, earlier
-    gc.collect()
+    collect_garbage()
     assert dropped() is None and child() is None  # the paused child went with its lead

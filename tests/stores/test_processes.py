@@ -8,7 +8,6 @@ timing. Each test's store is described by a picklable spec the children open the
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 import signal
@@ -38,6 +37,7 @@ from agent_sync.testing.redis_server import RedisServer
 from agent_sync.testing.run_store_contract import _wait_past
 from tests.conftest import Spec  # the fixture "spec" is there
 from tests.fixtures.doubles import texts
+from tests.fixtures.garbage import collect_garbage
 from tests.fixtures.processes import child_context
 
 pytestmark = pytest.mark.timeout(120)
@@ -215,7 +215,7 @@ def test_a_store_made_before_a_fork_works_in_the_child(spec: Spec) -> None:
     processes' runs must still hear their cancels."""
     with warnings.catch_warnings():  # what other tests left is theirs to answer for, not
         warnings.simplefilter("ignore", ResourceWarning)  # this test's (a socket, under -n 2)
-        gc.collect()  # other tests' chat apps, and with them their stores' watchers
+        collect_garbage()  # other tests' chat apps, and with them their stores' watchers
     earlier = set(threading.enumerate())
     store = open_store(spec)
     parent = Agent(ScriptedModel(["first", "second"]), store=store, conversation_id="parent")

@@ -9,7 +9,6 @@ stores whose watcher had run kept 300 descriptors open.
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import threading
@@ -21,6 +20,7 @@ import pytest
 from agent_sync.cancel import CancelMode
 from agent_sync.stores import SQLiteRunStore, _watcher
 from agent_sync.testing.run_store_contract import make_state
+from tests.fixtures.garbage import collect_garbage
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts /proc/self/fd"),
@@ -41,7 +41,7 @@ def _open_fds() -> int:
 def _earlier_threads() -> Iterator[None]:
     """The threads alive before the test: other tests' stores (a chat app an earlier test
     built, not yet collected) may still have theirs; only the test's own must end."""
-    gc.collect()
+    collect_garbage()
     _EARLIER.clear()
     _EARLIER.update(threading.enumerate())
     yield
@@ -83,9 +83,9 @@ class _Run:
 
 
 def _assert_freed(before: int) -> None:
-    gc.collect()
+    collect_garbage()
     _join_store_threads()
-    gc.collect()
+    collect_garbage()
     assert _open_fds() - before < SLACK
 
 
@@ -95,7 +95,7 @@ def path(tmp_path: Path) -> str:
     so the count starts after its first opening."""
     path = str(tmp_path / "stores.db")
     SQLiteRunStore(path).append_events("r", [{"n": 1}], after=0)
-    gc.collect()
+    collect_garbage()
     return path
 
 
