@@ -59,7 +59,10 @@ class OutputGate:
             with ``checks``).
     """
 
-    __slots__ = ("_checks", "_hold", "_make_view", "_patterns", "_released", "_text", "_trip")
+    __slots__ = (
+        "_checks", "_context", "_done", "_hold", "_make_view", "_patterns", "_pending", "_tail",
+        "_trip",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -72,20 +75,24 @@ class OutputGate:
         self._patterns = tuple(patterns)
         self._checks = tuple(checks)
         self._make_view = make_view
-        self._hold = max((pattern.max_match for pattern in self._patterns), default=1) - 1
-        self._text = ""
-        self._released = 0
+        self._context = max((pattern.max_match for pattern in self._patterns), default=0)
+        self._hold = max(0, self._context - 1)
+        # Released text is final: kept as pieces (a chunk never copies the whole answer),
+        # with its last ``_context`` characters beside the pending text for a lookbehind.
+        self._done: list[str] = []
+        self._tail = ""
+        self._pending = ""  # at most the hold and a match waiting for its reach
         self._trip: GateStep | None = None
 
     @property
     def released_text(self) -> str:
         """Everything released so far: what the history's assistant text is."""
-        return self._text[: self._released]
+        return "".join(self._done)
 
     @property
     def pending(self) -> str:
         """Text received (redactions applied) and not released yet."""
-        return self._text[self._released :]
+        return self._pending
 
     @property
     def tripped(self) -> PatternGuard | Guardrail | None:
@@ -96,7 +103,7 @@ class OutputGate:
         """Take the next chunk of the message's text; return what may be released now."""
         if self._trip is not None:
             return self._trip
-        self._text += chunk
+        self._pending += chunk
         return self._advance(final=False)
 
     def finish(self) -> GateStep:
@@ -106,64 +113,70 @@ class OutputGate:
         return self._advance(final=True)
 
     def _advance(self, *, final: bool) -> GateStep:
-        trip = self._judge(final)
-        if trip is not None:
-            self._trip = trip
-            return trip
-        text = self._text
-        limit = len(text) if final else max(self._released, len(text) - self._hold)
-        if not final:
-            for pattern in self._patterns:
-                waiting = pattern.first_match(text, self._released)
-                if waiting is not None:  # unsettled, or _apply_settled would have taken it
-                    limit = min(limit, waiting.start)
-        limit = max(limit, self._released)
-        released, self._released = text[self._released : limit], limit
+        judged = self._judge(final)
+        if isinstance(judged, GateStep):
+            self._trip = judged
+            return judged
+        released, self._pending = self._pending[:judged], self._pending[judged:]
+        if released:
+            self._done.append(released)
+            self._tail = (self._tail + released)[-self._context :] if self._context else ""
         return GateStep(released)
 
-    def _judge(self, final: bool) -> GateStep | None:
+    def _judge(self, final: bool) -> GateStep | int:
         """Patterns, then checks (then patterns again over what a check redacted): the
-        trip, if one tripped."""
-        pattern = self._apply_settled(final)
+        trip, or how much of the pending text may be released."""
+        pattern, releasable = self._apply_settled(final)
         if pattern is not None:
             return GateStep("", pattern, f"matched the {pattern.name} pattern")
-        if not self._checks or not self.pending:
-            return None
+        if not self._checks or not self._pending:
+            return releasable
         assert self._make_view is not None
         redacted = False
         for check in self._checks:
-            verdict = check.judge(self._make_view(self._text, self.pending))
+            # The view's text is the whole message so far (DESIGN 13): a join per chunk,
+            # paid only by gates with checks.
+            text = self.released_text + self._pending
+            verdict = check.judge(self._make_view(text, self._pending))
             if isinstance(verdict, Trip):
                 return GateStep("", check, verdict.reason)
             if isinstance(verdict, Redact):
-                self._text = self.released_text + verdict.text
+                self._pending = verdict.text
                 redacted = True
-        if redacted and (pattern := self._apply_settled(final)) is not None:
-            return GateStep("", pattern, f"matched the {pattern.name} pattern")
-        return None
+        if redacted:
+            pattern, releasable = self._apply_settled(final)
+            if pattern is not None:
+                return GateStep("", pattern, f"matched the {pattern.name} pattern")
+        return releasable
 
-    def _apply_settled(self, final: bool) -> PatternGuard | None:
-        """Apply every settled match after the released text until none is left; the
-        pattern that tripped, if one did.
+    def _apply_settled(self, final: bool) -> tuple[PatternGuard | None, int]:
+        """Apply every settled match in the pending text until none is left: the pattern
+        that tripped, if one did, and how much of the pending text may then be released
+        (up to the first match still waiting for its reach, and the hold).
 
         A redaction can make a new match with the text around it, so the patterns go round
         again while any changed the text. A pattern's own replacement never matches it
         (checked when it is made), so the rounds end unless redactions keep feeding each
         other: after one round more than there are patterns, the last to redact trips (fail
         closed)."""
+        base = len(self._tail)  # the patterns see the released tail, match after it only
+        window = self._tail + self._pending
+        changed_by: PatternGuard | None = None
         for _ in range(len(self._patterns) + 1):
-            changed_by: PatternGuard | None = None
+            changed_by = None
+            limit = len(window) if final else max(base, len(window) - self._hold)
             for pattern in self._patterns:
-                at = self._released
-                while (match := pattern.first_match(self._text, at)) is not None:
-                    if not final and not pattern.settled(match, len(self._text)):
+                at = base
+                while (match := pattern.first_match(window, at)) is not None:
+                    if not final and not pattern.settled(match, len(window)):
+                        limit = min(limit, match.start)
                         break
                     if pattern.action == "trip":
-                        return pattern
-                    text = self._text
-                    self._text = text[: match.start] + pattern.replacement + text[match.end :]
+                        return pattern, 0
+                    window = window[: match.start] + pattern.replacement + window[match.end :]
                     at = match.start + len(pattern.replacement)
                     changed_by = pattern
             if changed_by is None:
-                return None
-        return changed_by
+                self._pending = window[base:]
+                return None, limit - base
+        return changed_by, 0
