@@ -193,6 +193,16 @@ class Usage(_UsageRequired, total=False):
     reasoningTokens: int
 
 
+OptionalUsageKey = Literal["cacheReadInputTokens", "cacheWriteInputTokens", "reasoningTokens"]
+OPTIONAL_USAGE_KEYS: tuple[OptionalUsageKey, ...] = (
+    "cacheReadInputTokens",
+    "cacheWriteInputTokens",
+    "reasoningTokens",
+)
+"""The :class:`Usage` counts present only when the provider reports them (not in
+``__all__``: the package's own list, for whoever copies a usage)."""
+
+
 # --- model stream events (Bedrock ConverseStream shapes) ---------------------------------
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from .._encodable import Unencodable, clean_text, load_json
 from ..errors import ModelStreamError
 from ..events import ReasoningDelta, TextDelta
-from ..messages import ContentBlock, Message, StreamEvent, Usage
+from ..messages import OPTIONAL_USAGE_KEYS, ContentBlock, Message, StreamEvent, Usage
 
 __all__ = ["EMPTY_RESPONSE_TEXT", "AssembledMessage", "MessageAssembler"]
 
@@ -242,11 +242,8 @@ def _normalise_usage(usage: Any) -> Usage:
         "outputTokens": output_tokens,
         "totalTokens": int(total) if total is not None else input_tokens + output_tokens,
     }
-    for key in _OPTIONAL_USAGE_KEYS:  # cache and reasoning counts: when the provider reports them
+    for key in OPTIONAL_USAGE_KEYS:  # cache and reasoning counts: when the provider reports them
         value = usage.get(key)
         if value is not None:
             normalised[key] = int(value)
     return normalised  # type: ignore[return-value]
-
-
-_OPTIONAL_USAGE_KEYS = ("cacheReadInputTokens", "cacheWriteInputTokens", "reasoningTokens")

@@ -18,7 +18,7 @@ from typing import Any, Union
 
 from ..cancel import CancelScope
 from ..errors import ModelConnectionError, ModelError, UsageError
-from ..messages import StreamEvent, Usage
+from ..messages import OPTIONAL_USAGE_KEYS, StreamEvent, Usage
 from ..models.base import ModelRequest
 
 __all__ = ["ScriptedModel", "ScriptedTurn", "TurnSpec"]
@@ -269,7 +269,7 @@ def _usage(turn: ScriptedTurn, request: ModelRequest) -> Usage:
         inp = prompt_chars // 4 + 1
         out = (len(turn.text) + len(json.dumps(list(turn.tool_calls), default=str))) // 4 + 1
     usage: Usage = {"inputTokens": inp, "outputTokens": out, "totalTokens": inp + out}
-    for key in ("cacheReadInputTokens", "cacheWriteInputTokens", "reasoningTokens"):
+    for key in OPTIONAL_USAGE_KEYS:
         if turn.usage is not None and key in turn.usage:
             usage[key] = int(turn.usage[key])
     return usage
