@@ -347,3 +347,30 @@ def test_another_users_run_cannot_be_started_read_stopped_or_answered() -> None:
 
 def _resolved(interrupt_id: str, payload: Any) -> dict[str, Any]:
     return {"interruptId": interrupt_id, "status": "resolved", "payload": payload}
+
+
+def test_the_example_app_asks_before_deleting_and_goes_on_after_a_resume() -> None:
+    import importlib.util
+
+    from .conftest import EXAMPLES
+
+    # by its path: examples/*/app.py are all "app"; another test may have imported one
+    spec = importlib.util.spec_from_file_location("agui_example", EXAMPLES / "agui_chat/app.py")
+    assert spec is not None and spec.loader is not None
+    agui_example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agui_example)
+    with serve(agui_example.create_app(MemoryRunStore())) as server:
+        port = server.server_port
+        opened = [SSEConnection(port, "/agui/", run_input("t1", "delete the old logs"))]
+        try:
+            first = events_until_end(opened[0])
+            interrupt = first[-1].event.outcome.interrupts[0]
+            resume = run_input("t1", None, resume=[_resolved(interrupt.id, True)])
+            opened.append(SSEConnection(port, "/agui/", resume))
+            rest = events_until_end(opened[1])
+            check_order(first + rest)
+            assert rest[0].event.run_id == first[0].event.run_id
+            assert rest[-1].event.outcome.type == "success" and "Done" in _text(rest)
+        finally:
+            for conn in opened:
+                conn.drop()
