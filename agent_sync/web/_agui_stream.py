@@ -1,9 +1,13 @@
 """AG-UI events: a run's records as the AG-UI protocol (1.0) streams them over SSE.
 
-Every event is built as its ``ag_ui.core`` model (so pydantic validates it) and written by
-``ag_ui.encoder.EventEncoder`` (``data: <json>``). The last frame a record makes carries
-``id: <run_id>:<seq>``, so a client reconnects with ``Last-Event-ID`` as on the native
-routes; encoding is a pure function of the log, so a replay is the same bytes.
+Every event is validated by its ``ag_ui.core`` model before it is written (an event the
+protocol's models refuse, or one with a field they do not know, is never sent), as the JSON
+object the model validated (``data: <json>``): the optional fields without a value left out,
+as the models' own serializer leaves them out (the same JSON as ``ag_ui.encoder``'s, without
+its per-event Python serializer: tests/web/_agui.py checks they agree). The last frame a
+record makes carries ``id: <run_id>:<seq>``, so a client reconnects with ``Last-Event-ID``
+as on the native routes; encoding is a pure function of the log, so a replay is the same
+bytes.
 
 Mapping (one encoder per response; a response that starts after record ``n`` is first
 fed records ``1..n`` without sending them, so it knows what the client has):
@@ -40,7 +44,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -51,17 +55,13 @@ try:
         PROTOCOL_VERSION,
         BaseEvent,
         CustomEvent,
-        Interrupt,
         ReasoningEndEvent,
         ReasoningMessageContentEvent,
         ReasoningMessageEndEvent,
         ReasoningMessageStartEvent,
         ReasoningStartEvent,
         RunErrorEvent,
-        RunFinishedCancelledOutcome,
         RunFinishedEvent,
-        RunFinishedInterruptOutcome,
-        RunFinishedSuccessOutcome,
         RunStartedEvent,
         TextMessageContentEvent,
         TextMessageEndEvent,
@@ -71,7 +71,6 @@ try:
         ToolCallResultEvent,
         ToolCallStartEvent,
     )
-    from ag_ui.encoder import EventEncoder
 except ImportError as exc:
     raise missing_extra("ag-ui-protocol", "agui") from exc
 
@@ -92,7 +91,35 @@ INTERRUPT_REASON: Final = "tool_approval"
 _CUSTOM_TYPES: Final = frozenset(
     {"retry", "input_injected", "partial_output", "tool_progress", "resumed", "subagent"}
 )
-_SSE: Final = EventEncoder()
+Wire = dict[str, Any]
+"""An event as the JSON object sent (camelCase keys)."""
+_MODELS: Final[dict[str, type[BaseEvent]]] = {
+    model.model_fields["type"].default.value: model
+    for model in (
+        CustomEvent,
+        ReasoningEndEvent,
+        ReasoningMessageContentEvent,
+        ReasoningMessageEndEvent,
+        ReasoningMessageStartEvent,
+        ReasoningStartEvent,
+        RunErrorEvent,
+        RunFinishedEvent,
+        RunStartedEvent,
+        TextMessageContentEvent,
+        TextMessageEndEvent,
+        TextMessageStartEvent,
+        ToolCallArgsEvent,
+        ToolCallEndEvent,
+        ToolCallResultEvent,
+        ToolCallStartEvent,
+    )
+}
+"""The model that validates each event this encoder writes, by its ``type``."""
+_VALIDATORS: Final[dict[str, Callable[[Wire], BaseEvent]]] = {
+    kind: model.__pydantic_validator__.validate_python for kind, model in _MODELS.items()
+}
+"""Their validators (``model_validate`` without its wrapper: the per-event cost counts)."""
+_DUMPS: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 State = Literal["idle", "running", "pausing", "interrupted", "ended"]
 
@@ -123,7 +150,7 @@ class AGUIEncoder:
         self._open: tuple[str, str] | None = None  # ("text" | "reasoning", message id)
         self._message_id: str | None = None  # the text message of the open model call
         self._calls: dict[str, _Call] = {}
-        self._interrupts: list[Interrupt] = []
+        self._interrupts: list[Wire] = []
         self._pause_seq: int | None = None  # the last approval record's
         for event in history:
             self.encode(event.seq, event.data)
@@ -145,7 +172,7 @@ class AGUIEncoder:
         if self._state == "ended":
             return b""
         kind = record.get("type")
-        events: list[BaseEvent] = []
+        events: list[Wire] = []
         if self._state == "pausing" and kind != "approval_required":
             events.append(self._interrupt())  # the run went on before this stream paused
         if self._state in ("idle", "interrupted"):
@@ -178,7 +205,7 @@ class AGUIEncoder:
             if kind == "resumed":  # the cut model call's text stays; the new one is new
                 self._close_message(events)
             value = {k: v for k, v in record.items() if k != "type"}
-            events.append(CustomEvent(name=f"{CUSTOM_PREFIX}{kind}", value=value))
+            events.append(_event("CUSTOM", name=f"{CUSTOM_PREFIX}{kind}", value=value))
         elif kind == "done":
             self._done(events, seq, record)
         elif kind == "error":
@@ -202,34 +229,45 @@ class AGUIEncoder:
 
     # -- frames
 
-    def _frames(self, events: list[BaseEvent], seq: int | None) -> bytes:
+    def _frames(self, events: list[Wire], seq: int | None) -> bytes:
+        """The events as SSE frames, each validated first (the last with the record's id)."""
         if not events:
             return b""
-        frames = [_SSE.encode(event) for event in events]
+        frames = []
+        for wire in events:
+            model = _VALIDATORS[wire["type"]](wire)
+            if model.__pydantic_extra__:  # a field the protocol does not know: a bug here
+                unknown = sorted(model.__pydantic_extra__)
+                raise ValueError(f"{wire['type']} has unknown fields {unknown}")
+            frames.append(f"data: {_DUMPS(wire)}\n\n")
         if seq is not None:
             frames[-1] = f"id: {event_id(self._run_id, seq)}\n{frames[-1]}"
         return utf8("".join(frames))
 
     # -- run
 
-    def _start(self) -> list[BaseEvent]:
+    def _start(self) -> list[Wire]:
         self._state = "running"
         return [
-            RunStartedEvent(
-                thread_id=self._thread_id, run_id=self._run_id, protocol_version=PROTOCOL_VERSION
+            _event(
+                "RUN_STARTED",
+                threadId=self._thread_id,
+                runId=self._run_id,
+                protocolVersion=PROTOCOL_VERSION,
             )
         ]
 
-    def _interrupt(self) -> RunFinishedEvent:
+    def _interrupt(self) -> Wire:
         interrupts, self._interrupts = self._interrupts, []
         self._state = "interrupted"
-        return RunFinishedEvent(
-            thread_id=self._thread_id,
-            run_id=self._run_id,
-            outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
+        return _event(
+            "RUN_FINISHED",
+            threadId=self._thread_id,
+            runId=self._run_id,
+            outcome={"type": "interrupt", "interrupts": interrupts},
         )
 
-    def _interrupt_of(self, record: Mapping[str, Any]) -> Interrupt:
+    def _interrupt_of(self, record: Mapping[str, Any]) -> Wire:
         use = record.get("tool_use") or {}
         call_id = str(use.get("toolUseId", ""))
         name = str(use.get("name", ""))
@@ -238,14 +276,14 @@ class AGUIEncoder:
         if isinstance(expires_at, (int, float)):
             moment = datetime.datetime.fromtimestamp(expires_at, tz=datetime.timezone.utc)
             expires = moment.isoformat()
-        return Interrupt(
+        return _omit_none(
             id=str(record.get("approval_id", "")),
             reason=INTERRUPT_REASON,
             message=f"May the agent call {name}?",
             # a sub-agent's call is not one of this stream's calls
-            tool_call_id=call_id if call_id in self._calls else None,
-            response_schema=DECISION_SCHEMA,
-            expires_at=expires,
+            toolCallId=call_id if call_id in self._calls else None,
+            responseSchema=DECISION_SCHEMA,
+            expiresAt=expires,
             metadata={
                 "agent_sync": {
                     "run_id": record.get("run_id"),
@@ -255,7 +293,7 @@ class AGUIEncoder:
             },
         )
 
-    def _done(self, events: list[BaseEvent], seq: int, record: Mapping[str, Any]) -> None:
+    def _done(self, events: list[Wire], seq: int, record: Mapping[str, Any]) -> None:
         stop_reason = record.get("stop_reason")
         if stop_reason == "paused":  # a writer that logs the paused run's Done
             self._close_message(events)
@@ -265,35 +303,35 @@ class AGUIEncoder:
         limit = record.get("usage_limit") if stop_reason == "usage_limit" else None
         self._close_all(events, seq, not_run_text(str(limit)) if limit else CANCELLED_TEXT)
         about = {"stop_reason": stop_reason}
+        outcome = "success"
         if stop_reason == "cancelled":
             about["cancel_reason"] = record.get("cancel_reason")
-            outcome: Any = RunFinishedCancelledOutcome()
-        else:
-            outcome = RunFinishedSuccessOutcome()
+            outcome = "cancelled"
         events.append(
-            RunFinishedEvent(
-                thread_id=self._thread_id,
-                run_id=self._run_id,
-                outcome=outcome,
+            _event(
+                "RUN_FINISHED",
+                threadId=self._thread_id,
+                runId=self._run_id,
                 result=record.get("output"),
+                outcome={"type": outcome},
                 metadata={"agent_sync": about},
             )
         )
         self._state = "ended"
 
-    def _error(self, events: list[BaseEvent], seq: int, record: Mapping[str, Any]) -> None:
+    def _error(self, events: list[Wire], seq: int, record: Mapping[str, Any]) -> None:
         message = str(record.get("message") or "the agent failed")
         problems = record.get("problems")
         if isinstance(problems, list) and problems:
             message += ":\n" + "\n".join(f"- {problem}" for problem in problems)
         self._close_all(events, seq, message)
         code = record.get("error")
-        events.append(RunErrorEvent(message=message, code=str(code) if code else None))
+        events.append(_event("RUN_ERROR", message=message, code=str(code) if code else None))
         self._state = "ended"
 
     # -- messages
 
-    def _write(self, events: list[BaseEvent], kind: str, seq: int, text: str) -> None:
+    def _write(self, events: list[Wire], kind: str, seq: int, text: str) -> None:
         if not text:
             return
         if self._open is None or self._open[0] != kind:
@@ -302,60 +340,61 @@ class AGUIEncoder:
             self._open = (kind, message_id)
             if kind == "text":
                 self._message_id = message_id
-                events.append(TextMessageStartEvent(message_id=message_id, role="assistant"))
+                events.append(_event("TEXT_MESSAGE_START", messageId=message_id, role="assistant"))
             else:
-                events.append(ReasoningStartEvent(message_id=message_id))
-                events.append(ReasoningMessageStartEvent(message_id=message_id, role="reasoning"))
-        message_id = self._open[1]
-        if kind == "text":
-            events.append(TextMessageContentEvent(message_id=message_id, delta=text))
-        else:
-            events.append(ReasoningMessageContentEvent(message_id=message_id, delta=text))
+                events.append(_event("REASONING_START", messageId=message_id))
+                events.append(
+                    _event("REASONING_MESSAGE_START", messageId=message_id, role="reasoning")
+                )
+        # the bulk of a stream: its object written out, not through _event
+        content = "TEXT_MESSAGE_CONTENT" if kind == "text" else "REASONING_MESSAGE_CONTENT"
+        events.append({"type": content, "messageId": self._open[1], "delta": text})
 
-    def _close_message(self, events: list[BaseEvent]) -> None:
+    def _close_message(self, events: list[Wire]) -> None:
         if self._open is None:
             return
         kind, message_id = self._open
         self._open = None
         if kind == "text":
-            events.append(TextMessageEndEvent(message_id=message_id))
+            events.append(_event("TEXT_MESSAGE_END", messageId=message_id))
         else:
-            events.append(ReasoningMessageEndEvent(message_id=message_id))
-            events.append(ReasoningEndEvent(message_id=message_id))
+            events.append(_event("REASONING_MESSAGE_END", messageId=message_id))
+            events.append(_event("REASONING_END", messageId=message_id))
 
     # -- tool calls
 
-    def _announce(self, events: list[BaseEvent], call_id: str, name: Any, input_: Any) -> None:
+    def _announce(self, events: list[Wire], call_id: str, name: Any, input_: Any) -> None:
         if call_id in self._calls:
             return
         self._calls[call_id] = _Call()
         events.append(
-            ToolCallStartEvent(
-                tool_call_id=call_id,
-                tool_call_name=str(name or ""),
-                parent_message_id=self._message_id,
+            _event(
+                "TOOL_CALL_START",
+                toolCallId=call_id,
+                toolCallName=str(name or ""),
+                parentMessageId=self._message_id,
             )
         )
-        arguments = json.dumps(input_, ensure_ascii=False, separators=(",", ":"), default=str)
-        events.append(ToolCallArgsEvent(tool_call_id=call_id, delta=arguments))
-        events.append(ToolCallEndEvent(tool_call_id=call_id))
+        events.append(_event("TOOL_CALL_ARGS", toolCallId=call_id, delta=_DUMPS(input_)))
+        events.append(_event("TOOL_CALL_END", toolCallId=call_id))
 
-    def _tool_end(self, events: list[BaseEvent], seq: int, record: Mapping[str, Any]) -> None:
+    def _tool_end(self, events: list[Wire], seq: int, record: Mapping[str, Any]) -> None:
         call_id = str(record.get("id", ""))
         self._announce(events, call_id, record.get("name"), {})  # its step came before us
         self._calls[call_id].answered = True
         status = str(record.get("status") or "success")
         events.append(
-            ToolCallResultEvent(
-                message_id=f"{self._run_id}:{seq}",
-                tool_call_id=call_id,
+            _event(
+                "TOOL_CALL_RESULT",
+                messageId=f"{self._run_id}:{seq}",
+                toolCallId=call_id,
                 content=_text(record.get("output")),
                 role="tool",
                 metadata=None if status == "success" else {"agent_sync": {"status": status}},
             )
         )
 
-    def _close_all(self, events: list[BaseEvent], seq: int, error_text: str) -> None:
+    def _close_all(self, events: list[Wire], seq: int, error_text: str) -> None:
         """End of run: the open message closed, every call left open answered."""
         self._close_message(events)
         for number, (call_id, call) in enumerate(self._calls.items()):
@@ -363,9 +402,10 @@ class AGUIEncoder:
                 continue
             call.answered = True
             events.append(
-                ToolCallResultEvent(
-                    message_id=f"{self._run_id}:{seq}.{number}",
-                    tool_call_id=call_id,
+                _event(
+                    "TOOL_CALL_RESULT",
+                    messageId=f"{self._run_id}:{seq}.{number}",
+                    toolCallId=call_id,
                     content=error_text,
                     role="tool",
                     metadata={"agent_sync": {"status": "error"}},
@@ -373,8 +413,16 @@ class AGUIEncoder:
             )
 
 
+def _event(kind: str, **fields: Any) -> Wire:
+    """An event's JSON object: ``type`` first, the fields without a value left out."""
+    return {"type": kind, **_omit_none(**fields)}
+
+
+def _omit_none(**fields: Any) -> Wire:
+    """The fields that have a value (the protocol's models leave out the others)."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
 def _text(output: Any) -> str:
     """A tool's output as the result's text."""
-    if isinstance(output, str):
-        return output
-    return json.dumps(output, ensure_ascii=False, separators=(",", ":"), default=str)
+    return output if isinstance(output, str) else _DUMPS(output)

@@ -3,11 +3,13 @@ the protocol's order checked (what an AG-UI client's verifier refuses, refused h
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ag_ui.core import Event, EventType
+from ag_ui.encoder import EventEncoder
 from pydantic import TypeAdapter
 
 from ._client import Frame, SSEConnection
@@ -32,8 +34,15 @@ class AGUIFrame:
 
 
 def parse(frame: Frame) -> AGUIFrame:
-    """A data frame as its ``ag_ui.core`` event (validated: a bad one raises)."""
-    return AGUIFrame(_EVENT.validate_python(frame.data), frame.id, frame.raw)
+    """A data frame as its ``ag_ui.core`` event (validated: a bad one raises), holding no
+    field the models do not know, and sent as the models' own serializer writes it."""
+    event = _EVENT.validate_python(frame.data)
+    assert not event.model_extra, f"unknown fields {event.model_extra}"
+    outcome = getattr(event, "outcome", None)
+    for interrupt in getattr(outcome, "interrupts", None) or ():
+        assert not interrupt.model_extra, f"unknown interrupt fields {interrupt.model_extra}"
+    assert json.loads(EventEncoder().encode(event)[len("data: ") :]) == frame.data
+    return AGUIFrame(event, frame.id, frame.raw)
 
 
 def events_until_end(conn: SSEConnection) -> list[AGUIFrame]:
