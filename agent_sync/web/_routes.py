@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 
-from .._decisions import Approve, Decision, Deny
+from .._decisions import Decision, Deny
 from .._prompt import content_blocks
 from .._run_state import RunSnapshot, json_ready
 from ..errors import (
@@ -30,6 +30,7 @@ from ..errors import (
 )
 from ..stores import RunEventLog, RunStore
 from ..stores._event_log import EventLogStore
+from ._decision_input import parse_decisions
 from ._disconnect import no_delay, socket_from_environ
 from ._encoders import NativeEncoder, StreamEncoder
 from ._follow import Follower
@@ -227,7 +228,12 @@ class ChatRoutes:
             return WebResponse(204)
         if snapshot.status == "running":
             self._runs.notice_lost_runs(following=snapshot.conversation_id)
-        return self._follow(request, run_id, after, NativeEncoder(run_id), None)
+        return self._follow(request, run_id, after, self._events_encoder(snapshot, after), None)
+
+    def _events_encoder(self, snapshot: RunSnapshot, after: int) -> StreamEncoder:
+        """The encoder of ``GET /runs/<run_id>/events`` from ``after`` (each protocol's
+        routes name theirs: :mod:`._agui_routes`)."""
+        return NativeEncoder(snapshot.run_id)
 
     def _run_stop(self, request: WebRequest, run_id: str) -> WebResponse:
         _check_run_id(run_id)
@@ -244,7 +250,7 @@ class ChatRoutes:
 
     def _run_decisions(self, request: WebRequest, run_id: str) -> WebResponse:
         _check_run_id(run_id)
-        decisions = _decisions(parse_json_body(request))
+        decisions = parse_decisions(parse_json_body(request))
         snapshot, top = self._run_in_tree(request, run_id)
         if top is not snapshot:  # a sub-agent's pause is its top-level run's to answer
             _refuse_sub_agent_run(top, "post the decisions to the run that started it")
@@ -446,40 +452,3 @@ def _check_run_id(run_id: str) -> None:
     a crafted id (``<run_id>:signals``) must not name another key."""
     if not valid_id(run_id):
         raise Refusal(404, "not_found", "no such run")
-
-
-def _decisions(data: Mapping[str, Any]) -> dict[str, Decision]:
-    """``{"decisions": {approval_id: true | false | {"approved", "input"?, "reason"?,
-    "data"?}}}`` as decisions (checked against the run by ``resume``).
-
-    Raises:
-        BadRequest: Not that shape.
-    """
-    raw = data.get("decisions")
-    if not isinstance(raw, dict):
-        raise BadRequest("'decisions' must be an object: approval id -> decision")
-    decisions: dict[str, Decision] = {}
-    for approval_id, value in raw.items():
-        check_id(approval_id, "approval id")
-        if isinstance(value, bool):
-            decisions[approval_id] = value
-            continue
-        if not isinstance(value, dict) or not isinstance(value.get("approved"), bool):
-            raise BadRequest(
-                f"decision {approval_id!r} must be true, false or "
-                '{"approved": bool, "input"?, "reason"?, "data"?}'
-            )
-        unknown = set(value) - {"approved", "input", "reason", "data"}
-        if unknown:
-            raise BadRequest(f"decision {approval_id!r} has unknown fields {sorted(unknown)}")
-        extra = value.get("data")
-        if extra is not None and not isinstance(extra, dict):
-            raise BadRequest(f"decision {approval_id!r}: 'data' must be an object")
-        if value["approved"]:
-            given = value.get("input")
-            if given is not None and not isinstance(given, dict):
-                raise BadRequest(f"decision {approval_id!r}: 'input' must be an object")
-            decisions[approval_id] = Approve(input=given, data=extra)
-        else:
-            decisions[approval_id] = Deny(reason=optional_str(value, "reason") or "", data=extra)
-    return decisions

@@ -48,7 +48,7 @@ from ._routes import (
 )
 from ._sse import SSE_HEADERS, StreamingAgent, sse_events
 
-__all__ = ["busy_response", "chat_urls", "sse_response"]
+__all__ = ["agui_urls", "busy_response", "chat_urls", "sse_response"]
 
 EVENT_STREAM = "text/event-stream; charset=utf-8"
 
@@ -172,6 +172,66 @@ def chat_urls(
         ),
         path("chat/<str:conversation_id>/stop", post(routes.ui_stop), name="agent_sync_ui_stop"),
     ]
+
+
+def agui_urls(
+    make_agent: MakeAgent,
+    *,
+    store: RunStore,
+    on_disconnect: OnDisconnect = "continue",
+    timeout: float | None = None,
+    keepalive: float | None = 15.0,
+    replay_ttl: float = REPLAY_TTL_S,
+    authorize: Authorize | None = None,
+    max_live_runs: int = MAX_LIVE_RUNS,
+    write_timeout: float | None = WRITE_TIMEOUT_S,
+    start: StartRun | None = None,
+) -> list[Any]:
+    """The AG-UI routes as URL patterns: ``path("agui/", include(agui_urls(...)))``.
+
+    The same routes, arguments and answers as :func:`agent_sync.web.flask.agui_blueprint`
+    (``POST ""`` takes a ``RunAgentInput``; ``runs/<id>/events``, ``stop``,
+    ``decisions``), exempt from Django's CSRF check for the reason :func:`chat_urls`
+    gives. Needs the ``agui`` extra.
+
+    Raises:
+        agent_sync.errors.UsageError: An invalid argument.
+        ImportError: ``ag-ui-protocol`` is not installed.
+    """
+    from ._agui_routes import AGUIRoutes
+
+    routes = AGUIRoutes(
+        make_agent,
+        store=store,
+        on_disconnect=on_disconnect,
+        timeout=timeout,
+        keepalive=keepalive,
+        replay_ttl=replay_ttl,
+        authorize=authorize,
+        max_live_runs=max_live_runs,
+        write_timeout=write_timeout,
+        start=start,
+    )
+    return [
+        path("", _post(routes.agui_run), name="agent_sync_agui_run"),
+        path("runs/<str:run_id>/events", _get(routes.run_events), name="agent_sync_agui_events"),
+        path("runs/<str:run_id>/stop", _post(routes.run_stop), name="agent_sync_agui_stop"),
+        path(
+            "runs/<str:run_id>/decisions",
+            _post(routes.run_decisions),
+            name="agent_sync_agui_decisions",
+        ),
+    ]
+
+
+def _post(route: Callable[..., WebResponse]) -> Callable[..., HttpResponseBase]:
+    exempt: Callable[..., HttpResponseBase] = csrf_exempt(require_POST(_view(route)))
+    return exempt
+
+
+def _get(route: Callable[..., WebResponse]) -> Callable[..., HttpResponseBase]:
+    checked: Callable[..., HttpResponseBase] = require_GET(_view(route))
+    return checked
 
 
 def _view(route: Callable[..., WebResponse]) -> Callable[..., HttpResponseBase]:

@@ -32,7 +32,7 @@ from ._routes import (
 )
 from ._sse import SSE_HEADERS, StreamingAgent, sse_events
 
-__all__ = ["busy_response", "chat_blueprint", "sse_response"]
+__all__ = ["agui_blueprint", "busy_response", "chat_blueprint", "sse_response"]
 
 EVENT_STREAM = "text/event-stream"
 
@@ -193,6 +193,78 @@ def chat_blueprint(
     @blueprint.post("/chat/<conversation_id>/stop")
     def ui_stop(conversation_id: str) -> flask.Response:
         return _to_flask(routes.ui_stop(_from_flask(), conversation_id))
+
+    return blueprint
+
+
+def agui_blueprint(
+    make_agent: MakeAgent,
+    *,
+    store: RunStore,
+    url_prefix: str | None = None,
+    on_disconnect: OnDisconnect = "continue",
+    timeout: float | None = None,
+    keepalive: float | None = 15.0,
+    replay_ttl: float = REPLAY_TTL_S,
+    authorize: Authorize | None = None,
+    max_live_runs: int = MAX_LIVE_RUNS,
+    write_timeout: float | None = WRITE_TIMEOUT_S,
+    name: str = "agent_sync_agui",
+    start: StartRun | None = None,
+) -> flask.Blueprint:
+    """The AG-UI routes as a Blueprint: ``POST {url_prefix}/`` takes a ``RunAgentInput``
+    and answers AG-UI events as SSE; ``GET .../runs/<id>/events`` (resumable with
+    ``Last-Event-ID``), ``POST .../runs/<id>/stop`` and ``POST .../runs/<id>/decisions``
+    are the chat routes' run control.
+
+    ``app.register_blueprint(agui_blueprint(make_agent, store=store, url_prefix="/agui"))``.
+    ``threadId`` is the conversation id and ``RUN_STARTED.runId`` the run id (the same
+    after a resume); a gated tool ends the response with ``RUN_FINISHED`` whose outcome
+    is an interrupt, and the next ``RunAgentInput`` with ``resume`` entries goes on with
+    the same run. Needs the ``agui`` extra (``ag-ui-protocol``). See ``docs/agui.md``.
+
+    Args:
+        url_prefix: Where the routes are mounted (also settable at ``register_blueprint``).
+        name: The Blueprint's name.
+
+    The other arguments are :func:`chat_blueprint`'s (``authorize`` is asked about the
+    ``threadId`` on ``POST /``).
+
+    Raises:
+        agent_sync.errors.UsageError: An invalid argument.
+        ImportError: ``ag-ui-protocol`` is not installed.
+    """
+    from ._agui_routes import AGUIRoutes
+
+    routes = AGUIRoutes(
+        make_agent,
+        store=store,
+        on_disconnect=on_disconnect,
+        timeout=timeout,
+        keepalive=keepalive,
+        replay_ttl=replay_ttl,
+        authorize=authorize,
+        max_live_runs=max_live_runs,
+        write_timeout=write_timeout,
+        start=start,
+    )
+    blueprint = flask.Blueprint(name, __name__, url_prefix=url_prefix)
+
+    @blueprint.post("/")
+    def agui_run() -> flask.Response:
+        return _to_flask(routes.agui_run(_from_flask()))
+
+    @blueprint.get("/runs/<run_id>/events")
+    def run_events(run_id: str) -> flask.Response:
+        return _to_flask(routes.run_events(_from_flask(), run_id))
+
+    @blueprint.post("/runs/<run_id>/stop")
+    def run_stop(run_id: str) -> flask.Response:
+        return _to_flask(routes.run_stop(_from_flask(), run_id))
+
+    @blueprint.post("/runs/<run_id>/decisions")
+    def run_decisions(run_id: str) -> flask.Response:
+        return _to_flask(routes.run_decisions(_from_flask(), run_id))
 
     return blueprint
 
