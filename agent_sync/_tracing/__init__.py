@@ -61,10 +61,11 @@ decides whether a run is traced, :mod:`._names` the conventions' names,
 content, :mod:`._tracer` makes the spans, :mod:`._metrics` the histograms,
 :mod:`._calls` hands a tool call's span to the sub-agent run it starts.
 
-Thread-safety: a :class:`RunTracer` is used by its run's loop thread only (no lock).
-:func:`run_tracer`, :func:`tracing_hooks` and :func:`use_provider` may be called from any
-thread: the module caches are single assignments of immutable values, and a race only
-repeats a lookup.
+Thread-safety: a :class:`RunTracer` is used by its run's loop thread, but for the tool
+spans a sub-agent call asks for from its worker (under the tracer's lock).
+:func:`run_tracer`, :func:`tracing_hooks`, :func:`call_scope`, :func:`use_provider` and
+:func:`use_meter_provider` may be called from any thread: the module caches are single
+assignments of immutable values, and a race only repeats a lookup.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 :class:`~agent_sync.run._hooks.HookRunner` (what it records: see :mod:`agent_sync._tracing`).
 
 Imported only once OpenTelemetry is found (:mod:`._start`). Thread-safety: a
-:class:`RunTracer` is used by its run's loop thread only (no lock).
+:class:`RunTracer` is used by its run's loop thread, but for
+:meth:`RunTracer.call_context`, which a tool worker may call (the open tool spans are under
+the tracer's lock).
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def _guarded(
 
 class RunTracer:
     """The spans and metrics of one run. Every method is called from the run's loop thread
-    only.
+    only, but :meth:`call_context` (any thread: the open tool spans are under a lock).
 
     No method raises (errors are logged at DEBUG). :meth:`run_ended` ends every span still
     open and is idempotent; after it the other methods do nothing.
