@@ -35,6 +35,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from ._tracing import call_scope
 from .cancel import CancelledError, CancelScope
 from .errors import ToolError, UsageError
 from .events import AgentEvent, Done, SubAgentEvent
@@ -238,15 +239,17 @@ class _SubAgent:
         parent = context._scope
         caller = _caller(context)
         lineage = self._lineage(caller, parent)
-        if context._resume is not None:  # the child paused for approval: go on with it
-            info, decisions = context._resume
-            child = self._paused_child(info, caller)
-            setattr(child, _LINEAGE, lineage)
-            driver = child._open_child(None, parent, decisions=decisions)
-        else:
-            child = self._child(context, caller)
-            setattr(child, _LINEAGE, lineage)
-            driver = child._open_child(prompt, parent)
+        # the child's run span hangs under this call's span, whichever thread runs it
+        with call_scope(parent.run_id, context.tool_use):
+            if context._resume is not None:  # the child paused for approval: go on with it
+                info, decisions = context._resume
+                child = self._paused_child(info, caller)
+                setattr(child, _LINEAGE, lineage)
+                driver = child._open_child(None, parent, decisions=decisions)
+            else:
+                child = self._child(context, caller)
+                setattr(child, _LINEAGE, lineage)
+                driver = child._open_child(prompt, parent)
         result: AgentResult | None = None
         run_id, tool_use_id = driver.run_id, context.tool_use["toolUseId"]
         parent_run_id = parent.run_id or ""

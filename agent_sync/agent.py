@@ -107,6 +107,9 @@ class Agent:
             tokens, tool calls, dollars); a run that reaches one stops cleanly with
             ``stop_reason == "usage_limit"``. ``invoke(..., usage_limits=...)`` replaces
             it for one call. See ``docs/usage_limits.md``.
+        name: The agent's name (a non-empty str, ``"agent"`` by default): its runs'
+            spans are ``invoke_agent {name}`` with ``gen_ai.agent.name`` (see
+            ``docs/observability.md``); a sub-agent's copies keep it.
 
     Raises:
         UsageError: Invalid arguments (duplicate tool names, an invalid history, ...).
@@ -138,6 +141,7 @@ class Agent:
         context: ContextPolicy | None = None,
         on_owner_lost: OwnerLostPolicy = "fail",
         usage_limits: UsageLimits | None = None,
+        name: str = "agent",
     ) -> None:
         if context is not None and not isinstance(context, (SlidingWindow, Summarizing)):
             raise UsageError(
@@ -171,6 +175,7 @@ class Agent:
             tool_sources=sources,
             on_owner_lost=on_owner_lost,
             usage_limits=usage_limits,
+            name=name,
         )
         if store is not None:
             if conversation_id is None:
@@ -201,6 +206,11 @@ class Agent:
     def model(self) -> Model:
         """The model this agent calls."""
         return self._runner.settings.model
+
+    @property
+    def name(self) -> str:
+        """The agent's name (``Agent(name=...)``; read-only)."""
+        return self._runner.settings.name
 
     @property
     def tools(self) -> dict[str, Tool[Any]]:

@@ -291,9 +291,23 @@ class ContentBlockStopEvent(TypedDict):
 
 
 class MessageStopEvent(TypedDict, total=False):
-    """Attributes: stopReason (a :data:`StopReason`, or a provider's own string)."""
+    """The message is complete.
+
+    Attributes:
+        stopReason: A :data:`StopReason`, or a provider's own string.
+        providerStopReason: Optional: the stop reason in the provider's own spelling, when
+            it differs from ``stopReason`` (OpenAI ``"tool_calls"``, Gemini ``"STOP"``);
+            tracing records it as ``gen_ai.response.finish_reasons``.
+        responseId: Optional: the provider's id of this response (``chatcmpl-...``,
+            ``msg_...``).
+        responseModel: Optional: the model that answered, as the provider names it
+            (``"gpt-4o-2024-08-06"``).
+    """
 
     stopReason: str
+    providerStopReason: str
+    responseId: str
+    responseModel: str
 
 
 class MetadataEvent(TypedDict, total=False):

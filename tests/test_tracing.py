@@ -155,9 +155,9 @@ class TestSpans:
             "chat m-1",
             "chat m-1",
             "execute_tool get_weather",
-            "invoke_agent",
+            "invoke_agent agent",
         ]
-        run = one(spans, "invoke_agent")
+        run = one(spans, "invoke_agent agent")
         assert run.kind is SpanKind.INTERNAL
         assert run.parent is None  # nothing was current when the run started
         for span in spans:
@@ -173,15 +173,16 @@ class TestSpans:
     ) -> None:
         with _PROVIDER.get_tracer("app").start_as_current_span("request") as outer:
             drive_tool_run(make_tracer())
-        run = one(exporter.get_finished_spans(), "invoke_agent")
+        run = one(exporter.get_finished_spans(), "invoke_agent agent")
         assert parent_id(run) == outer.get_span_context().span_id
 
     def test_attributes(self, exporter: InMemorySpanExporter) -> None:
         drive_tool_run(make_tracer(model=FakeModel("m-1", provider_name="acme")))
         spans = exporter.get_finished_spans()
-        run = attrs(one(spans, "invoke_agent"))
+        run = attrs(one(spans, "invoke_agent agent"))
         assert run == {
             "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "agent",
             "gen_ai.provider.name": "acme",
             "gen_ai.request.model": "m-1",
             "gen_ai.conversation.id": "conv-1",
@@ -197,6 +198,8 @@ class TestSpans:
             "gen_ai.request.model": "m-1",
             "gen_ai.conversation.id": "conv-1",
             "agent_sync.run_id": "run-1",
+            "gen_ai.request.stream": True,
+            "gen_ai.output.type": "text",
             "agent_sync.cycle": 1,
             "gen_ai.usage.input_tokens": 10,
             "gen_ai.usage.output_tokens": 5,
@@ -260,7 +263,7 @@ class TestSpans:
             "cacheWriteInputTokens": 5,
         }
         tracer.run_ended(stop_reason="end_turn", cancel_reason=None, usage=usage, error=None)
-        run = attrs(one(exporter.get_finished_spans(), "invoke_agent"))
+        run = attrs(one(exporter.get_finished_spans(), "invoke_agent agent"))
         assert run["gen_ai.usage.input_tokens"] == expected
         assert run["gen_ai.usage.cache_read.input_tokens"] == 100
         assert run["gen_ai.usage.cache_creation.input_tokens"] == 5
@@ -285,7 +288,7 @@ class TestErrorsAndCancel:
         )
         tracer.run_ended(stop_reason=None, cancel_reason=None, usage={}, error=error)
         spans = exporter.get_finished_spans()
-        for span in (one(spans, "chat m-1"), one(spans, "invoke_agent")):
+        for span in (one(spans, "chat m-1"), one(spans, "invoke_agent agent")):
             assert span.status.status_code is StatusCode.ERROR
             assert span.status.description == "slow down"
             assert attrs(span)["error.type"] == "ModelThrottledError"
@@ -306,7 +309,7 @@ class TestErrorsAndCancel:
         tracer = make_tracer()
         tracer.run_started(None)
         tracer.run_ended(stop_reason=None, cancel_reason=None, usage={}, error=error)
-        run = one(exporter.get_finished_spans(), "invoke_agent")
+        run = one(exporter.get_finished_spans(), "invoke_agent agent")
         assert run.status.status_code is StatusCode.ERROR
         dumped = run.to_json()
         assert SECRET not in dumped
@@ -333,7 +336,7 @@ class TestErrorsAndCancel:
             stop_reason="cancelled", cancel_reason="user stop", usage=usage, error=None
         )
         spans = exporter.get_finished_spans()
-        run = one(spans, "invoke_agent")
+        run = one(spans, "invoke_agent agent")
         assert attrs(run)["agent_sync.cancel_reason"] == "user stop"
         assert attrs(run)["agent_sync.stop_reason"] == "cancelled"
         assert run.status.status_code is StatusCode.UNSET
@@ -380,7 +383,7 @@ class TestErrorsAndCancel:
         tracer.run_ended(stop_reason="end_turn", cancel_reason=None, usage={}, error=None)
         tracer.before_model_call(BeforeModelCall(run_id="run-1", cycle=1, messages=(), model=None))
         tracer.tool_started(TOOL_USE, 1)
-        assert [s.name for s in exporter.get_finished_spans()] == ["invoke_agent"]
+        assert [s.name for s in exporter.get_finished_spans()] == ["invoke_agent agent"]
 
     def test_tool_results(self, exporter: InMemorySpanExporter) -> None:
         tracer = make_tracer()
@@ -417,7 +420,7 @@ class TestErrorsAndCancel:
         assert attrs(one(spans, "execute_tool cut"))["error.type"] == "cancelled"
         denied = one(spans, "execute_tool denied")  # never started: created and ended at once
         assert denied.status.description == "not run"
-        assert parent_id(denied) == one(spans, "invoke_agent").context.span_id
+        assert parent_id(denied) == one(spans, "invoke_agent agent").context.span_id
         assert all("boom" not in s.to_json() for s in spans)  # tool output is content
 
     def test_a_broken_event_never_raises(
@@ -430,7 +433,7 @@ class TestErrorsAndCancel:
         tracer.before_model_call(object())
         tracer.run_ended(stop_reason=None, cancel_reason=None, usage=None, error=None)
         assert sum("tracing failed" in r.getMessage() for r in caplog.records) == 3
-        assert one(exporter.get_finished_spans(), "invoke_agent").end_time is not None
+        assert one(exporter.get_finished_spans(), "invoke_agent agent").end_time is not None
 
     def test_a_model_whose_attributes_raise_is_traced_without_them(
         self, exporter: InMemorySpanExporter
@@ -492,7 +495,7 @@ class TestContent:
     def test_content_when_asked(self, exporter: InMemorySpanExporter) -> None:
         drive_tool_run(make_tracer(trace_content=True))
         spans = exporter.get_finished_spans()
-        run = attrs(one(spans, "invoke_agent"))
+        run = attrs(one(spans, "invoke_agent agent"))
         assert json.loads(run["gen_ai.input.messages"]) == [
             {"role": "user", "parts": [{"type": "text", "content": PROMPT}]}
         ]
@@ -611,7 +614,7 @@ class TestCleanInterpreter:
             print(sorted(s.name for s in exporter.get_finished_spans()))
             """
         )
-        assert done.stdout.strip() == "['chat', 'invoke_agent']", done.stderr
+        assert done.stdout.strip() == "['chat', 'invoke_agent agent']", done.stderr
 
     def test_none_when_opentelemetry_is_not_installed(self) -> None:
         done = run_clean(
@@ -696,9 +699,9 @@ class TestEndToEnd:
             "chat",
             "chat",
             "execute_tool get_weather",
-            "invoke_agent",
+            "invoke_agent agent",
         ]
-        run = one(spans, "invoke_agent")
+        run = one(spans, "invoke_agent agent")
         for span in spans:
             assert attrs(span)["agent_sync.run_id"] == result.run_id
             if span is not run:
@@ -716,7 +719,7 @@ class TestEndToEnd:
         agent = Agent(weather_model(), tools=[get_weather], trace_content=True)
         agent.invoke("Weather in Oslo?")
         spans = exporter.get_finished_spans()
-        run = attrs(one(spans, "invoke_agent"))
+        run = attrs(one(spans, "invoke_agent agent"))
         assert "Weather in Oslo?" in run["gen_ai.input.messages"]
         assert "It is 21 degrees in Oslo." in run["gen_ai.output.messages"]
         tool_span = attrs(one(spans, "execute_tool get_weather"))
@@ -729,7 +732,7 @@ class TestEndToEnd:
         result = agent.invoke("hi")
         assert result.stop_reason == "cancelled"
         spans = exporter.get_finished_spans()
-        run = one(spans, "invoke_agent")
+        run = one(spans, "invoke_agent agent")
         assert attrs(run)["agent_sync.cancel_reason"] == "user stop"
         assert attrs(run)["agent_sync.stop_reason"] == "cancelled"
         assert run.status.status_code is StatusCode.UNSET
@@ -759,7 +762,7 @@ class TestEndToEnd:
         result = Agent(model, tools=[stop_the_run]).invoke("hi")
         assert result.stop_reason == "cancelled"
         spans = exporter.get_finished_spans()
-        assert attrs(one(spans, "invoke_agent"))["agent_sync.cancel_reason"] == "user stop"
+        assert attrs(one(spans, "invoke_agent agent"))["agent_sync.cancel_reason"] == "user stop"
         assert [s.name for s in by_name(spans, "chat")] == ["chat"]  # no second model call
         assert one(spans, "execute_tool stop_the_run").end_time is not None
 
@@ -768,7 +771,7 @@ class TestEndToEnd:
         with pytest.raises(ModelError):
             agent.invoke("hi")
         spans = exporter.get_finished_spans()
-        for span in (one(spans, "invoke_agent"), one(spans, "chat")):
+        for span in (one(spans, "invoke_agent agent"), one(spans, "chat")):
             assert span.status.status_code is StatusCode.ERROR
             assert attrs(span)["error.type"] == "ModelError"
 
@@ -802,8 +805,8 @@ class TestEndToEnd:
         assert done.stdout.strip() == str(
             [
                 ("anthropic.messages.create", "chat claude-x"),
-                ("chat claude-x", "invoke_agent"),
-                ("invoke_agent", None),
+                ("chat claude-x", "invoke_agent agent"),
+                ("invoke_agent agent", None),
             ]
         ), done.stderr
 

@@ -1,20 +1,42 @@
-"""What differs between model providers in a trace: the provider's name and how its token
-counts map to the GenAI semantic conventions' usage attributes."""
+"""What differs between model providers in a trace: the provider's name, how its token
+counts map to the GenAI semantic conventions' usage attributes, where it is served
+(``server.address``/``server.port``, from the model's ``endpoint``) and the request
+parameters it was given.
+
+Imported only once OpenTelemetry is found (its names come from the semantic conventions).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-__all__ = ["provider_name", "usage_attributes"]
+from . import _names as n
+
+__all__ = [
+    "provider_name",
+    "request_attributes",
+    "server_attributes",
+    "usage_attributes",
+    "usage_counts",
+]
 
 _PROVIDERS = {
-    ("agent_sync.models.anthropic", "AnthropicModel"): "anthropic",
-    ("agent_sync.models.bedrock", "BedrockModel"): "aws.bedrock",
-    ("agent_sync.models.openai", "OpenAIModel"): "openai",
-    ("agent_sync.models.gemini", "GeminiModel"): "gcp.gemini",  # the conventions' name
+    ("agent_sync.models.anthropic", "AnthropicModel"): n.ANTHROPIC,
+    ("agent_sync.models.bedrock", "BedrockModel"): n.AWS_BEDROCK,
+    ("agent_sync.models.openai", "OpenAIModel"): n.OPENAI,
+    ("agent_sync.models.gemini", "GeminiModel"): n.GCP_GEMINI,
 }
-_CACHE_EXCLUDED = frozenset({"anthropic", "aws.bedrock"})  # inputTokens omit cached tokens
+_CACHE_EXCLUDED = frozenset({n.ANTHROPIC, n.AWS_BEDROCK})  # inputTokens omit cached tokens
+_DEFAULT_PORTS = {"https": 443, "http": 80}
+
+# The spellings of the three parameters across the wires (snake_case, Converse camelCase,
+# Gemini's and the Responses API's own): one table, whatever the model.
+_MAX_TOKENS = ("max_tokens", "maxTokens", "max_completion_tokens", "max_output_tokens",
+               "maxOutputTokens")  # fmt: skip
+_TEMPERATURE = ("temperature",)
+_TOP_P = ("top_p", "topP")
 
 
 def provider_name(model: object) -> str:
@@ -34,23 +56,73 @@ def provider_name(model: object) -> str:
     return type(model).__name__.lower()
 
 
-def usage_attributes(usage: Mapping[str, Any], provider: str) -> dict[str, int]:
-    """The ``gen_ai.usage.*`` attributes of a usage dict.
-
-    ``input_tokens`` includes cached tokens, as the conventions ask: for the providers
-    whose ``inputTokens`` omit them (Anthropic, Bedrock) it is the sum.
-    """
-    read, write = usage.get("cacheReadInputTokens"), usage.get("cacheWriteInputTokens")
+def usage_counts(usage: Mapping[str, Any], provider: str) -> tuple[int | None, int | None]:
+    """``(input, output)`` tokens as the conventions count them: input includes cached
+    tokens (for the providers whose ``inputTokens`` omit them, Anthropic and Bedrock, the
+    sum); ``None`` where not reported."""
     inputs, outputs = usage.get("inputTokens"), usage.get("outputTokens")
+    if isinstance(inputs, int) and provider in _CACHE_EXCLUDED:
+        read, write = usage.get("cacheReadInputTokens"), usage.get("cacheWriteInputTokens")
+        inputs += sum(k for k in (read, write) if isinstance(k, int))
+    return (
+        inputs if isinstance(inputs, int) else None,
+        outputs if isinstance(outputs, int) else None,
+    )
+
+
+def usage_attributes(usage: Mapping[str, Any], provider: str) -> dict[str, int]:
+    """The ``gen_ai.usage.*`` attributes of a usage dict (input tokens: :func:`usage_counts`)."""
+    inputs, outputs = usage_counts(usage, provider)
+    read, write = usage.get("cacheReadInputTokens"), usage.get("cacheWriteInputTokens")
     attributes: dict[str, int] = {}
-    if isinstance(inputs, int):
-        if provider in _CACHE_EXCLUDED:
-            inputs += sum(n for n in (read, write) if isinstance(n, int))
-        attributes["gen_ai.usage.input_tokens"] = inputs
-    if isinstance(outputs, int):
-        attributes["gen_ai.usage.output_tokens"] = outputs
+    if inputs is not None:
+        attributes[n.USAGE_INPUT_TOKENS] = inputs
+    if outputs is not None:
+        attributes[n.USAGE_OUTPUT_TOKENS] = outputs
     if isinstance(read, int):
-        attributes["gen_ai.usage.cache_read.input_tokens"] = read
+        attributes[n.USAGE_CACHE_READ_INPUT_TOKENS] = read
     if isinstance(write, int):
-        attributes["gen_ai.usage.cache_creation.input_tokens"] = write
+        attributes[n.USAGE_CACHE_CREATION_INPUT_TOKENS] = write
     return attributes
+
+
+def server_attributes(model: object) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of the model's ``endpoint`` (a URL; every
+    agent_sync model has one), or none when it has no endpoint (``ScriptedModel``)."""
+    endpoint = getattr(model, "endpoint", None)
+    if not isinstance(endpoint, str) or not endpoint:
+        return {}
+    parts = urlsplit(endpoint)
+    if not parts.hostname:
+        return {}
+    attributes: dict[str, Any] = {n.SERVER_ADDRESS: parts.hostname}
+    port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+    if port is not None:
+        attributes[n.SERVER_PORT] = port
+    return attributes
+
+
+def request_attributes(model: object, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``gen_ai.request.max_tokens``/``temperature``/``top_p`` the model was given: the
+    call's ``params`` over the model's own ``params`` (and a ``max_tokens`` attribute, as
+    ``AnthropicModel`` has)."""
+    own = getattr(model, "params", None)
+    merged: dict[str, Any] = {**own, **params} if isinstance(own, Mapping) else dict(params)
+    attributes: dict[str, Any] = {}
+    max_tokens = _first(merged, _MAX_TOKENS)
+    if max_tokens is None:
+        max_tokens = getattr(model, "max_tokens", None)
+    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool):
+        attributes[n.REQUEST_MAX_TOKENS] = max_tokens
+    for key, names in ((n.REQUEST_TEMPERATURE, _TEMPERATURE), (n.REQUEST_TOP_P, _TOP_P)):
+        value = _first(merged, names)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            attributes[key] = float(value)
+    return attributes
+
+
+def _first(params: Mapping[str, Any], names: tuple[str, ...]) -> Any:
+    for name in names:
+        if name in params:
+            return params[name]
+    return None

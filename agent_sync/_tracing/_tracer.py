@@ -1,8 +1,10 @@
-"""The :class:`RunTracer`: the spans of one run, a hook of the run's
+"""The :class:`RunTracer`: the spans and metrics of one run, a hook of the run's
 :class:`~agent_sync.run._hooks.HookRunner` (what it records: see :mod:`agent_sync._tracing`).
 
-Thread-safety: a :class:`RunTracer` is used by its run's loop thread only (no lock).
-:func:`run_tracer` and :func:`tracing_hooks` may be called from any thread.
+Imported only once OpenTelemetry is found (:mod:`._start`). Thread-safety: a
+:class:`RunTracer` is used by its run's loop thread, but for
+:meth:`RunTracer.call_context`, which a tool worker may call (the open tool spans are under
+the tracer's lock).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -19,69 +22,31 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 from .._redact import redact
 from ..cancel import CancelledError
 from ..hooks import AfterModelCall, AfterToolCall, BeforeModelCall
-from ..messages import CANCELLED_TEXT, ContentBlock, Message, ToolUse, Usage
+from ..messages import CANCELLED_TEXT, ContentBlock, Message, MessageStopEvent, ToolUse, Usage
+from . import _calls
+from . import _names as n
 from ._genai_messages import chat_messages, output_message, result_value, to_json
-from ._otel import current_tracer
-from ._providers import provider_name, usage_attributes
+from ._metrics import Instruments
+from ._providers import (
+    provider_name,
+    request_attributes,
+    server_attributes,
+    usage_attributes,
+    usage_counts,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from contextlib import AbstractContextManager
 
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["RunTracer", "run_tracer", "tracing_hooks"]
+__all__ = ["RunTracer"]
 
 logger = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
-
-
-def tracing_hooks(
-    *, run_id: str, model: object, conversation_id: str | None, trace_content: bool
-) -> tuple[RunTracer, ...]:
-    """The tracing hooks of one run: its :class:`RunTracer`, or none (zero cost) when
-    tracing is off.
-
-    Off: ``opentelemetry`` is not importable, or the global tracer provider is the API's
-    default (no SDK provider set; checked on every call), or it hands out no-op tracers.
-
-    Args:
-        run_id: The run's id (``agent_sync.run_id`` on every span).
-        model: The run's model (provider name, ``model_id``).
-        conversation_id: ``gen_ai.conversation.id``, when not ``None``.
-        trace_content: Record prompts, completions, tool arguments and results.
-
-    Returns:
-        ``(tracer,)`` for the run's loop thread, or ``()``. Never raises.
-    """
-    try:
-        tracer = current_tracer()
-        if tracer is None:
-            return ()
-        return (
-            RunTracer(
-                tracer,
-                run_id=run_id,
-                model=model,
-                conversation_id=conversation_id,
-                trace_content=trace_content,
-            ),
-        )
-    except Exception:
-        logger.debug("run_id=<%s> | tracing setup failed; run not traced", run_id, exc_info=True)
-        return ()
-
-
-def run_tracer(
-    *, run_id: str, model: object, conversation_id: str | None, trace_content: bool
-) -> RunTracer | None:
-    """The run's :class:`RunTracer` (arguments as for :func:`tracing_hooks`), or ``None``
-    when tracing is off. Never raises."""
-    hooks = tracing_hooks(
-        run_id=run_id, model=model, conversation_id=conversation_id, trace_content=trace_content
-    )
-    return hooks[0] if hooks else None
 
 
 def _guarded(
@@ -105,7 +70,8 @@ def _guarded(
 
 
 class RunTracer:
-    """The spans of one run. Every method is called from the run's loop thread only.
+    """The spans and metrics of one run. Every method is called from the run's loop thread
+    only, but :meth:`call_context` (any thread: the open tool spans are under a lock).
 
     No method raises (errors are logged at DEBUG). :meth:`run_ended` ends every span still
     open and is idempotent; after it the other methods do nothing.
@@ -113,88 +79,139 @@ class RunTracer:
 
     def __init__(
         self,
-        tracer: Tracer,
+        tracer: Tracer | None,
         *,
         run_id: str,
         model: object,
         conversation_id: str | None,
         trace_content: bool,
+        agent_name: str = "agent",
+        params: Mapping[str, Any] | None = None,
+        structured: bool = False,
+        instruments: Instruments | None = None,
     ) -> None:
-        from opentelemetry import context, trace  # importable: the tracer came from it
+        """``tracer`` ``None``: metrics only (spans are the API's non-recording ones).
+        ``instruments`` ``None``: spans only."""
+        from opentelemetry import context, trace  # importable: the caller found it
 
         self.run_id = run_id
         self._trace = trace
         self._context = context
-        self._tracer = tracer
+        self._tracer = tracer if tracer is not None else trace.NoOpTracer()
         self._content = trace_content
+        self._metrics = instruments
+        self._agent_name = agent_name
         self._provider = provider_name(model)
         model_id = getattr(model, "model_id", None)
         self._model_id = model_id if isinstance(model_id, str) and model_id else None
-        common: dict[str, Any] = {"gen_ai.provider.name": self._provider}
+        server = server_attributes(model)
+        common: dict[str, Any] = {n.PROVIDER_NAME: self._provider}
         if self._model_id is not None:
-            common["gen_ai.request.model"] = self._model_id
+            common[n.REQUEST_MODEL] = self._model_id
+        self._metric_attributes: dict[str, Any] = {n.OPERATION_NAME: n.CHAT, **common, **server}
         if conversation_id is not None:
-            common["gen_ai.conversation.id"] = conversation_id
+            common[n.CONVERSATION_ID] = conversation_id
         common["agent_sync.run_id"] = run_id
         self._common = common
+        self._chat_attributes: dict[str, Any] = {
+            n.OPERATION_NAME: n.CHAT,
+            **common,
+            n.REQUEST_STREAM: True,
+            n.OUTPUT_TYPE: n.OUTPUT_JSON if structured else n.OUTPUT_TEXT,
+            **server,
+            **request_attributes(model, params or {}),
+        }
+        # the span a child run hangs under: its call's, when a sub-agent's call started
+        # it (_calls.call_scope); else whatever is current when the run starts
+        self._caller: Context | None = _calls.caller()
         self._run: Span | None = None
         self._parent: Context | None = None
-        self._chats: dict[int, Span] = {}
-        self._tools: dict[str, Span] = {}
+        self._chats: dict[int, tuple[Span, float]] = {}
+        self._tools: dict[str, Span] = {}  # open tool spans: under the lock (call_context)
+        self._tools_lock = threading.Lock()
+        self._cycle = 0
         self._last_output: tuple[Message, str | None] | None = None
         self._ended = False
 
     @_guarded
     def run_started(self, prompt: list[ContentBlock] | None) -> None:
-        """Open the ``invoke_agent`` span (a child of the caller's current span)."""
+        """Open the ``invoke_agent {name}`` span: a child of the sub-agent call that
+        started the run, else of the caller's current span."""
         if self._ended or self._run is not None:
             return
-        attributes = {"gen_ai.operation.name": "invoke_agent", **self._common}
+        attributes = {
+            n.OPERATION_NAME: n.INVOKE_AGENT,
+            n.AGENT_NAME: self._agent_name,
+            **self._common,
+        }
         if self._content and prompt:
             user: Message = {"role": "user", "content": prompt}
-            attributes["gen_ai.input.messages"] = to_json(chat_messages([user]))
+            attributes[n.INPUT_MESSAGES] = to_json(chat_messages([user]))
         kind = self._trace.SpanKind.INTERNAL
-        self._run = span = self._tracer.start_span("invoke_agent", kind=kind, attributes=attributes)
+        self._run = span = self._tracer.start_span(
+            f"{n.INVOKE_AGENT} {self._agent_name}",
+            context=self._caller,
+            kind=kind,
+            attributes=attributes,
+        )
         self._parent = self._trace.set_span_in_context(span)
+        _calls.opened(self.run_id, self)
 
     @_guarded
     def before_model_call(self, event: BeforeModelCall) -> None:
         """Open a ``chat {model_id}`` span."""
         if self._ended:
             return
-        attributes = {
-            "gen_ai.operation.name": "chat",
-            **self._common,
-            "agent_sync.cycle": event.cycle,
-        }
+        self._cycle = event.cycle
+        attributes = {**self._chat_attributes, "agent_sync.cycle": event.cycle}
         if self._content:
-            attributes["gen_ai.input.messages"] = to_json(chat_messages(event.messages))
-        name = f"chat {self._model_id}" if self._model_id else "chat"
+            attributes[n.INPUT_MESSAGES] = to_json(chat_messages(event.messages))
+        name = f"{n.CHAT} {self._model_id}" if self._model_id else n.CHAT
         kind = self._trace.SpanKind.CLIENT
-        self._chats[event.cycle] = self._tracer.start_span(
-            name, context=self._parent, kind=kind, attributes=attributes
-        )
+        span = self._tracer.start_span(name, context=self._parent, kind=kind, attributes=attributes)
+        self._chats[event.cycle] = (span, time.perf_counter())
 
     @_guarded
-    def after_model_call(self, event: AfterModelCall) -> None:
-        """End the call's span with usage, finish reason, and the error or the output."""
-        span = self._chats.pop(event.cycle, None)
-        if span is None:
+    def after_model_call(
+        self, event: AfterModelCall, response: MessageStopEvent | None = None
+    ) -> None:
+        """End the call's span with usage, the provider's finish reason, response id and
+        model, and the error or the output; record the call's metrics.
+
+        ``response``: the stream's ``messageStop`` (what the provider said of its
+        response); without it the finish reason is agent_sync's stop reason.
+        """
+        open_call = self._chats.pop(event.cycle, None)
+        if open_call is None:
             return
+        span = open_call[0]
+        error_type: str | None = None
+        response_model: str | None = None
         try:
             if event.usage is not None:
                 span.set_attributes(usage_attributes(event.usage, self._provider))
-            if event.stop_reason is not None:
-                span.set_attribute("gen_ai.response.finish_reasons", [event.stop_reason])
+            if response is not None:
+                finish = response.get("providerStopReason") or event.stop_reason
+                response_id = response.get("responseId")
+                if response_id:
+                    span.set_attribute(n.RESPONSE_ID, response_id)
+                response_model = response.get("responseModel")
+                if response_model:
+                    span.set_attribute(n.RESPONSE_MODEL, response_model)
+            else:
+                finish = event.stop_reason
+            if finish is not None:
+                span.set_attribute(n.RESPONSE_FINISH_REASONS, [finish])
             if event.error is not None:
-                self._fail(span, event.error)
+                error_type = self._fail(span, event.error)
             elif event.message is not None:
                 self._last_output = (event.message, event.stop_reason)
                 if self._content:
                     output = output_message(event.message, event.stop_reason)
-                    span.set_attribute("gen_ai.output.messages", to_json([output]))
+                    span.set_attribute(n.OUTPUT_MESSAGES, to_json([output]))
         finally:
             span.end()
+            self._record_call(event.duration_s, event.usage, error_type, response_model)
 
     def model_call_scope(self, cycle: int) -> AbstractContextManager[None]:
         """Make the call's ``chat`` span current for a block, so that spans made in it (the
@@ -205,9 +222,9 @@ class RunTracer:
         that hands events out. Never raises of its own; the block's exceptions pass through.
         """
         try:
-            span = self._chats.get(cycle)
-            if span is not None:
-                return _Current(self, self._trace.set_span_in_context(span))
+            open_call = self._chats.get(cycle)
+            if open_call is not None:
+                return _Current(self, self._trace.set_span_in_context(open_call[0]))
         except Exception:
             logger.debug(
                 "run_id=<%s> | tracing failed in model_call_scope", self.run_id, exc_info=True
@@ -216,16 +233,37 @@ class RunTracer:
 
     @_guarded
     def tool_started(self, tool_use: ToolUse, cycle: int) -> None:
-        """Open an ``execute_tool {name}`` span."""
-        if not self._ended:
-            self._tools[tool_use["toolUseId"]] = self._tool_span(tool_use, cycle, None)
+        """Open an ``execute_tool {name}`` span (unless :meth:`call_context` already did)."""
+        self._open_tool(tool_use, cycle)
+
+    def call_context(self, tool_use: ToolUse) -> Context | None:
+        """The span context of a running call, its span opened now if the run's thread has
+        not yet (a sub-agent call on a tool worker asks as it starts its child run); ``None``
+        once the run ended. Any thread; never raises."""
+        try:
+            span = self._open_tool(tool_use, self._cycle)
+            return self._trace.set_span_in_context(span) if span is not None else None
+        except Exception:
+            logger.debug("run_id=<%s> | tracing failed in call_context", self.run_id, exc_info=True)
+            return None
+
+    def _open_tool(self, tool_use: ToolUse, cycle: int) -> Span | None:
+        tool_use_id = tool_use["toolUseId"]
+        with self._tools_lock:
+            if self._ended:
+                return None
+            span = self._tools.get(tool_use_id)
+            if span is None:
+                span = self._tools[tool_use_id] = self._tool_span(tool_use, cycle, None)
+            return span
 
     @_guarded
     def after_tool_call(self, event: AfterToolCall) -> None:
         """End the call's span; a call that never started gets one created and ended now."""
-        if self._ended:
-            return
-        span = self._tools.pop(event.tool_use["toolUseId"], None)
+        with self._tools_lock:
+            if self._ended:
+                return
+            span = self._tools.pop(event.tool_use["toolUseId"], None)
         ran = span is not None
         if span is None:
             start = time.time_ns() - int(max(event.duration_s, 0.0) * 1e9)
@@ -233,7 +271,7 @@ class RunTracer:
         try:
             result = event.result
             if self._content:
-                span.set_attribute("gen_ai.tool.call.result", to_json(result_value(result)))
+                span.set_attribute(n.TOOL_CALL_RESULT, to_json(result_value(result)))
             if result.get("status") == "error":
                 if result.get("content") == [{"text": CANCELLED_TEXT}]:
                     self._error(span, "cancelled", "cancelled")
@@ -252,22 +290,30 @@ class RunTracer:
         error: BaseException | None,
     ) -> None:
         """End every span still open, then the run's span. Idempotent."""
-        if self._ended:
-            return
-        self._ended = True
-        left = [(s, "chat") for s in self._chats.values()]
-        left += [(s, "tool") for s in self._tools.values()]
+        with self._tools_lock:
+            if self._ended:
+                return
+            self._ended = True
+            tools = list(self._tools.values())
+            self._tools.clear()
+        _calls.closed(self.run_id)
+        chats = list(self._chats.values())
         self._chats.clear()
-        self._tools.clear()
-        for span, kind in left:
+        now = time.perf_counter()
+        for span, started in chats:
+            error_type: str | None = None
             try:  # one failing span must not leave the others open
-                if kind == "tool":
-                    self._error(span, "abandoned", "abandoned")
-                elif error is not None:
-                    self._fail(span, error)
+                if error is not None:
+                    error_type = self._fail(span, error)
                 else:
-                    cut = "cancelled" if cancel_reason is not None else "abandoned"
-                    self._error(span, cut, cut)
+                    error_type = "cancelled" if cancel_reason is not None else "abandoned"
+                    self._error(span, error_type, error_type)
+            finally:
+                span.end()
+                self._record_call(now - started, None, error_type, None)
+        for span in tools:
+            try:
+                self._error(span, "abandoned", "abandoned")
             finally:
                 span.end()
         run = self._run
@@ -283,24 +329,40 @@ class RunTracer:
                 self._fail(run, error)
             elif self._content and self._last_output is not None:
                 output = output_message(*self._last_output)
-                run.set_attribute("gen_ai.output.messages", to_json([output]))
+                run.set_attribute(n.OUTPUT_MESSAGES, to_json([output]))
         finally:
             run.end()
+
+    def _record_call(
+        self,
+        duration_s: float,
+        usage: Usage | None,
+        error_type: str | None,
+        response_model: str | None,
+    ) -> None:
+        metrics = self._metrics
+        if metrics is None:
+            return
+        attributes = self._metric_attributes
+        if response_model:
+            attributes = {**attributes, n.RESPONSE_MODEL: response_model}
+        tokens = usage_counts(usage, self._provider) if usage is not None else (None, None)
+        metrics.record_call(attributes, duration_s=duration_s, tokens=tokens, error_type=error_type)
 
     def _tool_span(self, tool_use: ToolUse, cycle: int, start_time: int | None) -> Span:
         name = tool_use["name"]
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": tool_use["toolUseId"],
-            "gen_ai.tool.type": "function",
+            n.OPERATION_NAME: n.EXECUTE_TOOL,
+            n.TOOL_NAME: name,
+            n.TOOL_CALL_ID: tool_use["toolUseId"],
+            n.TOOL_TYPE: "function",
             "agent_sync.run_id": self.run_id,
             "agent_sync.cycle": cycle,
         }
         if self._content:
-            attributes["gen_ai.tool.call.arguments"] = to_json(tool_use.get("input"))
+            attributes[n.TOOL_CALL_ARGUMENTS] = to_json(tool_use.get("input"))
         return self._tracer.start_span(
-            f"execute_tool {name}",
+            f"{n.EXECUTE_TOOL} {name}",
             context=self._parent,
             kind=self._trace.SpanKind.INTERNAL,
             attributes=attributes,
@@ -308,13 +370,14 @@ class RunTracer:
         )
 
     def _error(self, span: Span, error_type: str, description: str) -> None:
-        span.set_attribute("error.type", error_type)
+        span.set_attribute(n.ERROR_TYPE, error_type)
         span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, description))
 
-    def _fail(self, span: Span, exc: BaseException) -> None:
+    def _fail(self, span: Span, exc: BaseException) -> str:
+        """Mark ``span`` failed by ``exc``; return its ``error.type``."""
         if isinstance(exc, CancelledError):
             self._error(span, "cancelled", "cancelled")
-            return
+            return "cancelled"
         name = type(exc).__qualname__
         message = redact(_safe_str(exc))
         self._error(span, name, message or name)
@@ -322,11 +385,12 @@ class RunTracer:
         span.add_event(
             "exception",
             {
-                "exception.type": f"{type(exc).__module__}.{name}",
-                "exception.message": message,
-                "exception.stacktrace": redact("".join(lines)),
+                n.EXCEPTION_TYPE: f"{type(exc).__module__}.{name}",
+                n.EXCEPTION_MESSAGE: message,
+                n.EXCEPTION_STACKTRACE: redact("".join(lines)),
             },
         )
+        return name
 
 
 class _Current:

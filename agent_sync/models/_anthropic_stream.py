@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from ..errors import ModelStreamError
 from ..messages import StreamEvent, Usage
+from ._response import message_stop
 from ._wire import MALFORMED as _MALFORMED
 
 __all__ = ["EventTranslator", "map_stop_reason", "message_events"]
@@ -65,6 +66,7 @@ class EventTranslator:
         "_ignored",
         "_input_tokens",
         "_output_tokens",
+        "_response",
         "_started",
         "finished",
         "stop_reason",
@@ -77,6 +79,7 @@ class EventTranslator:
         self._cache_read: int | None = None  # None: the server did not report it
         self._cache_write: int | None = None
         self._started = time.monotonic()
+        self._response: dict[str, Any] = {}  # message_start's message: its id and model
         self.finished = False
         self.stop_reason: str | None = None
 
@@ -119,7 +122,8 @@ class EventTranslator:
                 return ()
             return ({"contentBlockStop": {"contentBlockIndex": index}},)
         if kind == "message_start":
-            usage = event["message"].get("usage")
+            self._response = event["message"]
+            usage = self._response.get("usage")
             self._usage(usage)
             if usage is None:
                 return ({"messageStart": {"role": "assistant"}},)
@@ -200,7 +204,12 @@ class EventTranslator:
     def _stop(self) -> Iterable[StreamEvent]:
         latency_ms = int((time.monotonic() - self._started) * 1000)
         return (
-            {"messageStop": {"stopReason": map_stop_reason(self.stop_reason)}},
+            message_stop(
+                map_stop_reason(self.stop_reason),
+                provider_reason=self.stop_reason,
+                response_id=self._response.get("id"),
+                response_model=self._response.get("model"),
+            ),
             {"metadata": {"usage": self._counts(), "metrics": {"latencyMs": latency_ms}}},
         )
 

@@ -30,6 +30,7 @@ from ..errors import ModelStreamError
 from ..messages import StreamEvent, Usage
 from ._gemini_format import WIRE
 from ._reasoning import tag
+from ._response import message_stop
 from ._wire import MALFORMED as _MALFORMED
 
 __all__ = ["FINISH_REASONS", "FILTERED", "ResponseTranslator", "converse_usage"]
@@ -93,8 +94,8 @@ class ResponseTranslator:
         finished: Whether a ``finishReason`` (or a blocked prompt) has been seen.
     """
 
-    __slots__ = ("_calls", "_index", "_open", "_open_kind", "_signature_after", "_signed",
-                 "_started", "finished", "usage")  # fmt: skip
+    __slots__ = ("_calls", "_index", "_open", "_open_kind", "_response", "_signature_after",
+                 "_signed", "_started", "finished", "usage")  # fmt: skip
 
     def __init__(self) -> None:
         self._started = False
@@ -104,6 +105,7 @@ class ResponseTranslator:
         self._signed = False  # the open reasoning block has its signature
         self._signature_after: str | None = None  # a signed text part's, after its block
         self._calls = 0
+        self._response: dict[str, Any] = {}  # the first chunk: responseId, modelVersion
         self.finished = False
         self.usage: dict[str, Any] | None = None
 
@@ -144,6 +146,8 @@ class ResponseTranslator:
 
     def _add(self, chunk: dict[str, Any]) -> list[StreamEvent]:
         out: list[StreamEvent] = []
+        if not self._started:
+            self._response = chunk
         self._start(out)
         usage = chunk.get("usageMetadata")
         if isinstance(usage, dict):
@@ -152,7 +156,8 @@ class ResponseTranslator:
         if not candidates:
             feedback = chunk.get("promptFeedback")
             if isinstance(feedback, dict) and feedback.get("blockReason") and not self.finished:
-                self._stop(out, FILTERED)  # the prompt was blocked: no answer at all
+                # the prompt was blocked: no answer at all
+                self._stop(out, FILTERED, feedback["blockReason"])
             return out
         candidate = candidates[0]
         content = candidate.get("content") or {}
@@ -167,7 +172,7 @@ class ResponseTranslator:
                     provider=PROVIDER,
                     retryable=True,
                 )
-            self._stop(out, FINISH_REASONS.get(reason, str(reason).lower()))
+            self._stop(out, FINISH_REASONS.get(reason, str(reason).lower()), reason)
         return out
 
     def _part(self, out: list[StreamEvent], part: dict[str, Any]) -> None:
@@ -272,9 +277,17 @@ class ResponseTranslator:
         )
         out.append({"contentBlockStop": {"contentBlockIndex": index}})
 
-    def _stop(self, out: list[StreamEvent], reason: str) -> None:
+    def _stop(self, out: list[StreamEvent], reason: str, wire_reason: Any = None) -> None:
         self.finished = True
         self._close(out)
         if self._calls and reason == "end_turn":
             reason = "tool_use"  # Gemini says STOP after function calls
-        out.append({"messageStop": {"stopReason": reason}})
+        response = self._response
+        out.append(
+            message_stop(
+                reason,
+                provider_reason=wire_reason,
+                response_id=response.get("responseId"),
+                response_model=response.get("modelVersion"),
+            )
+        )

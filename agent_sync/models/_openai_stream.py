@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import ModelStreamError
 from ..messages import StreamEvent, Usage
+from ._response import message_stop
 from ._wire import MALFORMED as _MALFORMED
 
 __all__ = ["ChunkTranslator", "completion_as_chunk", "converse_usage", "map_finish_reason"]
@@ -99,6 +100,9 @@ def completion_as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
         raise _malformed(exc, what="JSON answer") from exc
     if isinstance(completion.get("usage"), dict):
         chunk["usage"] = completion["usage"]
+    for key in ("id", "model"):
+        if key in completion:
+            chunk[key] = completion[key]
     return chunk
 
 
@@ -134,7 +138,16 @@ class ChunkTranslator:
         finished: Whether a ``finish_reason`` has been seen.
     """
 
-    __slots__ = ("_calls", "_next_index", "_open", "_open_kind", "_started", "finished", "usage")
+    __slots__ = (
+        "_calls",
+        "_next_index",
+        "_open",
+        "_open_kind",
+        "_response",
+        "_started",
+        "finished",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self._started = False
@@ -142,6 +155,7 @@ class ChunkTranslator:
         self._open: int | None = None  # index of the streaming text/reasoning block
         self._open_kind = ""
         self._calls: dict[int, _ToolCall] = {}
+        self._response: dict[str, Any] = {}  # the first chunk: the response's id and model
         self.finished = False
         self.usage: dict[str, int] | None = None
 
@@ -174,6 +188,7 @@ class ChunkTranslator:
         out: list[StreamEvent] = []
         if not self._started:
             self._started = True
+            self._response = chunk
             out.append({"messageStart": {"role": "assistant"}})
         usage = chunk.get("usage")
         if isinstance(usage, dict):
@@ -198,7 +213,7 @@ class ChunkTranslator:
             self._started = True
             out.append({"messageStart": {"role": "assistant"}})
         if not self.finished:
-            self._finish_choice(out, "stop")
+            self._finish_choice(out, None)
         if self.usage is not None:
             out.append({"metadata": {"usage": converse_usage(self.usage)}})
         return out
@@ -259,7 +274,9 @@ class ChunkTranslator:
                 arguments if isinstance(arguments, str) else json.dumps(arguments)
             )
 
-    def _finish_choice(self, out: list[StreamEvent], finish: str) -> None:
+    def _finish_choice(self, out: list[StreamEvent], finish: str | None) -> None:
+        """Close the message; ``finish`` is the server's ``finish_reason`` (``None``: it
+        sent none, taken as ``"stop"``)."""
         self.finished = True
         self._close_open(out)
         for position in sorted(self._calls):
@@ -285,7 +302,15 @@ class ChunkTranslator:
                     }
                 )
             out.append({"contentBlockStop": {"contentBlockIndex": index}})
-        reason = map_finish_reason(finish)
+        reason = map_finish_reason(finish or "stop")
         if self._calls and reason == "end_turn":
             reason = "tool_use"
-        out.append({"messageStop": {"stopReason": reason}})
+        response = self._response
+        out.append(
+            message_stop(
+                reason,
+                provider_reason=finish,
+                response_id=response.get("id"),
+                response_model=response.get("model"),
+            )
+        )

@@ -30,6 +30,7 @@ from typing import Any
 from ..errors import ModelStreamError
 from ..messages import StreamEvent, Usage
 from ._openai_errors import PROVIDER, stream_error
+from ._response import message_stop
 from ._responses_format import reasoning_signature
 from ._wire import MALFORMED as _MALFORMED
 
@@ -123,8 +124,8 @@ class EventTranslator:
         finished: Whether a terminal event (``response.completed``/``incomplete``) was seen.
     """
 
-    __slots__ = ("_called", "_items", "_next_index", "_pending", "_started", "_stop",
-                 "_usage", "finished")  # fmt: skip
+    __slots__ = ("_called", "_items", "_next_index", "_pending", "_response", "_started",
+                 "_stop", "_usage", "_wire_stop", "finished")  # fmt: skip
 
     def __init__(self) -> None:
         self._started = False
@@ -133,6 +134,8 @@ class EventTranslator:
         self._pending: tuple[int, dict[str, Any]] | None = None  # reasoning awaiting its next
         self._called = False
         self._stop: str | None = None
+        self._wire_stop: str | None = None  # "completed", or why it is incomplete
+        self._response: dict[str, Any] = {}  # the terminal response: its id and model
         self._usage: dict[str, Any] | None = None
         self.finished = False
 
@@ -158,7 +161,15 @@ class EventTranslator:
             reason = self._stop or "end_turn"
             if self._called and reason == "end_turn":
                 reason = "tool_use"
-            out.append({"messageStop": {"stopReason": reason}})
+            response = self._response
+            out.append(
+                message_stop(
+                    reason,
+                    provider_reason=self._wire_stop,
+                    response_id=response.get("id"),
+                    response_model=response.get("model"),
+                )
+            )
             if self._usage is not None:
                 out.append({"metadata": {"usage": converse_usage(self._usage)}})
             return out
@@ -304,10 +315,13 @@ class EventTranslator:
         if kind == "response.failed":
             raise stream_error(response.get("error") or {"message": "the response failed"})
         self.finished = True
+        self._response = response
+        self._wire_stop = "completed"
         usage = response.get("usage")
         if isinstance(usage, dict):
             self._usage = usage
         if kind == "response.incomplete":
             details = response.get("incomplete_details") or {}
             reason = str(details.get("reason") or "max_output_tokens")
+            self._wire_stop = reason
             self._stop = _INCOMPLETE_REASONS.get(reason, reason)

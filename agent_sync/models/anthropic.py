@@ -141,6 +141,11 @@ class AnthropicModel:
         """The SDK client this model calls (SDK retries disabled)."""
         return self._client
 
+    @property
+    def endpoint(self) -> str:
+        """The client's base URL (tracing's ``server.address`` and ``server.port``)."""
+        return str(self._client.base_url)
+
     def __repr__(self) -> str:
         # Never the client or its arguments: they hold the API key.
         base_url = str(self._client.base_url)

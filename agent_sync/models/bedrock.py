@@ -284,6 +284,21 @@ class BedrockModel:
                 config=config,
             )
 
+    @property
+    def endpoint(self) -> str | None:
+        """The Bedrock runtime URL requests go to (tracing's ``server.address`` and
+        ``server.port``): ``endpoint_url``, else a given client's, else the region's;
+        ``None`` when none is known yet."""
+        if self._endpoint_url:
+            return self._endpoint_url
+        client = self._client
+        if client is not None:
+            url = getattr(getattr(client, "meta", None), "endpoint_url", None)
+            return url if isinstance(url, str) else None
+        if self.region_name:
+            return f"https://bedrock-runtime.{self.region_name}.amazonaws.com"
+        return None
+
     def __repr__(self) -> str:
         return (
             f"BedrockModel(model_id={self.model_id!r}, region_name={self.region_name!r}, "

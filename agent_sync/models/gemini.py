@@ -121,6 +121,12 @@ class GeminiModel:
             )
         )
 
+    @property
+    def endpoint(self) -> str:
+        """The URL requests go to, below their path (tracing's ``server.address`` and
+        ``server.port``)."""
+        return self.base_url
+
     def __repr__(self) -> str:
         return f"GeminiModel(model_id={self.model_id!r}, base_url={self.base_url!r})"
 

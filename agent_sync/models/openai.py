@@ -126,6 +126,12 @@ class OpenAIModel:
         self._cache_rejection = CacheRejection(logger)
         self._format_rejection = CacheRejection(logger)  # response_format refused
 
+    @property
+    def endpoint(self) -> str:
+        """The URL requests go to, below their path (tracing's ``server.address`` and
+        ``server.port``)."""
+        return self.base_url
+
     def __repr__(self) -> str:
         return f"OpenAIModel(model_id={self.model_id!r}, base_url={self.base_url!r})"
 

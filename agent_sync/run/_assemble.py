@@ -28,7 +28,14 @@ from typing import Any
 from .._encodable import Unencodable, clean_text, load_json
 from ..errors import ModelStreamError
 from ..events import ReasoningDelta, TextDelta
-from ..messages import OPTIONAL_USAGE_KEYS, ContentBlock, Message, StreamEvent, Usage
+from ..messages import (
+    OPTIONAL_USAGE_KEYS,
+    ContentBlock,
+    Message,
+    MessageStopEvent,
+    StreamEvent,
+    Usage,
+)
 
 __all__ = ["EMPTY_RESPONSE_TEXT", "AssembledMessage", "MessageAssembler"]
 
@@ -69,7 +76,7 @@ class _Block:
 class MessageAssembler:
     """Accumulates one model call's stream events. Not thread-safe (one per call)."""
 
-    __slots__ = ("_blocks", "_emit", "_run_id", "first_text_at", "stop_reason", "usage")
+    __slots__ = ("_blocks", "_emit", "_run_id", "first_text_at", "stop", "stop_reason", "usage")
 
     def __init__(self, *, emit_deltas: bool = True, run_id: str = "") -> None:
         """Args:
@@ -81,6 +88,9 @@ class MessageAssembler:
         self._emit = emit_deltas
         self._run_id = run_id
         self.stop_reason: str | None = None
+        self.stop: MessageStopEvent | None = None
+        """The stream's ``messageStop`` as it came (with what the provider said of its
+        response: its own stop reason, id and model, for tracing)."""
         self.usage: Usage | None = None
         self.first_text_at: float | None = None
 
@@ -124,6 +134,7 @@ class MessageAssembler:
             return None
         message_stop = event.get("messageStop")
         if message_stop is not None:
+            self.stop = message_stop
             self.stop_reason = clean_text(message_stop.get("stopReason") or "end_turn")
             return None
         metadata = event.get("metadata")

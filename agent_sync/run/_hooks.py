@@ -28,7 +28,7 @@ from .._decisions import Approve, Deny
 from .._tracing import tracing_hooks
 from ..errors import HookError
 from ..hooks import AfterModelCall, AfterToolCall, BeforeModelCall, BeforeToolCall
-from ..messages import ContentBlock, Message, ToolResult, ToolUse, Usage
+from ..messages import ContentBlock, Message, MessageStopEvent, ToolResult, ToolUse, Usage
 
 if TYPE_CHECKING:
     from ._context import RunSettings
@@ -60,7 +60,9 @@ class RunObserver(Protocol):
 
     def before_model_call(self, event: BeforeModelCall) -> None: ...
 
-    def after_model_call(self, event: AfterModelCall) -> None: ...
+    def after_model_call(
+        self, event: AfterModelCall, response: MessageStopEvent | None = None
+    ) -> None: ...
 
     def model_call_scope(self, cycle: int) -> AbstractContextManager[None]: ...
 
@@ -81,7 +83,7 @@ class HookRunner:
         self._observers = tuple(observers)
         listeners = (*self._observers, *hooks)
         self._before_model = _methods(listeners, "before_model_call")
-        self._after_model = _methods(listeners, "after_model_call")
+        self._after_model = _methods(hooks, "after_model_call")  # observers: called apart
         self._before_tool = _methods(hooks, "before_tool_call")
         self._after_tool = _methods(listeners, "after_tool_call")
 
@@ -121,8 +123,11 @@ class HookRunner:
         usage: Usage | None,
         duration_s: float,
         error: BaseException | None = None,
+        response: MessageStopEvent | None = None,
     ) -> None:
-        if self._after_model:
+        """``response``: the stream's ``messageStop`` (the provider's own stop reason,
+        response id and model), for the observers only: hooks see the event."""
+        if self._after_model or self._observers:
             event = AfterModelCall(
                 run_id=run_id,
                 cycle=cycle,
@@ -132,6 +137,8 @@ class HookRunner:
                 error=error,
                 duration_s=duration_s,
             )
+            for observer in self._observers:
+                observer.after_model_call(event, response)
             _call(self._after_model, "after_model_call", event)
 
     def model_call_failed(
@@ -265,6 +272,9 @@ def run_hooks(run_id: str, settings: RunSettings) -> HookRunner:
         model=settings.model,
         conversation_id=settings.conversation_id,
         trace_content=settings.trace_content,
+        agent_name=settings.name,
+        params=settings.params,
+        structured=settings.output is not None,
     )
     if not settings.hooks and not observers:
         return NO_HOOKS

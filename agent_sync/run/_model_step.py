@@ -128,6 +128,7 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         stop_reason=assembled.stop_reason,
         usage=assembled.usage,
         duration_s=duration,
+        response=assembler.stop,  # the provider's own stop reason, response id and model
     )
     if follows == "finish":
         ctx.steps.append(Step(cycle=cycle, message=message, tool_results=()))

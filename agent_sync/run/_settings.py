@@ -96,6 +96,7 @@ class RunSettings:
     context: ContextShaper | None = None  # the context policy, with what it learned
     on_owner_lost: OwnerLostPolicy = "fail"  # what a store does when the run's owner dies
     budget: Budget | None = None  # the usage limits, checked (with the model's price)
+    name: str = "agent"  # the agent's name (tracing's gen_ai.agent.name)
 
 
 def agent_settings(
@@ -121,6 +122,7 @@ def agent_settings(
     tool_sources: list[ToolSource],
     on_owner_lost: OwnerLostPolicy = "fail",
     usage_limits: object = None,
+    name: str = "agent",
 ) -> RunSettings:
     """The settings of ``Agent(...)``'s arguments (see :class:`~agent_sync.Agent`); the
     tool sources among ``tools`` (MCP servers, whose tools come at each run) are put in
@@ -151,6 +153,9 @@ def agent_settings(
         raise UsageError("conversation_id must be a non-empty str")
     if on_owner_lost not in ("fail", "resume"):
         raise UsageError(f"on_owner_lost must be 'fail' or 'resume', got {on_owner_lost!r}")
+    if not isinstance(name, str) or not name.strip():
+        shown = repr(name) if isinstance(name, str) else type(name).__name__
+        raise UsageError(f"name must be a non-empty str (the agent's name), got {shown}")
     return RunSettings(
         model=model,
         tools=registry,
@@ -173,6 +178,7 @@ def agent_settings(
         context=context,
         on_owner_lost=on_owner_lost,
         budget=checked_budget(usage_limits, model),
+        name=name,
     )
 
 

@@ -183,7 +183,9 @@ def test_stop_reasons_map_to_converse(
 def test_tool_use_stop_reason(server: AnthropicServer, model: AnthropicModel) -> None:
     server.add_turns({"tool_calls": [{"name": "get_weather", "input": {"city": "Rome"}}]})
     events = collect(model, ModelRequest(messages=HELLO, tool_specs=[WEATHER]))
-    assert {"messageStop": {"stopReason": "tool_use"}} in events
+    (stop,) = [e["messageStop"] for e in events if "messageStop" in e]
+    assert (stop["stopReason"], stop["providerStopReason"]) == ("tool_use", "tool_use")
+    assert stop["responseId"].startswith("msg_") and stop["responseModel"] == model.model_id
 
 
 # --- request translation ---------------------------------------------------------------

@@ -83,7 +83,7 @@ def test_cancel_while_the_stream_is_silent(server: AnthropicServer, model: Anthr
     assert server.wait_for_idle(), "the aborted socket was leaked"
     # The model (and its pool) works again after the abort.
     events = list(model.stream(REQUEST, cancel=CancelScope()))
-    assert {"messageStop": {"stopReason": "end_turn"}} in events
+    assert any(e.get("messageStop", {}).get("stopReason") == "end_turn" for e in events)
 
 
 def test_cancel_before_response_headers(server: AnthropicServer, model: AnthropicModel) -> None:

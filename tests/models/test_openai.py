@@ -50,7 +50,14 @@ def test_text_stream_becomes_converse_events(server: OpenAIServer, model: OpenAI
         e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e
     )
     assert text == "Hello from the fake server"
-    assert {"messageStop": {"stopReason": "end_turn"}} in events
+    (stop,) = [e["messageStop"] for e in events if "messageStop" in e]
+    assert stop == {  # with the wire's own reason, the response's id and model (tracing)
+        "stopReason": "end_turn",
+        "providerStopReason": "stop",
+        "responseId": stop["responseId"],
+        "responseModel": server.model,
+    }
+    assert stop["responseId"].startswith("chatcmpl-")
     assert events[-1] == {
         "metadata": {"usage": {"inputTokens": 7, "outputTokens": 5, "totalTokens": 12}}
     }
@@ -128,7 +135,8 @@ def test_finish_reasons(
     server: OpenAIServer, model: OpenAIModel, finish: str, stop_reason: str
 ) -> None:
     server.add_turns({"text": "x", "stop_reason": finish})
-    assert {"messageStop": {"stopReason": stop_reason}} in collect(model)
+    (stop,) = [e["messageStop"] for e in collect(model) if "messageStop" in e]
+    assert (stop["stopReason"], stop["providerStopReason"]) == (stop_reason, finish)
 
 
 def test_reasoning_content_streams_as_reasoning(server: OpenAIServer, model: OpenAIModel) -> None:

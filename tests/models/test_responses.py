@@ -73,7 +73,9 @@ def test_text_and_usage(server: ResponsesServer, model: OpenAIResponsesModel) ->
     events = collect(model)
     assert events[0] == {"messageStart": {"role": "assistant"}}
     assert text_of(events) == "Hello from the Responses API"
-    assert {"messageStop": {"stopReason": "end_turn"}} in events
+    (stop,) = [e["messageStop"] for e in events if "messageStop" in e]
+    assert (stop["stopReason"], stop["providerStopReason"]) == ("end_turn", "completed")
+    assert stop["responseId"] and stop["responseModel"]
     # outputTokens includes the reasoning tokens (OpenAI's count); cached tokens are read
     assert events[-1] == {"metadata": {"usage": {"inputTokens": 1200, "outputTokens": 40,
                           "totalTokens": 1240, "cacheReadInputTokens": 1024,
