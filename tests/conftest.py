@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import gc
 import ipaddress
 import re
 import socket
@@ -41,6 +42,20 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(__file__).resolve().parent.parent
     for part in ("agent_sync", "tests"):
         compileall.compile_dir(root / part, quiet=2, rx=re.compile(r"node_modules"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection built (the imported libraries, every test module) out of the
+    collector's reach: none of it becomes garbage before the process ends.
+
+    Every collection of the oldest generation walks every object tracked, and after
+    collection that is ~300,000 objects: each of the file-end sweeps
+    (:func:`_collect_each_files_garbage`), and Python's own full collections, took 1.6-3.3 s
+    of CPU on this project's 2-core machines (a full walk touches every page of the heap).
+    Frozen, they walk only what the tests made: 552 tests of 20 files took 210 s of CPU
+    serially, 171 s frozen."""
+    collect_garbage()
+    gc.freeze()
 
 
 _real_connect = socket.socket.connect
