@@ -104,7 +104,7 @@ class ContextFields:
         history_start: int,
         emit_deltas: bool,
         cache: CacheMode | None,
-        agent: RunAgent | None = None,
+        agent: RunAgent,
         parent_run_id: str | None = None,
         binding: ConversationBinding | None = None,
         commits: Commits | None = None,
