@@ -1,4 +1,5 @@
-"""One writer per field of a run: only ``run/_context.py`` changes a :class:`RunContext`.
+"""One writer per field of a run: only ``run/_context.py`` changes a :class:`RunContext`
+(its fields are declared, set up and read in ``run/_context_fields.py``).
 
 The steps return what they decided (the next step) and the driver applies it; everything
 else a step or the driver changes goes through the context's verbs (as only a
