@@ -45,12 +45,21 @@ class RunContext(ContextFields):
 
     # -- the driver's verbs --
 
-    def take_history(self, messages: list[Message], history_start: int | None) -> None:
-        """The history of the moment the run took the agent (its prompt added), and where
-        this run's part of it starts (``None``: as restored from a resumed state)."""
+    def take_history(self, messages: list[Message], prompt: list[ContentBlock] | None) -> None:
+        """The history of the moment the run took the agent: the prompt is added to it, and
+        this run's part starts at the prompt's user message (``[]``: none, the run answers
+        the trailing user message; ``None``: a resumed run, whose start its state gave)."""
         self._messages = messages
-        if history_start is not None:
-            self._history_start = history_start
+        if prompt is None:
+            return
+        if not prompt:
+            self._history_start = len(messages) - 1  # answering the trailing user message
+        elif messages and messages[-1]["role"] == "user":
+            self._history_start = len(messages) - 1
+            messages[-1]["content"].extend(prompt)  # e.g. after a model error
+        else:
+            self._history_start = len(messages)
+            messages.append({"role": "user", "content": prompt})
 
     def listen(self, hooks: HookRunner) -> None:
         """The hooks and tracer that hear this run (made as it starts: a side effect)."""

@@ -234,18 +234,8 @@ class RunDriver:
         logged: list[Message] | None = None
         if link is not None and resuming is None:
             logged = self._commits.load(link, messages)
-        blocks = self._prompt_blocks(messages) if resuming is None else []
-        start: int | None = None  # a resumed run's, as its state says
-        if blocks:
-            if messages and messages[-1]["role"] == "user":
-                start = len(messages) - 1
-                messages[-1]["content"].extend(blocks)  # e.g. after a model error
-            else:
-                start = len(messages)
-                messages.append({"role": "user", "content": blocks})
-        elif resuming is None:
-            start = len(messages) - 1  # answering the trailing user message
-        ctx.take_history(messages, start)
+        blocks = self._prompt_blocks(messages) if resuming is None else None
+        ctx.take_history(messages, blocks)
         if link is not None:
             if resuming is not None:
                 link.claim(resuming, slot.paused_version, self)
