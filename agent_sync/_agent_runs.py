@@ -27,6 +27,7 @@ from .result import AgentResult
 from .run import CancelMode, RunState
 from .run._approvals import check_decisions
 from .run._binding import ConversationBinding
+from .run._context import RunAgent
 from .run._driver import RunDriver, release_surely
 from .run._handle import AgentStream
 from .run._lost import resumed_state
@@ -141,7 +142,7 @@ class AgentRunner:
             raise UsageError("nothing to resume: no run of this agent waits for approval")
         return paused, check_decisions(paused, self.settings.tools, decisions)
 
-    def recover(self, agent: object, lost: StoredRun, timeout: float | None) -> AgentStream:
+    def recover(self, agent: RunAgent, lost: StoredRun, timeout: float | None) -> AgentStream:
         """Go on with ``lost`` (see ``Agent._recover``)."""
         if self.binding is None or lost.conversation_id != self.binding.conversation_id:
             raise UsageError("a lost run is recovered by an agent of its conversation's store")
@@ -160,7 +161,7 @@ class AgentRunner:
 
     def open_child(
         self,
-        agent: object,
+        agent: RunAgent,
         prompt: Prompt,
         parent: CancelScope,
         decisions: Mapping[str, Decision] | None,
@@ -252,7 +253,7 @@ class AgentRunner:
 
     def open(
         self,
-        agent: object,
+        agent: RunAgent,
         prompt: Prompt,
         call: Call,
         *,
@@ -285,7 +286,7 @@ class AgentRunner:
 
     def new_run(
         self,
-        agent: object,
+        agent: RunAgent,
         prompt: Prompt,
         call: Call,
         *,

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from .._history import add_user_blocks, close_cancelled_turn
 from ..messages import ContentBlock, Message
 from ._durable import StoreLink, load_log
-from ._inbox import Inbox
 from ._slot import check_no_stored_run
 
 if TYPE_CHECKING:
@@ -30,11 +29,12 @@ logger = logging.getLogger(__name__)
 
 
 class Commits:
-    """One run's commits: ``link`` is its store link (``None`` without a store)."""
+    """One run's commits: ``link`` is its store link (``None`` without a store). What is
+    committed is the run's context's state, given to each verb (the context calls
+    :meth:`pause` and :meth:`checkpoint` itself, from its verbs)."""
 
-    def __init__(self, link: StoreLink | None, ctx: RunContext, slot: RunSlot) -> None:
+    def __init__(self, link: StoreLink | None, slot: RunSlot) -> None:
         self._link = link
-        self._ctx = ctx
         self._slot = slot
 
     def load(self, link: StoreLink, messages: list[Message]) -> list[Message]:
@@ -48,7 +48,7 @@ class Commits:
         check_no_stored_run(record, link.conversation_id)
         return logged
 
-    def pause(self, state: RunState) -> None:
+    def pause(self, ctx: RunContext, state: RunState) -> None:
         """Store the pause before anyone is told of it (fail closed). Input the store
         accepted while the run was pausing is carried by the paused state (answered in the
         first user message after the resume), never dropped with the run's queue."""
@@ -56,26 +56,26 @@ class Commits:
         link = self._link
         if link is not None:
             while late := link.commit_end(state):
-                self._ctx.inbox.requeue(late)
-                state = self._ctx.state()
+                ctx.inbox.requeue(late)
+                state = ctx.state()
             version = link.version
         self._slot.pause(state, version)
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, ctx: RunContext) -> None:
         """Commit a running run's state at a step boundary (a failure stops the run)."""
         link = self._link
-        if link is not None and self._ctx.status == "running":
+        if link is not None and ctx.status == "running":
             received = link.received()  # first: the state then holds every inject it counts
-            link.commit(self._ctx.state(), injects_received=received)
+            link.commit(ctx.state(), injects_received=received)
 
-    def final(self, *, strict: bool) -> list[ContentBlock]:
+    def final(self, ctx: RunContext, *, strict: bool) -> list[ContentBlock]:
         """Commit the end of the run; ``strict``: raise a failure, else log it.
 
         Input injected through the store that the run has not answered yet (accepted just
         before the end) stops a ``done`` end: nothing is committed and it is returned, for
-        one more model call (:meth:`reopen`). Any other end writes it to the history first
-        (nothing injected is lost)."""
-        link, ctx = self._link, self._ctx
+        one more model call (``RunContext.reopen``). Any other end writes it to the history
+        first (nothing injected is lost)."""
+        link = self._link
         if link is None or link.ended or ctx.status in ("running", "paused"):
             return []
         going_on = False
@@ -101,15 +101,3 @@ class Commits:
         finally:
             if not going_on:
                 link.close()
-
-    def reopen(self, blocks: list[ContentBlock]) -> None:
-        """A ``done`` run given input the store accepted before its end was stored goes on,
-        as for input queued when the model ends its turn: one more model call answers it."""
-        ctx = self._ctx
-        ctx.inbox = Inbox()  # the closed one refused local input meanwhile; this one takes more
-        add_user_blocks(ctx.messages, blocks)
-        ctx.result = None
-        ctx.stop_reason = None
-        ctx.ended_at = None
-        ctx.next_step = "model"
-        ctx.status = "running"

@@ -2,128 +2,216 @@
 :class:`~agent_sync.run._settings.RunSettings`).
 
 :class:`RunContext` is one run's state in memory: the conversation it appends to, its cancel
-scope and inbox, counters, and the fields :meth:`~agent_sync.run.Run.snapshot` reads.
+scope and inbox, counters, and the fields :meth:`~agent_sync.run.Run.snapshot` reads. Its
+fields are private (declared and read in :mod:`._context_fields`); only its verbs, here,
+change them, as only a ``concurrent.futures.Future``'s methods change its state. A step
+returns the name of the step that follows, and the driver applies it (:meth:`go_to`); the
+status changes only as the run ends (:meth:`finish`, :meth:`pause`, :meth:`fail`) or a
+``done`` run is reopened (:meth:`reopen`).
 
-Thread rules: only the loop's thread writes a context. Other threads read single attributes
-(``status``, ``phase``, ``cycle``, ``pending_tool_ids``, ``usage``), each written with one
-store of an immutable value (a str, an int, a tuple, a dict never changed after it is
-stored), so a reader sees one value or the next, never a torn one.
+Thread rules: only the loop's thread calls the verbs; other threads read (see
+:mod:`._context_fields`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._decisions import ApprovalRequest, Approve, Deny
-from .._run_state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
+from .._history import add_user_blocks
+from .._run_state import RunState, RunStatus, Step, StepName
 from ..cancel import CancelledError
-from ..messages import Message, ToolResult, ToolUse, Usage
-from ..models.base import CacheMode
+from ..messages import ContentBlock, Message, ToolResult, ToolUse, Usage
 from ..result import AgentMetrics, AgentResult
-from ._hooks import NO_HOOKS, HookRunner
+from ._context_fields import ContextFields, RunAgent
+from ._hooks import HookRunner
 from ._inbox import Inbox
-from ._output import NO_OUTPUT, output_json, result_output
+from ._output import result_output
 from ._settings import RunSettings
 
 if TYPE_CHECKING:
-    from ..cancel import CancelScope
-    from ._binding import ConversationBinding
+    from ..tools.decorator import Tool
 
-__all__ = ["RunContext", "RunSettings"]
+__all__ = ["RunAgent", "RunContext", "RunSettings"]
 
 
-class RunContext:
-    """One run's state in memory. Written by the loop's thread only (see module docstring)."""
+class RunContext(ContextFields):
+    """One run's state in memory; changed only by these verbs, in the loop's thread (see
+    the module docstring)."""
 
-    def __init__(
-        self,
-        settings: RunSettings,
-        messages: list[Message],
-        scope: CancelScope,
-        *,
-        run_id: str,
-        history_start: int,
-        emit_deltas: bool,
-        cache: CacheMode | None,
-        agent: object = None,
-        hooks: HookRunner = NO_HOOKS,
-        parent_run_id: str | None = None,
+    __slots__ = ()
+
+    # -- the driver's verbs --
+
+    def take_history(self, messages: list[Message], prompt: list[ContentBlock] | None) -> None:
+        """The history of the moment the run took the agent: the prompt is added to it, and
+        this run's part starts at the prompt's user message (``[]``: none, the run answers
+        the trailing user message; ``None``: a resumed run, whose start its state gave)."""
+        self._messages = messages
+        if prompt is None:
+            return
+        if not prompt:
+            self._history_start = len(messages) - 1  # answering the trailing user message
+        elif messages and messages[-1]["role"] == "user":
+            self._history_start = len(messages) - 1
+            messages[-1]["content"].extend(prompt)  # e.g. after a model error
+        else:
+            self._history_start = len(messages)
+            messages.append({"role": "user", "content": prompt})
+
+    def listen(self, hooks: HookRunner) -> None:
+        """The hooks and tracer that hear this run (made as it starts: a side effect)."""
+        self._hooks = hooks
+
+    def use_tools(self, tools: dict[str, Tool[Any]]) -> None:
+        """The run's tools, its tool sources' included (read before its first step)."""
+        specs = tuple(tool.spec for tool in tools.values())
+        self._settings = replace(self._settings, tools=tools, tool_specs=specs)
+
+    def go_to(self, step: StepName) -> None:
+        """Apply a step's decision: the step the run goes on with (what its state names)."""
+        self._next_step = step
+
+    def reopen(self, blocks: list[ContentBlock]) -> None:
+        """A ``done`` run given input the store accepted before its end was stored goes on,
+        as for input queued when the model ends its turn: one more model call answers it."""
+        self._inbox = Inbox()  # the closed one refused local input meanwhile; this takes more
+        add_user_blocks(self._messages, blocks)
+        self._result = None
+        self._stop_reason = None
+        self._ended_at = None
+        self._next_step = "model"
+        self._status = "running"
+
+    def mark_ended(self) -> None:
+        """The run's length ends now, unless its end was recorded already."""
+        if self._ended_at is None:
+            self._ended_at = time.perf_counter()
+
+    # -- the steps' verbs --
+
+    def keep_progress(self, next_step: StepName | None = None) -> None:
+        """In a resumable run, commit the state now (naming ``next_step``, when given, as
+        where it goes on): before anyone is told of what it holds. A no-op otherwise."""
+        if self._resumable:
+            assert self._commits is not None
+            if next_step is not None:
+                self._next_step = next_step
+            self._commits.checkpoint(self)
+
+    def add_step(self, step: Step) -> None:
+        """A step of the run is complete (what ``steps()`` hands out)."""
+        self._steps.append(step)
+
+    def begin_model_call(self) -> int:
+        """A model call starts: the run's cycle, counted, is returned."""
+        self._cycle += 1
+        self._phase = "model"
+        return self._cycle
+
+    def enter_retry_wait(self) -> None:
+        """The model call failed and is retried after a back-off (counted)."""
+        self._retries += 1
+        self._phase = "retry_wait"  # before the event: whoever sees it sees the phase
+
+    def leave_retry_wait(self) -> None:
+        self._phase = "model"
+
+    def answered_by(self, model_id: str) -> None:
+        """The model that gave this call's answer (``metrics.model_ids``)."""
+        self._model_ids.append(model_id)
+
+    def end_model_call(self, duration: float) -> None:
+        """A model call is over, answered or not: its time counted."""
+        self._model_time += duration
+
+    def count_call(self, usage: Usage | None, first_text_at: float | None) -> None:
+        """Count a model call into the run: the usage the provider reported (and its cost,
+        with a price) and the first token's time, whether the call finished or was cut
+        short (a cancel after the input tokens were reported still cost them)."""
+        self.add_usage(usage)
+        budget = self._settings.budget
+        if budget is not None and budget.price is not None:
+            self._cost += budget.cost(usage)
+        if self._first_token is None and first_text_at is not None:
+            self._first_token = first_text_at - self.started
+
+    def take_answer(
+        self, message: Message, invalid_tool_inputs: dict[str, str], stop_reason: str | None
     ) -> None:
-        self.settings = settings
-        self.agent = agent  # what a tool's context.agent views (bound to this run)
-        self.messages = messages  # the agent's history: the run appends to it in place
-        self.scope = scope
-        self.run_id = run_id
-        self.history_start = history_start
-        self.emit_deltas = emit_deltas
-        self.cache = cache
-        self.hooks = hooks
-        self.parent_run_id = parent_run_id  # a sub-agent's run: the run that called it
-        # the agent's conversation in its store, if any: sub-agents' runs are stored there
-        self.binding: ConversationBinding | None = None
-        self.inbox = Inbox()
-        # what snapshot() reads: each written with one store of an immutable value
-        self.status: RunStatus = "running"
-        self.phase: RunPhase = "idle"
-        self.cycle = 0
-        self.pending_tool_ids: tuple[str, ...] = ()
-        self.usage: Usage = {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
-        self.next_step: StepName | None = "model"
-        # filled as the run goes
-        self.steps: list[Step] = []
-        self.result: AgentResult | None = None
-        self.stop_reason: str | None = None
-        self.last_stop_reason: str | None = None  # of the last model call
-        self.invalid_tool_inputs: dict[str, str] = {}  # of the last model call
-        self.decisions: dict[str, Approve | Deny] = {}  # toolUseId -> a human's answer
-        self.approvals: tuple[ApprovalRequest, ...] = ()  # while paused
-        self.awaiting: tuple[ToolUse, ...] = ()  # gated calls without a decision
-        # the round's finished calls' results (kept while it pauses on a sub-agent's
-        # approvals, and committed as each ends in a resumable run), and toolUseId ->
-        # the paused child run ({"run_id", "conversation_id", "requests"})
-        self.round_results: dict[str, ToolResult] = {}
-        self.subruns: dict[str, dict[str, Any]] = {}
-        self.commit_pause: Callable[[RunState], None] | None = None  # set by the driver
-        # a run that may be resumed after its worker dies (on_owner_lost="resume"): commits
-        # what a follower is about to see (a model call's message, a tool's result) first
-        self.keep_progress: Callable[[], None] | None = None  # set by the driver
-        self.tool_calls = 0
-        self.cost = 0.0  # dollars of this run's model calls (counted with cost_usd only)
-        self.usage_limit: str | None = None  # the usage limit passed, once one is
-        self.retries = 0
-        self.model_ids: list[str] = []  # per answered model call (run/_model_step.py)
-        self.started = time.perf_counter()
-        self.ended_at: float | None = None
-        self.model_time = 0.0
-        self.tool_time = 0.0
-        self.first_token: float | None = None
-        # structured output (run/_output.py): the answer, as JSON, and re-asks made
-        self.output: Any = NO_OUTPUT
-        self.output_json: Any = NO_OUTPUT  # made when a state is asked for
-        self.output_attempts = 0
+        """Append the model's answer to the history, with what the call said of it."""
+        self._messages.append(message)
+        self._phase = "idle"
+        self._invalid_tool_inputs = invalid_tool_inputs
+        self._last_stop_reason = stop_reason
 
-    def elapsed(self) -> float:
-        """Seconds since the run started, or its length once it is over."""
-        end = self.ended_at if self.ended_at is not None else time.perf_counter()
-        return end - self.started
+    def await_approval(self, tool_uses: tuple[ToolUse, ...]) -> None:
+        """The gated calls of this round that have no decision yet (the approval step's)."""
+        self._awaiting = tool_uses
+
+    def begin_tools(self, tool_use_ids: tuple[str, ...]) -> None:
+        """A tool batch starts: its calls are pending, and counted."""
+        self._phase = "tools"
+        self._pending_tool_ids = tool_use_ids
+        self._tool_calls += len(tool_use_ids)
+
+    def tool_done(self, tool_use_id: str, result: ToolResult) -> None:
+        """A call of the batch ended; a resumable run commits its result before anyone is
+        told of it."""
+        self._pending_tool_ids = tuple(i for i in self._pending_tool_ids if i != tool_use_id)
+        if self._resumable:
+            self._round_results[tool_use_id] = result
+            self.keep_progress()
+
+    def end_tools(self, duration: float) -> None:
+        """The batch is over (whatever happened): nothing pending, its time counted; the
+        decisions answered this round only, never a later call reusing an id."""
+        self._pending_tool_ids = ()
+        self._decisions = {}
+        self._tool_time += duration
+        self._phase = "idle"
+
+    def hold_round(
+        self, round_results: dict[str, ToolResult], subruns: dict[str, dict[str, Any]]
+    ) -> None:
+        """The round pauses on its sub-agents' approvals: its finished calls' results and
+        its paused children are kept for the resume."""
+        self._round_results, self._subruns = round_results, subruns
+
+    def take_round(self) -> tuple[ToolResult, ...]:
+        """The round is over: the results it kept, no longer kept (nor its children)."""
+        results = tuple(self._round_results.values())
+        self._round_results, self._subruns = {}, {}
+        return results
+
+    def keep_output(self, output: Any, *, stop_reason: str | None = None) -> None:
+        """The valid structured output (``stop_reason``: when the run's own closing
+        message ends the turn, not the model's)."""
+        self._output = output
+        if stop_reason is not None:
+            self._last_stop_reason = stop_reason
+
+    def reask(self) -> int:
+        """One more re-ask for a valid output: how many were made."""
+        self._output_attempts += 1
+        return self._output_attempts
 
     def add_usage(self, usage: Usage | None) -> None:
         """Add one call's usage (a new dict: readers may hold the old one)."""
         if usage is None:
             return
-        total: dict[str, int] = dict(self.usage)  # type: ignore[arg-type]
+        total: dict[str, int] = dict(self._usage)  # type: ignore[arg-type]
         for key, value in usage.items():
             total[key] = total.get(key, 0) + int(value)  # type: ignore[call-overload]
-        self.usage = total  # type: ignore[assignment]
+        self._usage = total  # type: ignore[assignment]
 
     def note_limit(self, limit: str | None) -> None:
         """Record a usage limit a final answer passed (no-op for ``None``): the answer is
         kept and the run ends naming the limit (:meth:`finish`)."""
         if limit is not None:
-            self.usage_limit = limit
+            self._usage_limit = limit
 
     def stop_at_limit(self, limit: str | None) -> None:
         """Stop the run at a usage limit (no-op for ``None``): raised as a cancel is, so
@@ -133,117 +221,69 @@ class RunContext:
             self.note_limit(limit)
             raise CancelledError(f"usage limit: {limit}")
 
+    # -- the ends: only these change the status (and reopen, above) --
+
     def finish(self, status: RunStatus, stop_reason: str, cancel_reason: str | None) -> None:
         """Record the outcome and build the result (the history is already closed); a run
         that ends once a usage limit was passed (its final answer kept) says so."""
-        self.ended_at = time.perf_counter()
-        if status == "done" and self.usage_limit is not None:
+        self._ended_at = ended = time.perf_counter()
+        if status == "done" and self._usage_limit is not None:
             stop_reason = "usage_limit"
-        message = self.messages[-1]  # a run always has its user message, at least
-        self.stop_reason = stop_reason
-        self.result = AgentResult(
+        message = self._messages[-1]  # a run always has its user message, at least
+        self._stop_reason = stop_reason
+        self._result = AgentResult(
             run_id=self.run_id,
             stop_reason=stop_reason,
             cancel_reason=cancel_reason,
             message=message,
-            usage=self.usage,
+            usage=self._usage,
             metrics=AgentMetrics(
-                cycles=self.cycle,
-                tool_calls=self.tool_calls,
-                retries=self.retries,
-                duration_s=self.ended_at - self.started,
-                model_duration_s=self.model_time,
-                tool_duration_s=self.tool_time,
-                time_to_first_token_s=self.first_token,
-                model_ids=tuple(self.model_ids),
+                cycles=self._cycle,
+                tool_calls=self._tool_calls,
+                retries=self._retries,
+                duration_s=ended - self.started,
+                model_duration_s=self._model_time,
+                tool_duration_s=self._tool_time,
+                time_to_first_token_s=self._first_token,
+                model_ids=tuple(self._model_ids),
             ),
             output=result_output(self),
-            usage_limit=self.usage_limit if stop_reason == "usage_limit" else None,
+            usage_limit=self._usage_limit if stop_reason == "usage_limit" else None,
         )
-        self.pending_tool_ids = ()
-        self.phase = "idle"
-        self.next_step = None
-        self.status = status
+        self._pending_tool_ids = ()
+        self._phase = "idle"
+        self._next_step = None
+        self._status = status
 
     def pause(self, approvals: tuple[ApprovalRequest, ...]) -> None:
-        """Record the pause: the run goes on from the tool step once decisions arrive."""
-        self.approvals = approvals
-        self.inbox.seal()  # queued input stays in the state; new input is refused
+        """Pause: the run goes on from the tool step once decisions arrive. The pause is
+        stored (with its approval requests) before anyone is told of it."""
+        self._approvals = approvals
+        self._inbox.seal()  # queued input stays in the state; new input is refused
         self.finish("paused", "paused", None)
-        self.next_step = "tools"
-        self.result = replace(self.result, approvals=approvals) if self.result else None
+        self._next_step = "tools"
+        self._result = replace(self._result, approvals=approvals) if self._result else None
+        if self._commits is not None:
+            self._commits.pause(self, self.state())  # committed before anyone is told of it
 
     def fail(self) -> None:
         """Record that the run ended with an exception (no result)."""
-        self.ended_at = time.perf_counter()
-        self.pending_tool_ids = ()
-        self.phase = "idle"
-        self.next_step = None
-        self.status = "failed"
-
-    def state(self) -> RunState:
-        """The run as data (see :class:`~agent_sync.run.RunState`); cheap, any thread."""
-        messages = tuple(self.messages[self.history_start :])
-        pending: tuple[Any, ...] = ()
-        if self.next_step == "tools" and messages and messages[-1]["role"] == "assistant":
-            pending = tuple(b["toolUse"] for b in messages[-1]["content"] if "toolUse" in b)
-        result = self.result
-        round_results, decisions = self.round_results, self.decisions  # one read of each
-        owed = {tool_use["toolUseId"] for tool_use in pending} - round_results.keys()
-        return RunState(
-            run_id=self.run_id,
-            status=self.status,
-            next_step=self.next_step,
-            cycle=self.cycle,
-            messages=messages,
-            history_start=self.history_start,
-            pending_tool_uses=pending,
-            queued_inputs=self.inbox.queued(),
-            usage=self.usage,
-            stop_reason=self.stop_reason,
-            cancel_reason=result.cancel_reason if result is not None else None,
-            conversation_id=self.settings.conversation_id,
-            approvals=self.approvals,
-            invalid_tool_inputs=dict(self.invalid_tool_inputs) if pending else {},
-            output=output_json(self),
-            parent_run_id=self.parent_run_id,
-            round_results=tuple(round_results.values()),
-            subruns=dict(self.subruns),
-            # a sub-agent's run ends with its caller's: only a top-level run is resumed
-            on_owner_lost=self.settings.on_owner_lost if self.parent_run_id is None else "fail",
-            # kept until the call's result is: a recovered run reuses them (never for
-            # another call: only the pending calls' own, by toolUseId)
-            decisions={key: d for key, d in decisions.items() if key in owed},
-        )
-
-    def snapshot(self) -> RunSnapshot:
-        """Where the run is now (see :meth:`~agent_sync.run.Run.snapshot`); any thread."""
-        result = self.result
-        return RunSnapshot(
-            run_id=self.run_id,
-            status=self.status,
-            phase=self.phase,
-            cycle=self.cycle,
-            pending_tool_ids=self.pending_tool_ids,
-            queued_inputs=self.inbox.queued(),
-            usage=self.usage,
-            elapsed_s=self.elapsed(),
-            conversation_id=self.settings.conversation_id,
-            stop_reason=None if result is None else result.stop_reason,
-            cancel_reason=None if result is None else result.cancel_reason,
-            parent_run_id=self.parent_run_id,
-        )
+        self._ended_at = time.perf_counter()
+        self._pending_tool_ids = ()
+        self._phase = "idle"
+        self._next_step = None
+        self._status = "failed"
 
     def restore(self, state: RunState, decisions: dict[str, Approve | Deny]) -> None:
         """Set this new context up to go on from a paused or lost run's state, with the
         decisions: the new ones, and those the state kept (made before its worker died:
         each reused for its own call, never asked again)."""
-        self.history_start = state.history_start
-        self.cycle = state.cycle
-        self.usage = dict(state.usage)  # type: ignore[assignment]
-        self.next_step = state.next_step or "tools"
-        self.inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
-        self.invalid_tool_inputs = dict(state.invalid_tool_inputs)
-        self.decisions = {**state.decisions, **decisions}
-        self.round_results = {result["toolUseId"]: result for result in state.round_results}
-        self.subruns = {key: dict(info) for key, info in state.subruns.items()}
+        self._history_start = state.history_start
+        self._cycle = state.cycle
+        self._usage = dict(state.usage)  # type: ignore[assignment]
+        self._next_step = state.next_step or "tools"
+        self._inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
+        self._invalid_tool_inputs = dict(state.invalid_tool_inputs)
+        self._decisions = {**state.decisions, **decisions}
+        self._round_results = {result["toolUseId"]: result for result in state.round_results}
+        self._subruns = {key: dict(info) for key, info in state.subruns.items()}

@@ -40,9 +40,7 @@ import inspect
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Generator
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._decisions import Approve, Deny
@@ -57,7 +55,7 @@ from ..messages import ContentBlock, Message
 from ..result import AgentResult
 from ._binding import ConversationBinding
 from ._commits import Commits
-from ._context import RunContext, RunSettings
+from ._context import RunAgent, RunContext, RunSettings
 from ._hooks import run_hooks
 from ._slot import RunSlot
 from ._steps import STEPS, end_cancelled, end_failed
@@ -91,7 +89,7 @@ class RunDriver:
     def __init__(
         self,
         *,
-        agent: object,
+        agent: RunAgent,
         slot: RunSlot,
         settings: RunSettings,
         prompt: object,
@@ -112,6 +110,8 @@ class RunDriver:
         self.run_id = resume[0].run_id if resume is not None else run_id or new_run_id()
         self._slot = slot
         self._scope = CancelScope(self.run_id)
+        link = binding.link() if binding is not None else None
+        self._commits = Commits(link, slot)
         self._ctx = RunContext(
             settings,
             slot.messages,  # replaced by the history of the moment the run takes the slot
@@ -122,18 +122,16 @@ class RunDriver:
             cache=cache,
             agent=agent,
             parent_run_id=parent.run_id if parent is not None else None,
+            binding=binding,
+            commits=self._commits,
+            # see docs/recovery.md
+            resumable=binding is not None and parent is None and binding.on_owner_lost == "resume",
         )
         self._parent = parent  # a sub-agent's run: the calling run's scope (cancel is a tree)
-        self._ctx.binding = binding
-        link = binding.link() if binding is not None else None
         self._resume = resume
         self._link = link
         if resume is not None:
             self._ctx.restore(*resume)
-        self._commits = Commits(link, self._ctx, slot)
-        self._ctx.commit_pause = self._commits.pause
-        if binding is not None and parent is None and binding.on_owner_lost == "resume":
-            self._ctx.keep_progress = self._commits.checkpoint  # see docs/recovery.md
         self._prompt = prompt
         self._timeout = timeout
         self._token = token
@@ -233,20 +231,11 @@ class RunDriver:
         resuming = self._resume[0] if self._resume is not None else None
         messages = slot.take(self, resuming=resuming, stored=link is not None)
         ctx = self._ctx
-        ctx.messages = messages
         logged: list[Message] | None = None
         if link is not None and resuming is None:
             logged = self._commits.load(link, messages)
-        blocks = self._prompt_blocks(messages) if resuming is None else []
-        if blocks:
-            if messages and messages[-1]["role"] == "user":
-                ctx.history_start = len(messages) - 1
-                messages[-1]["content"].extend(blocks)  # e.g. after a model error
-            else:
-                ctx.history_start = len(messages)
-                messages.append({"role": "user", "content": blocks})
-        elif resuming is None:
-            ctx.history_start = len(messages) - 1  # answering the trailing user message
+        blocks = self._prompt_blocks(messages) if resuming is None else None
+        ctx.take_history(messages, blocks)
         if link is not None:
             if resuming is not None:
                 link.claim(resuming, slot.paused_version, self)
@@ -257,7 +246,7 @@ class RunDriver:
                 except BaseException:
                     messages[:] = logged  # another worker won: the prompt was never sent
                     raise
-        ctx.hooks = run_hooks(self.run_id, ctx.settings)
+        ctx.listen(run_hooks(self.run_id, ctx.settings))
         self._events = self._drive(blocks or None)
         if self._timeout is not None:
             from .._deadlines import schedule
@@ -293,28 +282,26 @@ class RunDriver:
                 try:
                     if self._source_tools is not None:
                         source_tools, self._source_tools = self._source_tools, None
-                        tools = source_tools(self._scope)
-                        specs = tuple(t.spec for t in tools.values())
-                        ctx.settings = replace(ctx.settings, tools=tools, tool_specs=specs)
+                        ctx.use_tools(source_tools(self._scope))
                     if late:  # answered as input queued at the end is: one more model call
-                        self._commits.reopen(late)
+                        ctx.reopen(late)
                         yield InputInjected(content=tuple(late), run_id=self.run_id)
                         step = ctx.next_step
                     while step is not None:
-                        ctx.next_step = step
-                        step = yield from STEPS[step](ctx)
+                        ctx.go_to(step)
+                        step = yield from STEPS[step](ctx)  # a step names the next one
                         if step is not None:
-                            ctx.next_step = step  # the state names where it goes on
-                        self._commits.checkpoint()
+                            ctx.go_to(step)  # the state names where it goes on
+                        self._commits.checkpoint(ctx)
                 except CancelledError:
                     injected = end_cancelled(ctx)
-                    self._commits.final(strict=True)
+                    self._commits.final(ctx, strict=True)
                     if injected:
                         yield InputInjected(content=tuple(injected), run_id=self.run_id)
                 except GeneratorExit:  # the caller abandoned the stream: that is a cancel
                     self._scope.cancel(STREAM_CLOSED)
                     end_cancelled(ctx)
-                    self._commits.final(strict=False)
+                    self._commits.final(ctx, strict=False)
                     raise
                 except BaseException as exc:  # a model or hook error, or Ctrl-C
                     error = exc
@@ -326,9 +313,9 @@ class RunDriver:
                         end_cancelled(ctx)
                     else:
                         end_failed(ctx)
-                    self._commits.final(strict=False)
+                    self._commits.final(ctx, strict=False)
                     raise
-                late = self._commits.final(strict=True)
+                late = self._commits.final(ctx, strict=True)
                 if not late:
                     break
             result = ctx.result
@@ -414,15 +401,14 @@ class RunDriver:
         if self._ctx.status == "running":
             self._scope.cancel(STREAM_CLOSED if unread else "interrupted")
             end_cancelled(self._ctx)
-            self._commits.final(strict=False)
+            self._commits.final(self._ctx, strict=False)
 
     def _close_turn(self) -> None:
         """Never leave a ``toolUse`` unanswered (a paused run's calls await decisions)."""
         ctx = self._ctx
         if self._events is not None and ctx.status != "paused":
             close_turn(ctx.messages, None)
-        if ctx.ended_at is None:
-            ctx.ended_at = time.perf_counter()
+        ctx.mark_ended()
 
     def _disarm_deadline(self) -> None:
         deadline = self._deadline

@@ -38,8 +38,7 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     budget = ctx.settings.budget
     if budget is not None:  # requests, tokens and cost so far: a limit reached stops here
         ctx.stop_at_limit(budget.before_call(ctx.cycle, ctx.usage, ctx.cost))
-    ctx.cycle = cycle = ctx.cycle + 1
-    ctx.phase = "model"
+    cycle = ctx.begin_model_call()
     settings, scope, hooks = ctx.settings, ctx.scope, ctx.hooks
     keeper = settings.context
     request = ModelRequest(
@@ -80,12 +79,12 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
             )
     except BaseException as exc:
         duration = time.perf_counter() - started
-        ctx.model_time += duration
+        ctx.end_model_call(duration)
         interrupted = not isinstance(exc, Exception)  # closed generator, Ctrl-C, exit
         cut = scope.cancelled or interrupted
         if cut:  # whatever the provider raised after an abort is the cancel, not an error
             ctx.messages.append(assembler.partial(CANCELLED_TEXT))
-            _count_call(ctx, assembler)
+            ctx.count_call(assembler.usage, assembler.first_text_at)
         if not interrupted:
             # after an abort, whatever the provider raised is the cancel: say so
             error = CancelledError(scope.reason or "cancelled") if cut else exc
@@ -100,16 +99,13 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
             raise CancelledError(scope.reason or "cancelled") from exc
         raise
     duration = time.perf_counter() - started
-    ctx.model_time += duration
+    ctx.end_model_call(duration)
     assembled = assembler.finish()
-    _count_call(ctx, assembler)
+    ctx.count_call(assembler.usage, assembler.first_text_at)
     if keeper is not None:
         keeper.observe(ctx, request.messages, assembler.usage)
     message = assembled.message
-    ctx.messages.append(message)
-    ctx.phase = "idle"
-    ctx.invalid_tool_inputs = assembled.invalid_tool_inputs
-    ctx.last_stop_reason = assembled.stop_reason
+    ctx.take_answer(message, assembled.invalid_tool_inputs, assembled.stop_reason)
     follows: StepName
     if settings.output is not None:
         follows = "output"  # the answer is read and validated there (run/_output.py)
@@ -117,9 +113,8 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         follows = "tools"
     else:
         follows = "finish"
-    if ctx.keep_progress is not None:  # committed before anyone is told of it
-        ctx.next_step = follows
-        ctx.keep_progress()
+    ctx.keep_progress(follows)  # a resumable run's: committed before anyone is told of it
+    # (the seam where the answer is released: the event, then the hooks)
     yield MessageComplete(message=message, run_id=ctx.run_id)
     hooks.after_model_call(
         run_id=ctx.run_id,
@@ -131,25 +126,13 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         response=assembler.stop,  # the provider's own stop reason, response id and model
     )
     if follows == "finish":
-        ctx.steps.append(Step(cycle=cycle, message=message, tool_results=()))
+        ctx.add_step(Step(cycle=cycle, message=message, tool_results=()))
     if budget is not None and ctx.usage_limit is None:
         passed = budget.after_response(ctx.usage, ctx.cost)
         if follows == "tools":  # nothing it asked for runs: its calls answered "not run"
             ctx.stop_at_limit(passed)
         ctx.note_limit(passed)  # a final answer is kept; the run ends naming the limit
     return follows
-
-
-def _count_call(ctx: RunContext, assembler: MessageAssembler) -> None:
-    """Count a model call into the run: the usage the provider reported and the first
-    token's time, whether the call finished or was cut short (a cancel after the input
-    tokens were reported still cost them)."""
-    ctx.add_usage(assembler.usage)
-    budget = ctx.settings.budget
-    if budget is not None and budget.price is not None:
-        ctx.cost += budget.cost(assembler.usage)
-    if ctx.first_token is None and assembler.first_text_at is not None:
-        ctx.first_token = assembler.first_text_at - ctx.started
 
 
 def _before_model_call(ctx: RunContext) -> None:
@@ -188,13 +171,12 @@ def _open_stream(
     for attempt in ctx.settings.retry.attempts(scope, delays):
         if delays:
             delay = delays.pop()
-            ctx.retries += 1
             number = attempt.retry_state.attempt_number - 1
             logger.debug("attempt=<%d>, delay_s=<%.2f> | retrying model call", number, delay)
-            ctx.phase = "retry_wait"  # before the event: whoever sees it sees the phase
+            ctx.enter_retry_wait()  # before the event: whoever sees it sees the phase
             yield ModelRetry(attempt=number, delay=delay, error=last_error, run_id=ctx.run_id)
             scope.wait(delay)  # checkpoint: back-off ends at once on cancel
-            ctx.phase = "model"
+            ctx.leave_retry_wait()
         with attempt:
             scope.raise_if_cancelled()  # never send a request after a cancel
             stream: Iterator[StreamEvent] = iter(())
@@ -209,7 +191,7 @@ def _open_stream(
                 raise
             answered = answered_by(head, model)
             if answered is not None:
-                ctx.model_ids.append(answered)
+                ctx.answered_by(answered)
             return _chain(head, stream)
     raise AssertionError("unreachable: tenacity either returns or raises")
 

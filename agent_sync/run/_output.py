@@ -48,7 +48,6 @@ __all__ = [
     "NO_OUTPUT",
     "PartialTracker",
     "output_request",
-    "output_json",
     "output_step",
     "partial_tracker",
     "result_output",
@@ -90,12 +89,12 @@ def output_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]
     if spec is None or not ours:
         if uses:
             return "tools"  # the agent's own tools first; the answer comes later
-        ctx.steps.append(Step(cycle=ctx.cycle, message=assistant, tool_results=()))
+        ctx.add_step(Step(cycle=ctx.cycle, message=assistant, tool_results=()))
         if spec is None:  # a state stored by a run with an output type, resumed without
             return "finish"
         text = "".join(block["text"] for block in assistant["content"] if "text" in block)
         try:
-            ctx.output = spec.parse_text(text)
+            ctx.keep_output(spec.parse_text(text))
         except OutputProblems as failed:
             return (yield from _reask_in_text(ctx, spec, failed))
         return "finish"
@@ -120,12 +119,12 @@ def output_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]
             results.append(error_result(other["toolUseId"], NOT_RUN_TEXT))
     answered = tool_result_message(results)
     ctx.messages.append(answered)
-    ctx.steps.append(Step(cycle=ctx.cycle, message=assistant, tool_results=tuple(results)))
+    ctx.add_step(Step(cycle=ctx.cycle, message=assistant, tool_results=tuple(results)))
     yield MessageComplete(message=answered, run_id=ctx.run_id)
     if problems is not None:
         return _retry_or_fail(ctx, spec, problems)
-    ctx.output = output
-    ctx.last_stop_reason = "end_turn"  # the closing message ends the turn, not the tool call
+    # the closing message ends the turn, not the tool call
+    ctx.keep_output(output, stop_reason="end_turn")
     closing: Message = {"role": "assistant", "content": [{"text": _as_text(raw)}]}
     ctx.messages.append(closing)
     yield MessageComplete(message=closing, run_id=ctx.run_id)
@@ -156,11 +155,11 @@ def _retry_or_fail(ctx: RunContext, spec: OutputSpec, problems: OutputProblems) 
 
 
 def _reask(ctx: RunContext, problems: OutputProblems) -> StepName:
-    ctx.output_attempts += 1
+    attempts = ctx.reask()
     logger.debug(
         "run_id=<%s>, attempt=<%d>, problems=<%d> | output invalid; re-asking",
         ctx.run_id,
-        ctx.output_attempts,
+        attempts,
         len(problems.problems),
     )
     return "model"
@@ -177,16 +176,6 @@ def _success(tool_use_id: str) -> ToolResult:
 
 def _as_text(raw: object) -> str:
     return json.dumps(raw, ensure_ascii=False)
-
-
-def output_json(ctx: RunContext) -> Any:
-    """The output as JSON, for the run's state (``None`` until there is one). Made the
-    first time a state is asked for (any thread: a race makes the same value twice)."""
-    if ctx.output is NO_OUTPUT or ctx.settings.output is None:
-        return None
-    if ctx.output_json is NO_OUTPUT:
-        ctx.output_json = ctx.settings.output.to_json(ctx.output)
-    return ctx.output_json
 
 
 def result_output(ctx: RunContext) -> Any:

@@ -70,15 +70,15 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         uses = [b["toolUse"]["toolUseId"] for b in assistant["content"] if "toolUse" in b]
         count = sum(1 for i in uses if i not in ctx.round_results)  # not run before a pause
         ctx.stop_at_limit(budget.before_tools(ctx.tool_calls, count))
-    if _awaiting_approval(ctx, assistant):
+    ctx.await_approval(_awaiting_approval(ctx, assistant))
+    if ctx.awaiting:
         return "approval"  # nothing of this round runs before every gated call is answered
     calls = _tool_calls(ctx, assistant)
-    if ctx.keep_progress is not None and ctx.decisions:  # a resumed round: its decisions
-        ctx.keep_progress()  # are stored before a gated call runs (a recoverer reuses them)
-    ctx.phase = "tools"
-    ctx.pending_tool_ids = tuple(call.tool_use["toolUseId"] for call in calls)
+    if ctx.decisions:  # a resumed round: its decisions are stored (in a resumable run)
+        ctx.keep_progress()  # before a gated call runs (a recoverer reuses them)
+    # the seam where the batch starts: its calls are decided (hooks, decisions) and pending
+    ctx.begin_tools(tuple(call.tool_use["toolUseId"] for call in calls))
     started = time.perf_counter()
-    ctx.tool_calls += len(calls)
     settings, cycle = ctx.settings, ctx.cycle
     batch = ToolBatch(
         calls,
@@ -96,12 +96,8 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     completed = False
     try:
         for event in batch.run():
-            if type(event) is ToolEnd:
-                done = event.tool_use["toolUseId"]
-                ctx.pending_tool_ids = tuple(i for i in ctx.pending_tool_ids if i != done)
-                if ctx.keep_progress is not None:  # committed before anyone is told of it
-                    ctx.round_results[done] = event.result
-                    ctx.keep_progress()
+            if type(event) is ToolEnd:  # (resumable: committed before anyone is told)
+                ctx.tool_done(event.tool_use["toolUseId"], event.result)
             elif type(event) is SubAgentEvent:
                 if type(event.event) is Done:  # a child's usage (its children's included)
                     usage = event.event.result.usage
@@ -115,12 +111,9 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         # One result per call, whatever happened (cancel, closed stream, Ctrl-C, a hook).
         results = batch.finish()
         pausing = round_paused(ctx, calls, batch, results, completed=completed)
-        ctx.pending_tool_ids = ()
-        ctx.decisions = {}  # they answer this round only, never a later call reusing an id
-        ctx.tool_time += time.perf_counter() - started
-        ctx.phase = "idle"
+        ctx.end_tools(time.perf_counter() - started)
         if not pausing:
-            ctx.round_results, ctx.subruns = {}, {}
+            ctx.take_round()
             injected = ctx.inbox.take()
             message = tool_result_message(results)
             message["content"].extend(injected)
@@ -129,12 +122,10 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         approvals = tuple(request for paused in pausing.values() for request in paused.approvals)
         yield from _pause(ctx, approvals)
         return None
-    ctx.steps.append(
+    ctx.add_step(
         Step(cycle=cycle, message=assistant, tool_results=tuple(results), injected=tuple(injected))
     )
-    if ctx.keep_progress is not None:  # the round's end, before anyone is told of it
-        ctx.next_step = "model"
-        ctx.keep_progress()
+    ctx.keep_progress("model")  # the round's end, before anyone is told of it
     yield MessageComplete(message=message, run_id=ctx.run_id)
     if injected:
         yield InputInjected(content=tuple(injected), run_id=ctx.run_id)
@@ -192,8 +183,8 @@ def _tool_event_to_hooks(ctx: RunContext, event: Any, cycle: int) -> None:
         )
 
 
-def _awaiting_approval(ctx: RunContext, assistant: Message) -> bool:
-    """Whether a call of this round is gated and has no decision yet (records which)."""
+def _awaiting_approval(ctx: RunContext, assistant: Message) -> tuple[ToolUse, ...]:
+    """The calls of this round that are gated and have no decision yet."""
     waiting: list[ToolUse] = []
     for block in assistant["content"]:
         tool_use = block.get("toolUse")
@@ -214,8 +205,7 @@ def _awaiting_approval(ctx: RunContext, assistant: Message) -> bool:
             gated = True
         if gated:
             waiting.append(tool_use)
-    ctx.awaiting = tuple(waiting)
-    return bool(waiting)
+    return tuple(waiting)
 
 
 def approval_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
@@ -241,10 +231,8 @@ def _pause(
     ctx: RunContext, approvals: tuple[ApprovalRequest, ...]
 ) -> Generator[AgentEvent, None, None]:
     """Pause on ``approvals`` (the run's own, or its paused children's): the state is
-    committed before anyone is told of it."""
+    committed before anyone is told of it (:meth:`RunContext.pause`)."""
     ctx.pause(approvals)
-    if ctx.commit_pause is not None:
-        ctx.commit_pause(ctx.state())  # committed before anyone is told of it
     logger.debug("run_id=<%s>, approvals=<%d> | paused for approval", ctx.run_id, len(approvals))
     yield ApprovalRequired(approvals=approvals, run_id=ctx.run_id)
 
@@ -294,8 +282,7 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
     """
     if ctx.subruns:  # resumed, then cancelled before its paused children went on
         cancel_subruns(ctx.agent, ctx.subruns, ctx.binding, ctx.scope.reason or "cancelled")
-    results = tuple(ctx.round_results.values())
-    ctx.round_results, ctx.subruns = {}, {}
+    results = ctx.take_round()
     queued = ctx.inbox.close()
     limit = None if ctx.scope.cancelled else ctx.usage_limit
     if limit is None:

@@ -120,16 +120,18 @@ def round_paused(
         for index in batch.paused:
             results[index] = error_result(calls[index].tool_use["toolUseId"], CANCELLED_TEXT)
         return {}
-    ctx.round_results = {r["toolUseId"]: r for r in results if r["toolUseId"] not in paused}
-    ctx.subruns = {
-        key: {
-            "run_id": child.run_id,
-            "conversation_id": child.conversation_id,
-            "requests": [request.id for request in child.approvals],
-            "usage": child.usage,
-        }
-        for key, child in paused.items()
-    }
+    ctx.hold_round(
+        {r["toolUseId"]: r for r in results if r["toolUseId"] not in paused},
+        {
+            key: {
+                "run_id": child.run_id,
+                "conversation_id": child.conversation_id,
+                "requests": [request.id for request in child.approvals],
+                "usage": child.usage,
+            }
+            for key, child in paused.items()
+        },
+    )
     return paused
 
 
