@@ -13,6 +13,7 @@ not in a user's editor.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -24,6 +25,25 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 TYPING_CHECKS = sorted((ROOT / "tests" / "typing").glob("check_*.py"))
+
+
+# OpenTelemetry's global providers can be set once per process, and once set every later
+# run in the process is traced: an example that sets them would leave its tracer on for the
+# rest of this test worker (a test that a plain run builds no hooks then failed, by order)
+SETS_PROCESS_STATE = re.compile(r"\bset_(?:tracer|meter)_provider\(")
+
+
+def _run_in_own_process(where: str, code: str) -> None:
+    """Run an example that sets process-wide state in a Python process of its own."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=50,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{where} failed:\n{done.stdout}{done.stderr}"
 
 
 def examples() -> list[tuple[str, str]]:
@@ -50,6 +70,9 @@ def test_example_runs(
 ) -> None:
     if "REDIS_URL" in code:
         monkeypatch.setenv("REDIS_URL", request.getfixturevalue("redis_server").url)
+    if SETS_PROCESS_STATE.search(code):
+        _run_in_own_process(where, code)
+        return
     # dont_inherit: an example runs as written, not under this file's `from __future__ import
     # annotations` (its string annotations could not be resolved by pydantic or dataclasses:
     # the example's module is in no sys.modules)
