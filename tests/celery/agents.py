@@ -21,6 +21,7 @@ from agent_sync.cancel import CancelScope
 from agent_sync.models import ModelRequest
 from agent_sync.stores import RunStore
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.bounds import COOPERATIVE_GRACE
 
 PROBE_SOCKET = "AGENT_SYNC_TEST_PROBE_SOCKET"
 TOLD = "told to stop"
@@ -75,4 +76,5 @@ def make_agent(store: RunStore, conversation_id: str, *, resume: bool = False) -
         store=store,
         conversation_id=conversation_id,
         on_owner_lost="resume" if resume else "fail",
+        tool_grace_period=COOPERATIVE_GRACE,  # the tool's own result is asserted
     )

@@ -28,6 +28,7 @@ from agent_sync.messages import validate_history
 from agent_sync.stores import RunStore
 from agent_sync.testing import ScriptedModel
 from tests.deploy.test_deployments import PROBE_SOCKET, TOLD, Probe, wait_for_stop
+from tests.fixtures.bounds import COOPERATIVE_GRACE
 from tests.fixtures.gunicorn import gunicorn
 from tests.web._client import Frame, SSEConnection, frames_until
 
@@ -85,6 +86,7 @@ def make_agent(store: RunStore, cid: str) -> Agent:
         tools=[wait_for_stop, delete_file],
         store=store,
         conversation_id=cid,
+        tool_grace_period=COOPERATIVE_GRACE,  # the tool's own result is asserted
     )
 
 

@@ -34,6 +34,7 @@ from agent_sync import Agent, ToolContext, tool
 from agent_sync.messages import CANCELLED_TEXT, validate_history
 from agent_sync.stores import MemoryRunStore, RunStore, SQLiteRunStore
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.bounds import COOPERATIVE_GRACE
 from tests.fixtures.doubles import history_texts, tool_result_texts
 from tests.fixtures.gunicorn import gunicorn
 
@@ -82,6 +83,7 @@ def probe_agent(store: RunStore, conversation_id: str) -> Agent:
         tools=[wait_for_stop],
         store=store,
         conversation_id=conversation_id,
+        tool_grace_period=COOPERATIVE_GRACE,  # the tool's own result is asserted
     )
 
 

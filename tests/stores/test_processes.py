@@ -36,6 +36,7 @@ from agent_sync.testing import ScriptedModel
 from agent_sync.testing.redis_server import RedisServer
 from agent_sync.testing.run_store_contract import _wait_past
 from tests.conftest import Spec  # the fixture "spec" is there
+from tests.fixtures.bounds import COOPERATIVE_GRACE
 from tests.fixtures.doubles import texts
 from tests.fixtures.garbage import collect_garbage
 from tests.fixtures.processes import child_context
@@ -123,6 +124,7 @@ def owner(spec: Spec, state: str, lease_s: float, ready: Any, out: Any, folder: 
         store=open_store(spec, lease_s),
         conversation_id="c1",
         hooks=[] if state == "tool" else [_ReportsRunId(ready)],
+        tool_grace_period=COOPERATIVE_GRACE,  # the tool's own result is asserted
     )
     if state == "tool":
         threading.Thread(target=_report_run_id, args=(agent, ready, started), daemon=True).start()
