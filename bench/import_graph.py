@@ -217,7 +217,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(["_history", "_repair", "mcp"], 5),
     "stores": 6,
     "run": 7,
-    **dict.fromkeys(["context", "_subagent"], 8),
+    **dict.fromkeys(["context", "_subagent", "_run_log"], 8),
     "_agent_runs": 9,
     "agent": 10,
     **dict.fromkeys(["_recovery", "web", "celery"], 11),

@@ -16,14 +16,14 @@ import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from .._prompt import content_blocks
+from .._run_log._publish import REPLAY_TTL_S, Publisher
+from .._run_log._records import closing_record, error_record, run_record
 from .._signal_safe import Event
 from ..cancel import CancelToken
 from ..errors import ConcurrentInvocationError, PendingApprovalError, UsageError
 from ..run._handle import AgentStream
 from ..stores._event_log import EventLogStore
 from ..web._http import valid_id
-from ..web._publish import REPLAY_TTL_S, Publisher
-from ..web._records import closing_record, error_record, run_record
 from ._config import Config
 from ._revokes import TERMINATED_REASON, revokes
 

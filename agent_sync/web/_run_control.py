@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._decisions import Decision, Deny
 from .._prompt import content_blocks
+from .._run_log._publish import Publisher, RunSlots
+from .._run_log._records import run_record
 from .._run_state import RunSnapshot
 from ..errors import (
     ConcurrentInvocationError,
@@ -33,8 +35,6 @@ from ..stores import StoredRun
 from ..stores._event_log import EventLogStore
 from ._follow import close_log
 from ._http import BadRequest, Refusal
-from ._publish import Publisher, RunSlots
-from ._records import run_record
 from ._sse import DISCONNECT_REASON
 
 if TYPE_CHECKING:

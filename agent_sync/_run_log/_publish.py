@@ -46,7 +46,7 @@ from ._records import (
     log_failure_record,
     records_of,
 )
-from ._sse import DISCONNECT_REASON, RunStream
+from ._stream import DISCONNECT_REASON, RunStream
 
 __all__ = ["FAILURE_RETRY_MAX_S", "REPLAY_TTL_S", "Publisher", "RunSlots"]
 
