@@ -101,7 +101,7 @@ def _start_recovering(store: EventLogStore) -> None:
     config = current()
     if config is None:
         return
-    from .._recovery import keep_recovering
+    from ..stores._recovery import keep_recovering
 
     try:
         keep_recovering(store, config.make_agent)

@@ -23,6 +23,6 @@ class Recoverable:
         ``make_agent(conversation_id)`` builds on this store. Registers nothing: for a cron
         job or a worker's start. See ``docs/recovery.md``.
         """
-        from .._recovery import recover  # the agent layer, above the stores
+        from ._recovery import recover  # the agent layer, above the stores
 
         return recover(self, make_agent, limit=limit)  # type: ignore[arg-type]

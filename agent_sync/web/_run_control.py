@@ -271,7 +271,7 @@ class RunControl:
     def _recover_lost_runs(self) -> None:
         """The app's agents resume runs whose worker died: from now on (while these routes
         exist) this worker takes them over too, in one of its live-run slots."""
-        from .._recovery import keep_recovering  # above the web layer
+        from ..stores._recovery import keep_recovering  # above the web layer
 
         keep_recovering(
             self._store,

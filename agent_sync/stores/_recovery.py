@@ -28,16 +28,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from .errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
-from .stores._event_log import RunEventLog
-from .stores._rules import check_limit
-from .stores._watcher import watch
+from ..errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
+from ._event_log import RunEventLog
+from ._rules import check_limit
+from ._watcher import watch
 
 if TYPE_CHECKING:
-    from ._run_log._publish import RunSlots
-    from .agent import Agent
-    from .run._binding import ConversationBinding
-    from .stores._protocol import RunStore, StoredRun
+    from .._run_log._publish import RunSlots
+    from ..agent import Agent
+    from ..run._binding import ConversationBinding
+    from ._protocol import RunStore, StoredRun
 
 __all__ = ["POLL_S", "keep_recovering", "recover", "stop_recovering"]
 
@@ -213,7 +213,7 @@ def _take_over(store: RunStore, recoverer: _Recoverer, lost: StoredRun) -> _Outc
         return "failed"
     logger.info("run_id=<%s> | lost run taken over: it goes on here", run_id)
     if logged and isinstance(store, RunEventLog):  # a log only a RunEventLog keeps
-        from ._run_log._recovered import publish_recovered  # the web layer, above this one
+        from .._run_log._recovered import publish_recovered  # the web layer, above this one
 
         try:
             publisher = publish_recovered(
