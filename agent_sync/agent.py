@@ -22,6 +22,7 @@ from ._agent_runs import AgentRunner, Prompt, run_to_end
 from ._decisions import ApprovalRequest, Decision
 from ._limits import UsageLimits
 from ._prompt import history_copy
+from ._run_log._recovered import go_on_recovered
 from ._run_state import OwnerLostPolicy
 from .cancel import CancelScope, CancelToken, check_mode
 from .context import ContextPolicy, SlidingWindow, Summarizing
@@ -38,6 +39,7 @@ from .run._handle import AgentStream, StepsRun
 from .run._settings import UNSET, RunSettings, Unset, agent_settings
 from .run._slot import RunSlot
 from .stores._protocol import RunStore, StoredRun
+from .stores._recovery import LiveSlot
 from .tools._registry import ToolSource
 from .tools.context import ToolContext
 from .tools.decorator import Tool
@@ -581,7 +583,7 @@ class Agent:
         return self._runner.open_child(self, prompt, parent, decisions)
 
     def _recover(self, lost: StoredRun, timeout: float | None = None) -> AgentStream:
-        """Package-internal (``_recovery``): go on with ``lost``, a run of this agent's
+        """Package-internal (:meth:`_go_on`): go on with ``lost``, a run of this agent's
         conversation whose worker died, from its last committed state (see
         :mod:`agent_sync.run._lost`): claimed in the store, then streamed here as a
         resumed paused run is.
@@ -592,6 +594,34 @@ class Agent:
             UsageError: The agent has no store, or the run is another conversation's.
         """
         return self._runner.recover(self, lost, timeout)
+
+    def _go_on(
+        self,
+        store: RunStore,
+        lost: StoredRun,
+        *,
+        timeout: float | None,
+        replay_ttl: float | None,
+        slot: LiveSlot | None,
+    ) -> Callable[[], None]:
+        """Package-internal (the stores' recovery loop, ``stores._recovery``): take ``lost``
+        over (:meth:`_recover`) and return the rest of its work: its event log going on
+        after the dead worker's last record, or the run drained to its end (see
+        :func:`agent_sync._run_log._recovered.go_on_recovered`).
+
+        Raises:
+            UsageError: The agent is not one of ``store``'s.
+            RunConflictError, ConcurrentInvocationError, PendingApprovalError: As
+                :meth:`_recover`.
+        """
+        return go_on_recovered(
+            store,
+            lost,
+            self._binding,
+            lambda: self._recover(lost, timeout),
+            replay_ttl=replay_ttl,
+            slot=slot,
+        )
 
     def _stream_as(
         self,

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agent_sync._run_log._records import is_terminal  # noqa: E402
 from agent_sync.testing.redis_server import RedisServer  # noqa: E402
-from agent_sync.web._records import is_terminal  # noqa: E402
 
 
 def _p99(samples: list[float]) -> float:

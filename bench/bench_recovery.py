@@ -82,7 +82,7 @@ def _write_lost(store: Any, conversation_id: str) -> tuple[str, float]:
 
 
 def takeover(spec: str, runs: int) -> dict[str, Any]:
-    from agent_sync._recovery import keep_recovering, stop_recovering
+    from agent_sync.stores._recovery import keep_recovering, stop_recovering
 
     store = make_store(spec)
     keep_recovering(store, _agent_maker(store))
@@ -140,7 +140,7 @@ def cost(spec: str, calls: int) -> dict[str, float]:
 
 
 def child_idle(spec: str, window: float) -> dict[str, Any]:
-    from agent_sync._recovery import keep_recovering
+    from agent_sync.stores._recovery import keep_recovering
 
     store = make_store(spec)
     keep_recovering(store, _agent_maker(store))

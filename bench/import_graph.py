@@ -214,20 +214,23 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(["events", "hooks", "result", "_decisions", "_prompt", "models"], 3),
     **dict.fromkeys(["output", "retry", "_limits", "_guardrails"], 3),
     **dict.fromkeys(["tools", "_run_state", "_tracing"], 4),
-    **dict.fromkeys(["_history", "_repair", "mcp"], 5),
+    **dict.fromkeys(["_history", "_repair"], 5),
     "stores": 6,
     "run": 7,
-    **dict.fromkeys(["context", "_subagent"], 8),
+    **dict.fromkeys(["context", "_subagent", "_run_log"], 8),
     "_agent_runs": 9,
     "agent": 10,
-    **dict.fromkeys(["_recovery", "web", "celery"], 11),
+    **dict.fromkeys(["web", "celery", "mcp"], 11),
     "testing": 12,
     "": 13,  # the root facade, which imports every public name
     "__main__": 14,  # the demo, on the public API
 }
 """The layer of each part (``agent_sync.`` left out): a part may import only parts of lower
-layers (or of its own, without a cycle). The web, recovery and Celery sit above the agent
-they drive; the context policies above the run, which still imports them (a known climb)."""
+layers (or of its own, without a cycle). The stores find lost runs and hand them to the
+agent through a verb they name by a ``Protocol`` (``stores._recovery.RecoveringAgent``);
+the run log sits between the run and those who publish and follow it (the agent's
+recovery, the web, Celery); the web, Celery and MCP (whose ``serve`` serves an agent; its
+client tools import nothing above ``tools``) sit above the agent they drive."""
 
 
 def layer_of(node: str) -> int | None:

@@ -38,6 +38,7 @@ from agent_sync import (
     tool,
     validate_history,
 )
+from agent_sync._run_log._records import done_record, error_record, native_frame, records_of
 from agent_sync._run_state import json_ready as _encode
 from agent_sync.errors import ModelError
 from agent_sync.events import AgentEvent, Done
@@ -50,7 +51,6 @@ from agent_sync.testing.anthropic_server import AnthropicServer
 from agent_sync.testing.bedrock_server import BedrockServer
 from agent_sync.testing.openai_server import OpenAIServer
 from agent_sync.testing.redis_server import RedisServer
-from agent_sync.web._records import done_record, error_record, native_frame, records_of
 from tests.models._bedrock_fixtures import aws_session
 
 CONVERSATION = "c-encodable"

@@ -1,7 +1,7 @@
 """One ``run_task``: the conversation's run, owned by this worker, published to its log.
 
 The task builds the agent, starts the run under the task's id and publishes its records as
-the chat routes do (:class:`~agent_sync.web._publish.Publisher`), then waits in the task's
+the chat routes do (:class:`~agent_sync._run_log._publish.Publisher`), then waits in the task's
 thread for the run to be over or paused. Whatever stops it ends the run first, cancelled
 with a valid history and a closed log: a revoke read by :mod:`._revokes` (its token), the
 task interrupted (``SystemExit`` of a terminated pool process, a soft time limit), or a
@@ -16,14 +16,14 @@ import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from .._prompt import content_blocks
+from .._run_log._publish import REPLAY_TTL_S, Publisher
+from .._run_log._records import closing_record, error_record, run_record
 from .._signal_safe import Event
 from ..cancel import CancelToken
 from ..errors import ConcurrentInvocationError, PendingApprovalError, UsageError
 from ..run._handle import AgentStream
 from ..stores._event_log import EventLogStore
 from ..web._http import valid_id
-from ..web._publish import REPLAY_TTL_S, Publisher
-from ..web._records import closing_record, error_record, run_record
 from ._config import Config
 from ._revokes import TERMINATED_REASON, revokes
 

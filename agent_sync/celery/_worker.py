@@ -3,7 +3,7 @@
 A process that runs tasks (a prefork pool process, or the worker itself with the threads
 or solo pool) reads revokes from its start (:func:`._revokes.listen`) and, once it knows
 the agents' store (named to ``configure``, or learned at its first task), takes over the
-store's lost runs (:func:`agent_sync._recovery.keep_recovering`: only runs of agents with
+store's lost runs (:func:`agent_sync.stores._recovery.keep_recovering`: only runs of agents with
 ``on_owner_lost="resume"`` are ever lost, so it costs one cheap poll otherwise). Nothing
 starts at import: Celery's prefork pool forks after it, and a thread started before a fork
 does not exist in the child. The worker's main process also closes the log of a task
@@ -101,7 +101,7 @@ def _start_recovering(store: EventLogStore) -> None:
     config = current()
     if config is None:
         return
-    from .._recovery import keep_recovering
+    from ..stores._recovery import keep_recovering
 
     try:
         keep_recovering(store, config.make_agent)

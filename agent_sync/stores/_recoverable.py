@@ -1,13 +1,16 @@
 """``store.recover(make_agent)``: every store of the package has it, from this mixin.
 
 Recovering a run takes an agent (``make_agent`` builds one), which lives above the stores:
-the work is :func:`agent_sync._recovery.recover`, imported when it is called.
+the work is :func:`agent_sync.stores._recovery.recover`, which names the agent by the one
+verb it calls (:class:`~agent_sync.stores._recovery.RecoveringAgent`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from ._recovery import recover
 
 __all__ = ["Recoverable"]
 
@@ -23,6 +26,4 @@ class Recoverable:
         ``make_agent(conversation_id)`` builds on this store. Registers nothing: for a cron
         job or a worker's start. See ``docs/recovery.md``.
         """
-        from .._recovery import recover  # the agent layer, above the stores
-
         return recover(self, make_agent, limit=limit)  # type: ignore[arg-type]

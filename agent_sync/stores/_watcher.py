@@ -16,7 +16,7 @@ twenty takes). Any other store (SQLite, whose wait polls the database anyway) wa
 :data:`TICK_S`, which bounds how late a newly registered run is first watched.
 Polls: a part above the stores may have the watcher call a function every so often while
 it is registered (:meth:`_Watcher.add_poll`): the recovery of lost runs
-(:mod:`agent_sync._recovery`) looks for them there. The thread lives while the process owns a
+(:mod:`agent_sync.stores._recovery`) looks for them there. The thread lives while the process owns a
 run or has a poll; with polls only, it waits on an event between them and asks the store
 nothing else.
 

@@ -23,9 +23,9 @@ See ``docs/web.md``.
 
 from __future__ import annotations
 
+from .._run_log._stream import DISCONNECT_REASON
 from ._disconnect import socket_from_environ
 from ._sse import (
-    DISCONNECT_REASON,
     SSE_HEADERS,
     SSEStream,
     StreamingAgent,

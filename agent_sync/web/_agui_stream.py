@@ -75,12 +75,12 @@ except ImportError as exc:
     raise missing_extra("ag-ui-protocol", "agui") from exc
 
 from .._limits import not_run_text
+from .._run_log._records import event_id
 from ..messages import CANCELLED_TEXT
 from ..stores import RunEvent
 from ._decision_input import DECISION_SCHEMA
 from ._encoders import KEEPALIVE_FRAME, OPEN_FRAME
 from ._http import utf8
-from ._records import event_id
 
 __all__ = ["AGUIEncoder", "CUSTOM_PREFIX", "INTERRUPT_REASON"]
 

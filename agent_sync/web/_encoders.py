@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-from ._records import native_frame
+from .._run_log._records import native_frame
 
 __all__ = ["KEEPALIVE_FRAME", "OPEN_FRAME", "NativeEncoder", "StreamEncoder"]
 

@@ -41,6 +41,9 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Final
 
+from .._run_log._local_log import local_log
+from .._run_log._publish import FAILURE_RETRY_MAX_S
+from .._run_log._records import closing_record, is_terminal
 from .._signal_safe import Event
 from ..errors import RunConflictError, StoreUnavailableError
 from ..stores import RunEvent
@@ -48,9 +51,6 @@ from ..stores._event_log import EventLogStore
 from ..stores._rules import FINAL_STATUSES
 from ._client_watch import Watch, watch_client
 from ._encoders import StreamEncoder
-from ._local_log import local_log
-from ._publish import FAILURE_RETRY_MAX_S
-from ._records import closing_record, is_terminal
 from ._stall import StallGuard
 
 if TYPE_CHECKING:

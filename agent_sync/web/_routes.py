@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 
 from .._decisions import Decision, Deny
 from .._prompt import content_blocks
+from .._run_log._publish import REPLAY_TTL_S, Publisher
+from .._run_log._records import is_terminal, parse_event_id
 from .._run_state import RunSnapshot, json_ready
 from ..errors import (
     StoreUnavailableError,
@@ -48,8 +50,6 @@ from ._http import (
     required_str,
     valid_id,
 )
-from ._publish import REPLAY_TTL_S, Publisher
-from ._records import is_terminal, parse_event_id
 from ._run_control import RunControl
 from ._sse import SSE_HEADERS
 from ._stall import bound_send_buffer

@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._decisions import Decision, Deny
 from .._prompt import content_blocks
+from .._run_log._publish import Publisher, RunSlots
+from .._run_log._records import run_record
+from .._run_log._stream import DISCONNECT_REASON
 from .._run_state import RunSnapshot
 from ..errors import (
     ConcurrentInvocationError,
@@ -33,9 +36,6 @@ from ..stores import StoredRun
 from ..stores._event_log import EventLogStore
 from ._follow import close_log
 from ._http import BadRequest, Refusal
-from ._publish import Publisher, RunSlots
-from ._records import run_record
-from ._sse import DISCONNECT_REASON
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -271,7 +271,7 @@ class RunControl:
     def _recover_lost_runs(self) -> None:
         """The app's agents resume runs whose worker died: from now on (while these routes
         exist) this worker takes them over too, in one of its live-run slots."""
-        from .._recovery import keep_recovering  # above the web layer
+        from ..stores._recovery import keep_recovering
 
         keep_recovering(
             self._store,

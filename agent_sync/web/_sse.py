@@ -32,9 +32,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
+from .._run_log._stream import DISCONNECT_REASON, RunStream
 from ..errors import ModelError, ModelHTTPError, UsageError
 from ..events import (
     AgentEvent,
@@ -71,9 +71,6 @@ SSE_HEADERS: Final[dict[str, str]] = {
 }
 """Headers every SSE response needs besides ``Content-Type: text/event-stream``."""
 
-DISCONNECT_REASON: Final = "client disconnected"
-"""The ``cancel_reason`` of a run stopped because its SSE client went away."""
-
 _OPEN_FRAME: Final = b": stream open\n\n"
 _KEEPALIVE_FRAME: Final = b": keep-alive\n\n"
 _JOIN_TIMEOUT_S: Final = 10.0
@@ -82,18 +79,6 @@ WRITE_TIMEOUT_S: Final = 60.0
 before the stream is closed and the run cancelled (with a client socket only; see
 :mod:`._stall`)."""
 _thread_ids = itertools.count(1)
-
-
-class RunStream(Iterator[AgentEvent], Protocol):
-    """One run's events (``agent_sync.AgentStream`` is one)."""
-
-    def cancel(self, reason: str | None = None) -> bool:
-        """Cancel this run only, from any thread."""
-        ...
-
-    def close(self) -> None:
-        """Stop the run if it is still going and release the agent."""
-        ...
 
 
 class StreamingAgent(Protocol):

@@ -32,11 +32,11 @@ try:
 except ImportError as exc:
     raise missing_extra("django", "django") from exc
 
+from .._run_log._publish import REPLAY_TTL_S
 from ..errors import ConcurrentInvocationError
 from ..stores import RunStore
 from ._disconnect import socket_from_environ
 from ._http import WebRequest, WebResponse, content_type_of, read_limited
-from ._publish import REPLAY_TTL_S
 from ._routes import (
     MAX_LIVE_RUNS,
     WRITE_TIMEOUT_S,

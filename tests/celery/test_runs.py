@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from agent_sync._run_log._records import is_terminal
 from agent_sync.celery import REVOKED_REASON, TERMINATED_REASON, run_task
 from agent_sync.messages import CANCELLED_TEXT, validate_history
 from agent_sync.stores._event_log import EventLogStore
-from agent_sync.web._records import is_terminal
 from tests.celery import agents
 from tests.celery.conftest import Worker
 from tests.fixtures.doubles import history_texts, tool_result_texts

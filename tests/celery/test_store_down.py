@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from agent_sync import RunState
+from agent_sync._run_log._records import is_terminal
 from agent_sync.celery import run_task
 from agent_sync.messages import validate_history
 from agent_sync.stores._event_log import EventLogStore
 from agent_sync.testing.redis_server import RedisServer
-from agent_sync.web._records import is_terminal
 from tests.celery import agents, stores
 from tests.celery.conftest import ROOT, start_worker, stop_worker
 from tests.fixtures.doubles import history_texts

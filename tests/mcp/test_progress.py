@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from agent_sync import Agent, ToolContext, tool
+from agent_sync._run_log._records import records_of
 from agent_sync.errors import UsageError
 from agent_sync.events import AgentEvent, ToolEnd, ToolProgress, ToolStart
 from agent_sync.mcp import MCPServer
 from agent_sync.testing import ScriptedModel
-from agent_sync.web._records import records_of
 from agent_sync.web._sse import encode_event
 
 

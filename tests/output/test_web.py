@@ -10,12 +10,12 @@ import flask
 import pydantic
 
 from agent_sync import Agent
+from agent_sync._run_log._partials import PartialThrottle
+from agent_sync._run_log._records import records_of
 from agent_sync.events import MessageComplete, PartialOutput, TextDelta
 from agent_sync.stores import MemoryRunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.web import encode_event
-from agent_sync.web._partials import PartialThrottle
-from agent_sync.web._records import records_of
 from agent_sync.web._ui_stream import UIStreamEncoder
 from agent_sync.web.flask import chat_blueprint
 from tests.web._client import SSEConnection, frames_until, serve

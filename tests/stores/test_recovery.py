@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from agent_sync import Agent, RunState, UsageError, tool, validate_history
-from agent_sync._recovery import keep_recovering, stop_recovering
 from agent_sync.messages import Message
 from agent_sync.stores import MemoryRunStore, RunStore
+from agent_sync.stores._recovery import keep_recovering, stop_recovering
 from agent_sync.stores._rules import WORKER_STOPPED_TEXT
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.run_store_contract import _wait_past
@@ -301,7 +301,7 @@ def test_a_lost_run_that_cannot_be_taken_over_is_tried_again_later_not_at_every_
 ) -> None:
     """A make_agent that raises (or a store that is down) is said once per RETRY_S, not
     twice a second for as long as the run stays lost."""
-    from agent_sync._recovery import _Poll, _Recoverer
+    from agent_sync.stores._recovery import _Poll, _Recoverer
 
     store = MemoryRunStore()
     _lost(store, [_user("hi")], next_step="model", cycle=0)

@@ -275,7 +275,7 @@ def test_a_recovered_web_run_is_one_run_in_its_event_log(
     run_id = _kill_after_ready(spec, case, tmp_path, web=True)
     monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tools.log"))
     store = open_store(spec)
-    from agent_sync._recovery import keep_recovering, stop_recovering
+    from agent_sync.stores._recovery import keep_recovering, stop_recovering
 
     log = events_of(store)
     events = log.read_events(run_id)
@@ -307,7 +307,7 @@ def test_routes_that_serve_nothing_take_a_lost_run_over(
     """The routes recover from their creation: a web worker started after the crash that
     serves no request still takes the lost run over."""
     pytest.importorskip("flask", reason="pip install -e '.[flask]'")
-    from agent_sync._recovery import stop_recovering
+    from agent_sync.stores._recovery import stop_recovering
     from agent_sync.web.flask import chat_blueprint
 
     run_id = _kill_after_ready(spec, "tool", tmp_path, web=True)

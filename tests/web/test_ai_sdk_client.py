@@ -22,10 +22,10 @@ import flask
 import pytest
 
 from agent_sync import Agent, tool, validate_history
+from agent_sync._run_log._records import is_terminal
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.stores import MemoryRunStore
 from agent_sync.testing import ScriptedModel
-from agent_sync.web._records import is_terminal
 from agent_sync.web.flask import chat_blueprint
 from tests.aisdk._node import ChatClient, aisdk_client
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from agent_sync._run_log._local_log import open_local_log
 from agent_sync.stores import RunStore, SQLiteRunStore
 from agent_sync.web._encoders import NativeEncoder
 from agent_sync.web._follow import Follower
-from agent_sync.web._local_log import open_local_log
 
 WAIT = 30.0  # the longest a test waits for what must happen (a hang fails, not a slow box)
 SILENT = 600.0  # keep-alive interval: nothing in a test may be noticed through keep-alives

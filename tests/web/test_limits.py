@@ -18,11 +18,11 @@ import flask
 import pytest
 
 from agent_sync import Agent
+from agent_sync._run_log._local_log import HELD
 from agent_sync.errors import UsageError
 from agent_sync.stores import MemoryRunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.web import _sse
-from agent_sync.web._local_log import HELD
 from agent_sync.web.flask import chat_blueprint, sse_response
 from tests.run._gates import Gate, gate_call
 

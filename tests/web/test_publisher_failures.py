@@ -154,7 +154,7 @@ def test_a_record_the_store_refuses_ends_every_stream_with_one_error(
             assert conn.status == 200
             assert frames_until(conn, "done")[-1].data["text"] == "the next answer"
         assert validate_history(list(store.load("c1").messages)) == []
-    told = [r for r in caplog.records if r.name == "agent_sync.web._publish"]
+    told = [r for r in caplog.records if r.name == "agent_sync._run_log._publish"]
     assert len(told) == 1 and "event log" in told[0].getMessage()  # reported once
     if isinstance(store, SQLiteRunStore):
         store.close()

@@ -8,9 +8,9 @@ from typing import Any
 import flask
 
 from agent_sync import Agent, tool
+from agent_sync._run_log._records import run_record
 from agent_sync.stores import MemoryRunStore
 from agent_sync.testing import ScriptedModel
-from agent_sync.web._records import run_record
 from agent_sync.web.flask import chat_blueprint
 
 from ._client import SSEConnection, frames_until, request_json, serve

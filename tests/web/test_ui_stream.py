@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from agent_sync import Agent, Deny, UsageLimits, tool
+from agent_sync._run_log._records import done_record, error_record, records_of, run_record
 from agent_sync.errors import ModelError, ModelThrottledError
 from agent_sync.events import AgentEvent, Done, MessageComplete
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.retry import RetryPolicy
 from agent_sync.testing import ScriptedModel
 from agent_sync.web._encoders import KEEPALIVE_FRAME
-from agent_sync.web._records import done_record, error_record, records_of, run_record
 from agent_sync.web._ui_stream import DONE_FRAME, UI_STREAM_HEADERS, UIStreamEncoder, shown_calls
 
 from ._ui_parts import DONE, check_stream, parse_frames, types_of

@@ -37,6 +37,7 @@ from typing import Any, Final
 from ..errors import ModelError, OutputValidationError, RunConflictError, StoreUnavailableError
 from ..events import Done, MessageComplete, ToolStart
 from ..stores import RunEventLog
+from ..stores._recovery import LiveSlot
 from ._local_log import open_local_log
 from ._partials import PartialThrottle
 from ._records import (
@@ -46,7 +47,7 @@ from ._records import (
     log_failure_record,
     records_of,
 )
-from ._sse import DISCONNECT_REASON, RunStream
+from ._stream import DISCONNECT_REASON, RunStream
 
 __all__ = ["FAILURE_RETRY_MAX_S", "REPLAY_TTL_S", "Publisher", "RunSlots"]
 
@@ -99,7 +100,7 @@ class Publisher:
         cycle: int = 0,
         denied: Collection[str] = (),
         replay_ttl: float,
-        slot: RunSlots | None = None,
+        slot: LiveSlot | None = None,
         open_calls: Mapping[str, str] | None = None,
     ) -> None:
         self._slot = slot

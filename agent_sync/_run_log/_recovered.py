@@ -12,18 +12,79 @@ log shows started and the resumed run runs again is not announced twice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .._run_state import RunState
+from ..errors import UsageError
 from ..events import ToolEnd
 from ..messages import ToolUse
 from ..run._handle import AgentStream
-from ..stores._event_log import EventLogStore, RunEvent
-from ._publish import REPLAY_TTL_S, Publisher, RunSlots
+from ..stores._event_log import EventLogStore, RunEvent, RunEventLog
+from ..stores._recovery import LiveSlot
+from ._publish import REPLAY_TTL_S, Publisher
 from ._records import records_of, resumed_record
 
-__all__ = ["publish_recovered"]
+if TYPE_CHECKING:
+    from ..run._binding import ConversationBinding
+    from ..stores._protocol import RunStore, StoredRun
+
+__all__ = ["go_on_recovered", "publish_recovered"]
+
+logger = logging.getLogger(__name__)
+
+
+def go_on_recovered(
+    store: RunStore,
+    lost: StoredRun,
+    binding: ConversationBinding | None,
+    recover: Callable[[], AgentStream],
+    *,
+    replay_ttl: float | None,
+    slot: LiveSlot | None,
+) -> Callable[[], None]:
+    """Take ``lost`` over for an agent of ``binding`` (``recover``: claim it and stream it
+    on) and return the rest of the work, to run in a thread of its own; it gives ``slot``
+    back when the run ends (see ``stores._recovery.RecoveringAgent._go_on``).
+
+    Raises:
+        UsageError: ``binding`` is not a conversation of ``store``.
+        RunConflictError, ConcurrentInvocationError, PendingApprovalError: From ``recover``.
+    """
+    run_id = lost.state.run_id
+    if binding is None or not binding.holds(store):
+        raise UsageError(
+            "make_agent must build agents on the recovering store "
+            "(Agent(..., store=store, conversation_id=conversation_id))"
+        )
+    logged = store.read_events(run_id) if isinstance(store, RunEventLog) else []
+    stream = recover()
+    if logged and isinstance(store, RunEventLog):  # a log only a RunEventLog keeps
+        try:
+            publisher = publish_recovered(store, stream, logged, replay_ttl=replay_ttl, slot=slot)
+        except Exception:  # the stream was closed: the run ended cancelled, stored
+            logger.exception("run_id=<%s> | the recovered run's log could not go on", run_id)
+            return _nothing
+        return publisher.thread.join
+    return lambda: _drain(stream, run_id, slot)
+
+
+def _nothing() -> None:
+    """Nothing left to do."""
+
+
+def _drain(stream: AgentStream, run_id: str, slot: LiveSlot | None) -> None:
+    """Run a recovered run without an event log to its end (its store has the rest)."""
+    try:
+        with stream:
+            for _ in stream:
+                pass
+    except Exception:  # its end (failed) is stored; say it here too
+        logger.warning("run_id=<%s> | the recovered run failed", run_id, exc_info=True)
+    finally:
+        if slot is not None:
+            slot.give()
 
 
 def publish_recovered(
@@ -32,7 +93,7 @@ def publish_recovered(
     logged: Sequence[RunEvent],
     *,
     replay_ttl: float | None,
-    slot: RunSlots | None,
+    slot: LiveSlot | None,
 ) -> Publisher:
     """Publish ``stream`` (a recovered run, started) after ``logged``, its log so far
     (``replay_ttl``: how long its complete log is kept; ``None``: the routes' default)."""

@@ -1,7 +1,7 @@
 """The records a run published in this process, kept in memory for the streams that follow
 it here: they get each record as soon as it is stored, without reading it back.
 
-A :class:`~agent_sync.web._publish.Publisher` adds each batch once ``store.append_events``
+A :class:`~agent_sync._run_log._publish.Publisher` adds each batch once ``store.append_events``
 has taken it (a record is never sent before it is stored) and ends the log when its run is
 over or paused; the log is then forgotten. A follower asks :func:`read` first and the store
 when it answers ``None`` (the run is published by another process, or has moved on here

@@ -3,12 +3,14 @@
 A run of an agent built with ``on_owner_lost="resume"`` whose worker died (its lease ran
 out) is *lost*: the store keeps it running and lists it (``store.lost_runs()``) until a
 recoverer takes it over with a compare-and-set (``store.claim``), so exactly one does,
-whatever the number racing. The recoverer builds an agent of the run's conversation with
-the ``make_agent`` it was given and goes on from the run's last committed step
-(:meth:`~agent_sync._agent_runs.AgentRuns._recover`): same run id; a run with an event log
-(the chat routes', ``agent_sync.celery``'s) goes on publishing after its last record
-(:mod:`agent_sync.web._recovered`). The run then goes on in a thread of its own; the thread
-is not a daemon, so a script that recovered runs ends when they have.
+whatever the number racing. This module is the stores' side: finding lost runs and handing
+each to an agent of its conversation that the ``make_agent`` it was given builds. The agent
+does the rest through one verb, :meth:`RecoveringAgent._go_on` (``agent_sync.Agent`` has it):
+it claims the run and goes on from its last committed step, same run id, publishing after
+the last record of the run's event log if it has one (:mod:`agent_sync._run_log._recovered`),
+and returns the rest of the work, which runs here in a thread of its own; the thread is not a
+daemon, so a script that recovered runs ends when they have. The stores import nothing of
+the agent: they name it by that verb, and the agent implements it from above.
 
 * :func:`recover`: one pass, now (``store.recover``): returns the ids it took over.
 * :func:`keep_recovering`: this process's watcher of the store looks for lost runs every
@@ -26,24 +28,70 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
-from .errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
-from .stores._event_log import RunEventLog
-from .stores._rules import check_limit
-from .stores._watcher import watch
+from ..errors import ConcurrentInvocationError, PendingApprovalError, RunConflictError, UsageError
+from ._rules import check_limit
+from ._watcher import watch
 
 if TYPE_CHECKING:
-    from .agent import Agent
-    from .run._binding import ConversationBinding
-    from .stores._protocol import RunStore, StoredRun
-    from .web._publish import RunSlots
+    from ._protocol import RunStore, StoredRun
 
-__all__ = ["POLL_S", "keep_recovering", "recover", "stop_recovering"]
+__all__ = [
+    "POLL_S",
+    "LiveSlot",
+    "LiveSlots",
+    "RecoveringAgent",
+    "keep_recovering",
+    "recover",
+    "stop_recovering",
+]
 
 logger = logging.getLogger(__name__)
 
-MakeAgent = Callable[[str], "Agent"]
+
+class LiveSlot(Protocol):
+    """One of a worker's live-run slots, taken for a run (``web``'s ``RunSlots`` is one)."""
+
+    def give(self) -> None:
+        """Give the slot back (once)."""
+        ...
+
+
+class LiveSlots(Protocol):
+    """A worker's live-run slots (the chat routes' ``max_live_runs``)."""
+
+    def take(self) -> LiveSlot | None:
+        """A slot, or ``None`` if all are taken."""
+        ...
+
+
+class RecoveringAgent(Protocol):
+    """What ``make_agent`` builds: an agent of the lost run's conversation on the
+    recovering store (``agent_sync.Agent``)."""
+
+    def _go_on(
+        self,
+        store: RunStore,
+        lost: StoredRun,
+        *,
+        timeout: float | None,
+        replay_ttl: float | None,
+        slot: LiveSlot | None,
+    ) -> Callable[[], None]:
+        """Claim ``lost`` and start it going on (``timeout``: the resumed run's;
+        ``replay_ttl``: how long its complete event log is kept, ``None`` for the routes'
+        default); return the rest of the work, which gives ``slot`` back when it ends.
+
+        Raises:
+            RunConflictError, ConcurrentInvocationError, PendingApprovalError: Another
+                recoverer has it (``slot`` is the caller's to give back).
+            UsageError: The agent is not one of ``store``'s.
+        """
+        ...
+
+
+MakeAgent = Callable[[str], RecoveringAgent]
 
 POLL_S: Final = 0.5
 """How often a recovering process asks its store for lost runs (one cheap, indexed query:
@@ -67,8 +115,8 @@ class _Recoverer:
     make_agent: MakeAgent
     timeout: float | None = None  # each resumed run's timeout (the routes')
     replay_ttl: float | None = None  # how long its complete event log is kept (None: the
-    # routes' default, web._publish.REPLAY_TTL_S)
-    slots: RunSlots | None = None  # the worker's live-run slots (the routes')
+    # routes' default, _run_log._publish.REPLAY_TTL_S)
+    slots: LiveSlots | None = None  # the worker's live-run slots (the routes')
 
 
 def recover(store: RunStore, make_agent: MakeAgent, *, limit: int | None = None) -> list[str]:
@@ -96,7 +144,7 @@ def keep_recovering(
     *,
     timeout: float | None = None,
     replay_ttl: float | None = None,
-    slots: RunSlots | None = None,
+    slots: LiveSlots | None = None,
     while_alive: object = None,
 ) -> None:
     """From now on, this process's watcher of ``store`` takes over its lost runs as their
@@ -193,14 +241,14 @@ def _take_over(store: RunStore, recoverer: _Recoverer, lost: StoredRun) -> _Outc
         return "other"
     try:
         agent = recoverer.make_agent(lost.conversation_id)
-        binding: ConversationBinding | None = getattr(agent, "_binding", None)
-        if binding is None or not binding.holds(store):
+        if not callable(getattr(agent, "_go_on", None)):
             raise UsageError(
                 "make_agent must build agents on the recovering store "
                 "(Agent(..., store=store, conversation_id=conversation_id))"
             )
-        logged = store.read_events(run_id) if isinstance(store, RunEventLog) else []
-        stream = agent._recover(lost, recoverer.timeout)
+        rest = agent._go_on(
+            store, lost, timeout=recoverer.timeout, replay_ttl=recoverer.replay_ttl, slot=slot
+        )
     except (RunConflictError, ConcurrentInvocationError, PendingApprovalError):
         if slot is not None:
             slot.give()
@@ -212,40 +260,11 @@ def _take_over(store: RunStore, recoverer: _Recoverer, lost: StoredRun) -> _Outc
         logger.exception("run_id=<%s> | the lost run could not be taken over", run_id)
         return "failed"
     logger.info("run_id=<%s> | lost run taken over: it goes on here", run_id)
-    if logged and isinstance(store, RunEventLog):  # a log only a RunEventLog keeps
-        from .web._recovered import publish_recovered  # the web layer, above this one
-
-        try:
-            publisher = publish_recovered(
-                store,
-                stream,
-                logged,
-                replay_ttl=recoverer.replay_ttl,
-                slot=slot,
-            )
-        except Exception:  # the stream was closed: the run ended cancelled, stored
-            logger.exception("run_id=<%s> | the recovered run's log could not go on", run_id)
-            return "taken"
-        _keep_alive(publisher.thread.join, run_id)
-    else:
-        _keep_alive(lambda: _drain(stream, run_id, slot), run_id)
+    _keep_alive(rest, run_id)
     return "taken"
 
 
-def _drain(stream: Any, run_id: str, slot: RunSlots | None) -> None:
-    """Run a recovered run without an event log to its end (its store has the rest)."""
-    try:
-        with stream:
-            for _ in stream:
-                pass
-    except Exception:  # its end (failed) is stored; say it here too
-        logger.warning("run_id=<%s> | the recovered run failed", run_id, exc_info=True)
-    finally:
-        if slot is not None:
-            slot.give()
-
-
-def _keep_alive(target: Callable[[], Any], run_id: str) -> None:
+def _keep_alive(target: Callable[[], object], run_id: str) -> None:
     """Run ``target`` in a thread that is not a daemon: the process waits for the run."""
     threading.Thread(
         target=target, name=f"agent-sync-recovered-{run_id[-8:]}", daemon=False
