@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._decisions import ApprovalRequest, Approve, Deny
+from .._guardrails._checks import GuardrailTrip
 from .._history import add_user_blocks
 from .._run_state import RunState, RunStatus, Step, StepName
 from ..cancel import CancelledError
@@ -221,6 +222,14 @@ class RunContext(ContextFields):
             self.note_limit(limit)
             raise CancelledError(f"usage limit: {limit}")
 
+    def stop_at_guardrail(self, trip: GuardrailTrip) -> NoReturn:
+        """Stop the run at a guardrail's trip: raised as a cancel is, so the run ends
+        through the same close (:func:`~._steps.end_cancelled`), which tells a trip from a
+        real cancel by the scope (a real cancel wins)."""
+        if self._guardrail is None:
+            self._guardrail = trip
+        raise CancelledError(f"guardrail: {trip.name}")
+
     # -- the ends: only these change the status (and reopen, above) --
 
     def finish(self, status: RunStatus, stop_reason: str, cancel_reason: str | None) -> None:
@@ -249,6 +258,7 @@ class RunContext(ContextFields):
             ),
             output=result_output(self),
             usage_limit=self._usage_limit if stop_reason == "usage_limit" else None,
+            guardrail=self._guardrail if stop_reason == "guardrail" else None,
         )
         self._pending_tool_ids = ()
         self._phase = "idle"

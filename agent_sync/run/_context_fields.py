@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .._decisions import ApprovalRequest, Approve, Deny
+from .._guardrails._checks import GuardrailTrip
 from .._run_state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
 from ..cancel import CancelMode
 from ..messages import Message, ToolResult, ToolUse, Usage
@@ -57,6 +58,7 @@ class ContextFields:
         "_decisions",
         "_ended_at",
         "_first_token",
+        "_guardrail",
         "_history_start",
         "_hooks",
         "_inbox",
@@ -154,6 +156,7 @@ class ContextFields:
         self._tool_calls = 0
         self._cost = 0.0  # dollars of this run's model calls (counted with cost_usd only)
         self._usage_limit: str | None = None  # the usage limit passed, once one is
+        self._guardrail: GuardrailTrip | None = None  # the guardrail that tripped, if one did
         self._retries = 0
         self._model_ids: list[str] = []  # per answered model call (run/_model_step.py)
         self._ended_at: float | None = None
@@ -259,6 +262,10 @@ class ContextFields:
     @property
     def usage_limit(self) -> str | None:
         return self._usage_limit
+
+    @property
+    def guardrail(self) -> GuardrailTrip | None:
+        return self._guardrail
 
     @property
     def first_token(self) -> float | None:

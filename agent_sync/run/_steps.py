@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._decisions import ApprovalRequest, Deny
+from .._guardrails._set import NOT_RUN_TEXT, STOPPED_TEXT
 from .._history import add_user_blocks, close_cancelled_turn, close_turn, tool_result_message
 from .._limits import not_run_text, stopped_text
 from .._run_state import Step, StepName
@@ -275,7 +276,9 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
 
     A run a usage limit stopped (:meth:`RunContext.stop_at_limit`, unless a real cancel
     came too) is closed the same way, its calls answered "not run: ... limit" and the turn
-    closed naming the limit; it ends ``"usage_limit"``, status ``done``.
+    closed naming the limit; it ends ``"usage_limit"``, status ``done``. A run a guardrail
+    stopped (:meth:`RunContext.stop_at_guardrail`) likewise: calls not started answered
+    "not run", the turn closed "Stopped by guardrail", ``"guardrail"``, status ``done``.
 
     Returns:
         The queued input that was written to the history.
@@ -284,6 +287,17 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
         cancel_subruns(ctx.agent, ctx.subruns, ctx.binding, ctx.scope.reason or "cancelled")
     results = ctx.take_round()
     queued = ctx.inbox.close()
+    trip = None if ctx.scope.cancelled else ctx.guardrail
+    if trip is not None:  # a trip is a cancel whose turn closes naming the guardrail
+        close_cancelled_turn(
+            ctx.messages,
+            results=results,
+            queued=queued,
+            unanswered_text=NOT_RUN_TEXT,
+            closing_text=STOPPED_TEXT,
+        )
+        ctx.finish("done", "guardrail", None)
+        return queued
     limit = None if ctx.scope.cancelled else ctx.usage_limit
     if limit is None:
         close_cancelled_turn(ctx.messages, results=results, queued=queued)
