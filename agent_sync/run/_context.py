@@ -222,12 +222,19 @@ class RunContext(ContextFields):
             self.note_limit(limit)
             raise CancelledError(f"usage limit: {limit}")
 
-    def stop_at_guardrail(self, trip: GuardrailTrip) -> NoReturn:
+    def stop_at_guardrail(
+        self, trip: GuardrailTrip, answered: tuple[ToolResult, ...] = ()
+    ) -> NoReturn:
         """Stop the run at a guardrail's trip: raised as a cancel is, so the run ends
-        through the same close (:func:`~._steps.end_cancelled`), which tells a trip from a
-        real cancel by the scope (a real cancel wins)."""
-        if self._guardrail is None:
+        through the same close (:func:`~._steps.end_cancelled`). The first of a trip and a
+        real cancel wins: a trip is recorded only while the scope is not cancelled, and
+        once recorded the run ends ``"guardrail"`` whatever cancels the scope after (a
+        batch's end cancels its running tools). ``answered``: the results of the round's
+        calls known now (the tripped call's error), kept for the close."""
+        if self._guardrail is None and not self.scope.cancelled:
             self._guardrail = trip
+            for result in answered:
+                self._round_results[result["toolUseId"]] = result
         raise CancelledError(f"guardrail: {trip.name}")
 
     # -- the ends: only these change the status (and reopen, above) --

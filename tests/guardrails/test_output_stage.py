@@ -119,11 +119,11 @@ def test_pattern_split_at_every_boundary_leaks_no_byte(caplog: pytest.LogCapture
     seen_by_hooks: list[str] = []
 
     class Listener:
-        def after_model_call(self, **kwargs: Any) -> None:
-            seen_by_hooks.append(repr(kwargs))
+        def before_model_call(self, event: Any) -> None:
+            seen_by_hooks.append(repr(event))
 
-        def model_call_failed(self, **kwargs: Any) -> None:
-            seen_by_hooks.append(repr(kwargs))
+        def after_model_call(self, event: Any) -> None:
+            seen_by_hooks.append(repr(event))
 
     guard = PatternGuard(KEY_PATTERN, max_match=40)
     for chunk_size in (1, 2, 3, 5, 7, 24, 64):
@@ -139,6 +139,7 @@ def test_pattern_split_at_every_boundary_leaks_no_byte(caplog: pytest.LogCapture
             everywhere += caplog.text
             assert SECRET[:2] + SECRET[3:6] not in everywhere
             assert "tail!" not in everywhere
+            assert seen_by_hooks  # the hooks heard the call (and nothing of the secret)
             assert "sk-A" not in everywhere
             result = events[-1]
             assert isinstance(result, Done) and result.result.stop_reason == "guardrail"
