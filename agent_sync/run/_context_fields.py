@@ -59,6 +59,7 @@ class ContextFields:
         "_ended_at",
         "_first_token",
         "_guardrail",
+        "_prompt_undo",
         "_history_start",
         "_hooks",
         "_inbox",
@@ -157,6 +158,9 @@ class ContextFields:
         self._cost = 0.0  # dollars of this run's model calls (counted with cost_usd only)
         self._usage_limit: str | None = None  # the usage limit passed, once one is
         self._guardrail: GuardrailTrip | None = None  # the guardrail that tripped, if one did
+        # how to take the prompt back out (an input trip): the history's length before it,
+        # and the length of the trailing user message it joined (-1: a message of its own)
+        self._prompt_undo: tuple[int, int] | None = None
         self._retries = 0
         self._model_ids: list[str] = []  # per answered model call (run/_model_step.py)
         self._ended_at: float | None = None

@@ -23,6 +23,7 @@ from ..models._answer import answered_by, read_until_content
 from ..models.base import ModelRequest
 from ._assemble import MessageAssembler
 from ._context import RunContext
+from ._guard_input import check_input
 from ._guard_output import output_guard, stop_at_output_trip
 from ._output import output_request, partial_tracker
 
@@ -34,6 +35,8 @@ logger = logging.getLogger("agent_sync.run._steps")  # one logger name for every
 def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     """One model call (with retries): append the assistant message, name what follows."""
     _before_model_call(ctx)
+    if ctx.cycle == 0 and ctx.settings.guardrails is not None:  # a new run's prompt
+        yield from check_input(ctx)
     if ctx.cycle >= ctx.settings.max_cycles:
         return "max_cycles"
     budget = ctx.settings.budget

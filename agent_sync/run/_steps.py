@@ -309,6 +309,11 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
         cancel_subruns(ctx.agent, ctx.subruns, ctx.binding, ctx.scope.reason or "cancelled")
     results = ctx.take_round()
     queued = ctx.inbox.close()
+    if ctx.guardrail is not None and ctx.guardrail.stage == "input":
+        ctx.withdraw_prompt()  # the history as before the call; unchecked input dropped
+        closing: Message = {"role": "assistant", "content": [{"text": STOPPED_TEXT}]}
+        ctx.finish("done", "guardrail", None, closing)
+        return []
     if ctx.guardrail is not None:  # a trip (recorded before any cancel) closes naming it
         close_cancelled_turn(
             ctx.messages,
