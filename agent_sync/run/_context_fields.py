@@ -316,6 +316,7 @@ class ContextFields:
             usage=self._usage,
             stop_reason=self._stop_reason,
             cancel_reason=result.cancel_reason if result is not None else None,
+            guardrail=result.guardrail if result is not None else None,
             conversation_id=self._settings.conversation_id,
             approvals=self._approvals,
             invalid_tool_inputs=dict(self._invalid_tool_inputs) if pending else {},
@@ -355,5 +356,6 @@ class ContextFields:
             conversation_id=self._settings.conversation_id,
             stop_reason=None if result is None else result.stop_reason,
             cancel_reason=None if result is None else result.cancel_reason,
+            guardrail=None if result is None else result.guardrail,
             parent_run_id=self.parent_run_id,
         )
