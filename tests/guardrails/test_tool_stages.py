@@ -152,3 +152,23 @@ def test_a_tool_result_trip_keeps_nothing_of_it() -> None:
     assert validate_history(agent.messages) == []
     assert len(rec.starts) == 1  # the model was not called again: nothing more started
     assert len(model.calls) == 1
+
+
+def test_a_trip_in_a_sub_agent_is_an_error_result_and_the_parent_goes_on() -> None:
+    child = Agent(
+        ScriptedModel([f"leaking sk-{'X' * 24} now"], repeat=True),
+        guardrails=[PatternGuard(r"sk-[A-Za-z0-9]{20,}", max_match=40, name="keys")],
+        name="researcher",
+    )
+    parent_model = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "researcher", "input": {"prompt": "find it"}, "id": "s1"}]},
+            "done",
+        ]
+    )
+    parent = Agent(parent_model, tools=[child.as_tool(name="researcher", description="Finds.")])
+    result = parent.invoke("go")
+    assert result.stop_reason == "end_turn" and result.text == "done"
+    status, text = _results(parent.messages)["s1"]
+    assert status == "error" and "guardrail keys" in text
+    assert "XXXX" not in repr(parent.messages) + repr(parent_model.calls)
