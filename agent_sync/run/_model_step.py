@@ -59,8 +59,9 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     started = time.perf_counter()
     assembler = MessageAssembler(emit_deltas=ctx.emit_deltas, run_id=ctx.run_id)
     add, cancelled = assembler.add, scope.event.is_set  # the per-chunk hot path
-    partials = partial_tracker(ctx)  # None without an output type or outside a stream
     guard = output_guard(ctx)  # None without output guardrails: one `if` per chunk
+    # partials show the answer before the guardrails passed it: none with output guardrails
+    partials = partial_tracker(ctx) if guard is None else None
     try:
         stream, request = yield from _open_fitting(ctx, request)
         try:

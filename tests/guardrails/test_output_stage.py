@@ -274,3 +274,18 @@ def test_a_cancel_keeps_only_released_text() -> None:
     assert isinstance(done, Done) and done.result.stop_reason == "cancelled"
     assert "sk-" not in repr(agent.messages) and "held" not in repr(agent.messages)
     _assert_valid(agent.messages)
+
+
+def test_partial_output_never_shows_what_the_guardrails_did_not_pass() -> None:
+    from pydantic import BaseModel
+
+    class Note(BaseModel):
+        body: str
+
+    answer = '{"body": "here is ' + SECRET + ' for you"}'
+    model = ScriptedModel([{"text": answer, "chunk_size": 4}])
+    agent = Agent(model, output_type=Note, guardrails=[PatternGuard(KEY_PATTERN, max_match=40)])
+    events = list(agent.stream("go"))
+    assert "sk-" not in repr(events) + repr(agent.messages)
+    done = events[-1]
+    assert isinstance(done, Done) and done.result.stop_reason == "guardrail"
