@@ -218,6 +218,7 @@ class AgentRunner:
         params: Mapping[str, Any] | None,
         output_type: object,
         usage_limits: object = UNSET,
+        guardrails: object = None,
     ) -> Call:
         """One call's options, checked (``UsageError`` naming the first bad one)."""
         if token is not None and not isinstance(token, CancelToken):
@@ -229,6 +230,7 @@ class AgentRunner:
             params=params,
             output_type=output_type,
             usage_limits=usage_limits,
+            guardrails=guardrails,
         )
         return Call(settings, timeout, token)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from ._decisions import ApprovalRequest, Approve, Deny, decision_from_dict, decision_to_dict
+from ._guardrails._checks import GuardrailTrip
 from .errors import UsageError
 from .messages import ContentBlock, Message, ToolResult, ToolUse, Usage
 
@@ -87,6 +88,8 @@ class RunSnapshot:
     """Set once the run is over (``"end_turn"``, ``"cancelled"``, ...)."""
     cancel_reason: str | None = None
     """Why it was cancelled, if it was."""
+    guardrail: GuardrailTrip | None = None
+    """With ``stop_reason == "guardrail"``: the trip that stopped the run."""
     parent_run_id: str | None = None
     """For a sub-agent's run (a tool made with ``agent.as_tool()``): the run that called
     it; ``None`` for a top-level run."""
@@ -162,6 +165,8 @@ class RunState:
     """What a store does when the run's owner dies (its lease expires while it runs):
     ``"fail"`` it on the next read, or leave it for a recoverer to ``"resume"`` from this
     state (``Agent(on_owner_lost=...)``)."""
+    guardrail: GuardrailTrip | None = None
+    """With ``stop_reason == "guardrail"``: the trip that stopped the run."""
     decisions: Mapping[str, Approve | Deny] = field(default_factory=dict)
     """While a resumed round runs: ``toolUseId`` -> the reviewer's decision for each of its
     pending calls that has no result yet. Kept from the resume until the commit that
@@ -191,6 +196,7 @@ class RunState:
             "round_results": json_ready(list(self.round_results)),
             "subruns": json_ready(dict(self.subruns)),
             "on_owner_lost": self.on_owner_lost,
+            "guardrail": self.guardrail.to_dict() if self.guardrail is not None else None,
             "decisions": {
                 tool_use_id: json_ready(decision_to_dict(decision))
                 for tool_use_id, decision in self.decisions.items()
@@ -249,10 +255,21 @@ class RunState:
                 round_results=tuple(from_json_ready(data.get("round_results") or [])),
                 subruns=dict(from_json_ready(data.get("subruns") or {})),
                 on_owner_lost=on_owner_lost,
+                guardrail=_guardrail(data),
                 decisions=_decisions(data),
             )
         except KeyError as exc:
             raise UsageError(f"a RunState dict needs the field {exc.args[0]!r}") from None
+
+
+def _guardrail(data: Mapping[str, Any]) -> GuardrailTrip | None:
+    """A state's trip (absent: a state of an earlier version, or no trip)."""
+    trip = data.get("guardrail")
+    if trip is None:
+        return None
+    if not isinstance(trip, Mapping):
+        raise UsageError("RunState guardrail must be a dict or None")
+    return GuardrailTrip.from_dict(trip)
 
 
 def _decisions(data: Mapping[str, Any]) -> dict[str, Approve | Deny]:

@@ -336,11 +336,18 @@ class _SubAgent:
 
 
 def _answer(result: AgentResult, caller_cancelled: bool) -> Any:
-    """The call's result from the child's: its output, its text, or the cancel/failure."""
+    """The call's result from the child's: its output, its text, or the cancel/failure
+    (a guardrail's trip in the child: an error naming the guardrail)."""
     if result.stop_reason == "cancelled":
         if caller_cancelled:
             raise CancelledError(result.cancel_reason or "cancelled")
         raise ToolError(f"the sub-agent's run {result.run_id} was cancelled")
+    trip = result.guardrail
+    if trip is not None:  # the child's trip ends the child; the caller goes on
+        raise ToolError(
+            f"the sub-agent's run {result.run_id} was stopped by guardrail {trip.name} "
+            f"({trip.stage}): {trip.reason}"
+        )
     output = getattr(result, "output", None)  # with an output_type: the structured output
     if output is not None:
         return output

@@ -20,6 +20,8 @@ from typing import Any
 
 from ._agent_runs import AgentRunner, Prompt, run_to_end
 from ._decisions import ApprovalRequest, Decision
+from ._guardrails._checks import Guardrail
+from ._guardrails._pattern import PatternGuard
 from ._limits import UsageLimits
 from ._prompt import history_copy
 from ._run_log._recovered import go_on_recovered
@@ -109,6 +111,10 @@ class Agent:
             tokens, tool calls, dollars); a run that reaches one stops cleanly with
             ``stop_reason == "usage_limit"``. ``invoke(..., usage_limits=...)`` replaces
             it for one call. See ``docs/usage_limits.md``.
+        guardrails: :mod:`~agent_sync.guardrails` (``Guardrail``, ``PatternGuard``) that
+            gate what leaves each run and stop it when they trip (``stop_reason ==
+            "guardrail"``); ``invoke(..., guardrails=...)`` adds more for one call. See
+            ``docs/guardrails.md``.
         name: The agent's name (a non-empty str, ``"agent"`` by default): its runs'
             spans are ``invoke_agent {name}`` with ``gen_ai.agent.name`` (see
             ``docs/observability.md``); a sub-agent's copies keep it.
@@ -144,6 +150,7 @@ class Agent:
         on_owner_lost: OwnerLostPolicy = "fail",
         usage_limits: UsageLimits | None = None,
         name: str = "agent",
+        guardrails: Sequence[Guardrail | PatternGuard] = (),
     ) -> None:
         if context is not None and not isinstance(context, (SlidingWindow, Summarizing)):
             raise UsageError(
@@ -178,6 +185,7 @@ class Agent:
             on_owner_lost=on_owner_lost,
             usage_limits=usage_limits,
             name=name,
+            guardrails=guardrails,
         )
         if store is not None:
             if conversation_id is None:
@@ -280,6 +288,7 @@ class Agent:
         params: Mapping[str, Any] | None = None,
         output_type: object = UNSET,
         usage_limits: UsageLimits | None | Unset = UNSET,
+        guardrails: Sequence[Guardrail | PatternGuard] | None = None,
     ) -> AgentResult:
         """Run the loop to the end and return its result.
 
@@ -300,6 +309,7 @@ class Agent:
                 the validated answer.
             usage_limits: A :class:`~agent_sync.UsageLimits` for this run instead of the
                 agent's (``None``: no limits).
+            guardrails: :mod:`~agent_sync.guardrails` for this run, added to the agent's.
 
         Returns:
             The result; ``stop_reason == "cancelled"`` if ``cancel()``, the token or the
@@ -314,7 +324,9 @@ class Agent:
                 ``output_retries`` re-asks; the history is valid, the agent reusable.
         """
         runner = self._runner
-        call = runner.call(timeout, cache, cancel, deps, params, output_type, usage_limits)
+        call = runner.call(
+            timeout, cache, cancel, deps, params, output_type, usage_limits, guardrails
+        )
         return run_to_end(runner.new_run(self, prompt, call, emit_deltas=False))
 
     __call__ = invoke
@@ -330,6 +342,7 @@ class Agent:
         params: Mapping[str, Any] | None = None,
         output_type: object = UNSET,
         usage_limits: UsageLimits | None | Unset = UNSET,
+        guardrails: Sequence[Guardrail | PatternGuard] | None = None,
     ) -> AgentStream:
         """Run the loop as a blocking iterator of :mod:`~agent_sync.events`.
 
@@ -340,7 +353,9 @@ class Agent:
         :meth:`invoke`; the last event is ``Done`` carrying the result.
         """
         runner = self._runner
-        call = runner.call(timeout, cache, cancel, deps, params, output_type, usage_limits)
+        call = runner.call(
+            timeout, cache, cancel, deps, params, output_type, usage_limits, guardrails
+        )
         return runner.open(self, prompt, call, emit_deltas=True, face=AgentStream)
 
     def steps(
@@ -354,6 +369,7 @@ class Agent:
         params: Mapping[str, Any] | None = None,
         output_type: object = UNSET,
         usage_limits: UsageLimits | None | Unset = UNSET,
+        guardrails: Sequence[Guardrail | PatternGuard] | None = None,
     ) -> Run:
         """Run the loop one step at a time: a :class:`~agent_sync.run.Run` to iterate.
 
@@ -372,7 +388,9 @@ class Agent:
         :meth:`invoke` (a model error is raised from the iteration).
         """
         runner = self._runner
-        call = runner.call(timeout, cache, cancel, deps, params, output_type, usage_limits)
+        call = runner.call(
+            timeout, cache, cancel, deps, params, output_type, usage_limits, guardrails
+        )
         return runner.open(self, prompt, call, emit_deltas=False, face=StepsRun)
 
     def resume(
@@ -386,6 +404,7 @@ class Agent:
         params: Mapping[str, Any] | None = None,
         output_type: object = UNSET,
         usage_limits: UsageLimits | None | Unset = UNSET,
+        guardrails: Sequence[Guardrail | PatternGuard] | None = None,
     ) -> AgentResult:
         """Answer every pending approval request and go on with the paused run.
 
@@ -414,7 +433,9 @@ class Agent:
         """
         runner = self._runner
         resume = runner.checked_resume(decisions)
-        call = runner.call(timeout, cache, cancel, deps, params, output_type, usage_limits)
+        call = runner.call(
+            timeout, cache, cancel, deps, params, output_type, usage_limits, guardrails
+        )
         return run_to_end(runner.new_run(self, None, call, emit_deltas=False, resume=resume))
 
     def resume_stream(
@@ -428,6 +449,7 @@ class Agent:
         params: Mapping[str, Any] | None = None,
         output_type: object = UNSET,
         usage_limits: UsageLimits | None | Unset = UNSET,
+        guardrails: Sequence[Guardrail | PatternGuard] | None = None,
     ) -> AgentStream:
         """:meth:`resume` as a blocking iterator of :mod:`~agent_sync.events`, as
         :meth:`stream` is to :meth:`invoke`.
@@ -438,7 +460,9 @@ class Agent:
         """
         runner = self._runner
         resume = runner.checked_resume(decisions)
-        call = runner.call(timeout, cache, cancel, deps, params, output_type, usage_limits)
+        call = runner.call(
+            timeout, cache, cancel, deps, params, output_type, usage_limits, guardrails
+        )
         return runner.open(self, None, call, emit_deltas=True, face=AgentStream, resume=resume)
 
     def cancel(self, reason: str | None = None, *, mode: CancelMode = "now") -> bool:

@@ -28,6 +28,7 @@ __all__ = [
     "AgentEvent",
     "ApprovalRequired",
     "Done",
+    "GuardrailTripped",
     "InputInjected",
     "MessageComplete",
     "ModelRetry",
@@ -179,6 +180,22 @@ class ApprovalRequired:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class GuardrailTripped:
+    """A guardrail tripped: the run stops (``Done`` follows, ``stop_reason ==
+    "guardrail"``). Nothing of the tripped text is in it, nor in any event after it."""
+
+    type: ClassVar[Literal["guardrail"]] = "guardrail"
+    run_id: str = ""
+    """The run this event belongs to."""
+    name: str
+    """The guardrail's name."""
+    stage: Literal["input", "output", "tool_call", "tool_result"]
+    """Where it tripped."""
+    reason: str
+    """Why (the check's ``Trip.reason``; never the tripped text)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Done:
     """The invocation ended; always the last event."""
 
@@ -190,7 +207,7 @@ class Done:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary: stop_reason, cancel_reason, usage, text (and
-        usage_limit, when a usage limit stopped the run)."""
+        usage_limit, when a usage limit stopped the run; guardrail, when one tripped)."""
         summary: dict[str, Any] = {
             "run_id": self.result.run_id,
             "stop_reason": self.result.stop_reason,
@@ -200,6 +217,8 @@ class Done:
         }
         if self.result.usage_limit is not None:
             summary["usage_limit"] = self.result.usage_limit
+        if self.result.guardrail is not None:
+            summary["guardrail"] = self.result.guardrail.to_dict()
         return summary
 
 
@@ -235,6 +254,7 @@ AgentEvent: TypeAlias = Union[
     ToolEnd,
     InputInjected,
     ApprovalRequired,
+    GuardrailTripped,
     SubAgentEvent,
     Done,
 ]

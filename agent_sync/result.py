@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .messages import CANCELLED_TEXT, Message, Usage
+from ._guardrails._set import STOPPED_TEXT
+from .messages import CANCELLED_TEXT, ContentBlock, Message, Usage
 
 if TYPE_CHECKING:
     from ._decisions import ApprovalRequest
+    from ._guardrails._checks import GuardrailTrip
 
 __all__ = ["TEXT_OUTPUT", "AgentMetrics", "AgentResult"]
 
@@ -19,6 +21,7 @@ class _TextOutput:
 
 
 TEXT_OUTPUT: Any = _TextOutput()
+_STOPPED: ContentBlock = {"text": STOPPED_TEXT}
 """The default of :attr:`AgentResult.output`: the result's text (a run without an
 ``output_type``)."""
 
@@ -56,7 +59,8 @@ class AgentResult:
     """The run's id (the same as ``event.run_id`` of its events)."""
     stop_reason: str
     """``"end_turn"``, ``"max_tokens"``, ``"stop_sequence"``, ``"max_cycles"``,
-    ``"usage_limit"`` (see :attr:`usage_limit`), ``"cancelled"`` or ``"paused"`` (a tool
+    ``"usage_limit"`` (see :attr:`usage_limit`), ``"guardrail"`` (see :attr:`guardrail`),
+    ``"cancelled"`` or ``"paused"`` (a tool
     call waits for approval); providers may report others, e.g. ``"content_filtered"``."""
     cancel_reason: str | None
     """``None`` unless cancelled: the reason given to ``cancel()``, ``"timeout"``, or
@@ -78,6 +82,9 @@ class AgentResult:
     :class:`~agent_sync.UsageLimits` that stopped the run (``"requests"``,
     ``"input_tokens"``, ``"output_tokens"``, ``"total_tokens"``, ``"tool_calls"``,
     ``"cost_usd"``); ``None`` otherwise."""
+    guardrail: GuardrailTrip | None = None
+    """With ``stop_reason == "guardrail"``: the trip (``name``, ``stage``, ``reason``,
+    ``run_id``) of the guardrail that stopped the run; ``None`` otherwise."""
 
     def __post_init__(self) -> None:
         if self.output is TEXT_OUTPUT:
@@ -88,10 +95,14 @@ class AgentResult:
         """The model's text: the text blocks of :attr:`message`, joined.
 
         A cancelled run's message ends with the marker "Cancelled by user" (for the
-        history: the model reads it next turn); it is not the model's, so it is left out.
+        history: the model reads it next turn); it is not the model's, so it is left out,
+        as is the marker "Stopped by guardrail" of a run a guardrail stopped (its text is
+        the released text).
         """
         blocks = self.message["content"]
         if self.stop_reason == "cancelled" and blocks and blocks[-1] == {"text": CANCELLED_TEXT}:
+            blocks = blocks[:-1]
+        elif self.stop_reason == "guardrail" and blocks and blocks[-1] == _STOPPED:
             blocks = blocks[:-1]
         return "".join(block["text"] for block in blocks if "text" in block)
 

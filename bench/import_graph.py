@@ -212,7 +212,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(["_lazy", "errors", "_message_checks"], 1),
     **dict.fromkeys(["messages", "cancel", "_jsonschema"], 2),
     **dict.fromkeys(["events", "hooks", "result", "_decisions", "_prompt", "models"], 3),
-    **dict.fromkeys(["output", "retry", "_limits", "_guardrails"], 3),
+    **dict.fromkeys(["output", "retry", "_limits", "_guardrails", "guardrails"], 3),
     **dict.fromkeys(["tools", "_run_state", "_tracing"], 4),
     **dict.fromkeys(["_history", "_repair"], 5),
     "stores": 6,

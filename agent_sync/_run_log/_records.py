@@ -39,10 +39,12 @@ Records, in the order a run makes them:
                     ``event`` the record its event makes (a ``step`` there has no
                     ``cycle``; a grandchild's is a ``subagent`` record in it; the child's
                     ``done`` comes too)
+``guardrail``       ``{"name", "stage", "reason"}``: a guardrail tripped (``done`` follows)
 ``done``            ``{"run_id", "stop_reason", "cancel_reason", "usage", "text",
-                    "usage_limit"?, "output"?}``: last (``usage_limit``: the limit that
-                    stopped a ``"usage_limit"`` run; ``output``: with an ``output_type``,
-                    the validated answer as JSON)
+                    "usage_limit"?, "guardrail"?, "output"?}``: last (``usage_limit``: the
+                    limit that stopped a ``"usage_limit"`` run; ``guardrail``: the trip
+                    ``{"name", "stage", "reason", "run_id"}`` of a ``"guardrail"`` run;
+                    ``output``: with an ``output_type``, the validated answer as JSON)
 ``error``           ``{"error", "message", "retryable", "status"?, "problems"?}``: last,
                     the run failed (``StoreUnavailable``/``StoreError``: its records could
                     not be stored; ``OutputValidationError``: ``problems``, one line per
@@ -68,6 +70,7 @@ from ..events import (
     AgentEvent,
     ApprovalRequired,
     Done,
+    GuardrailTripped,
     InputInjected,
     MessageComplete,
     ModelRetry,
@@ -166,6 +169,10 @@ def records_of(
     if isinstance(event, ModelRetry):
         return [
             {"type": "retry", "attempt": event.attempt, "delay": event.delay, "error": event.error}
+        ]
+    if isinstance(event, GuardrailTripped):
+        return [
+            {"type": "guardrail", "name": event.name, "stage": event.stage, "reason": event.reason}
         ]
     if isinstance(event, PartialOutput):
         return [{"type": "partial_output", "partial": event.partial}]

@@ -236,6 +236,8 @@ def _answer(result: AgentResult) -> types.CallToolResult:
         return _error(f"the run was cancelled ({result.cancel_reason or 'no reason given'})")
     if result.stop_reason not in _FINE_STOPS:
         detail = f": {result.usage_limit}" if result.usage_limit else ""
+        if result.guardrail is not None:  # its name and reason, never the tripped text
+            detail = f": {result.guardrail.name}: {result.guardrail.reason}"
         return _error(f"the run stopped before answering ({result.stop_reason}{detail})")
     structured: dict[str, Any] | None = None
     if not isinstance(result.output, str):

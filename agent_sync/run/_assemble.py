@@ -199,6 +199,13 @@ class MessageAssembler:
             invalid_tool_inputs=invalid,
         )
 
+    def set_text(self, index: int, text: str) -> None:
+        """Replace the text of text block ``index`` (the output guardrails' released text,
+        before :meth:`finish`: the history keeps only what they released)."""
+        block = self._blocks.get(index)
+        if block is not None and block.kind == "text":
+            block.parts = [text]
+
     def partial(self, closing_text: str) -> Message:
         """The message so far, for a cancelled call, ending with ``closing_text``.
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._decisions import ApprovalRequest, Approve, Deny
+from .._guardrails._checks import GuardrailTrip
 from .._history import add_user_blocks
 from .._run_state import RunState, RunStatus, Step, StepName
 from ..cancel import CancelledError
@@ -56,9 +57,11 @@ class RunContext(ContextFields):
             self._history_start = len(messages) - 1  # answering the trailing user message
         elif messages and messages[-1]["role"] == "user":
             self._history_start = len(messages) - 1
+            self._prompt_undo = (len(messages), len(messages[-1]["content"]))
             messages[-1]["content"].extend(prompt)  # e.g. after a model error
         else:
             self._history_start = len(messages)
+            self._prompt_undo = (len(messages), -1)
             messages.append({"role": "user", "content": prompt})
 
     def listen(self, hooks: HookRunner) -> None:
@@ -221,15 +224,63 @@ class RunContext(ContextFields):
             self.note_limit(limit)
             raise CancelledError(f"usage limit: {limit}")
 
+    def redact_prompt(self, text: str) -> None:
+        """An input guardrail's ``Redact``: the prompt's text blocks become one block of
+        ``text`` (where the first was), before the model, the history or the store see it."""
+        content = self._messages[self._history_start]["content"]
+        kept: list[ContentBlock] = []
+        for block in content:
+            if "text" not in block:
+                kept.append(block)
+            elif not any("text" in seen for seen in kept):
+                kept.append({"text": text})
+        content[:] = kept
+
+    def withdraw_prompt(self) -> None:
+        """An input trip: the prompt leaves the history, which is as it was before the call
+        (no-op for a run that added none)."""
+        if self._prompt_undo is None:
+            return
+        length, joined = self._prompt_undo
+        if joined < 0:
+            del self._messages[length:]
+        else:
+            del self._messages[length:]
+            del self._messages[-1]["content"][joined:]
+        self._prompt_undo = None
+
+    def stop_at_guardrail(
+        self, trip: GuardrailTrip, answered: tuple[ToolResult, ...] = ()
+    ) -> NoReturn:
+        """Stop the run at a guardrail's trip: raised as a cancel is, so the run ends
+        through the same close (:func:`~._steps.end_cancelled`). The first of a trip and a
+        real cancel wins: a trip is recorded only while the scope is not cancelled, and
+        once recorded the run ends ``"guardrail"`` whatever cancels the scope after (a
+        batch's end cancels its running tools). ``answered``: the results of the round's
+        calls known now (the tripped call's error), kept for the close."""
+        if self._guardrail is None and not self.scope.cancelled:
+            self._guardrail = trip
+            for result in answered:
+                self._round_results[result["toolUseId"]] = result
+        raise CancelledError(f"guardrail: {trip.name}")
+
     # -- the ends: only these change the status (and reopen, above) --
 
-    def finish(self, status: RunStatus, stop_reason: str, cancel_reason: str | None) -> None:
+    def finish(
+        self,
+        status: RunStatus,
+        stop_reason: str,
+        cancel_reason: str | None,
+        message: Message | None = None,
+    ) -> None:
         """Record the outcome and build the result (the history is already closed); a run
-        that ends once a usage limit was passed (its final answer kept) says so."""
+        that ends once a usage limit was passed (its final answer kept) says so.
+        ``message``: the result's, when it is not the history's last (an input trip)."""
         self._ended_at = ended = time.perf_counter()
         if status == "done" and self._usage_limit is not None:
             stop_reason = "usage_limit"
-        message = self._messages[-1]  # a run always has its user message, at least
+        if message is None:
+            message = self._messages[-1]  # a run always has its user message, at least
         self._stop_reason = stop_reason
         self._result = AgentResult(
             run_id=self.run_id,
@@ -249,6 +300,7 @@ class RunContext(ContextFields):
             ),
             output=result_output(self),
             usage_limit=self._usage_limit if stop_reason == "usage_limit" else None,
+            guardrail=self._guardrail if stop_reason == "guardrail" else None,
         )
         self._pending_tool_ids = ()
         self._phase = "idle"

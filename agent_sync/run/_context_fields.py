@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .._decisions import ApprovalRequest, Approve, Deny
+from .._guardrails._checks import GuardrailTrip
 from .._run_state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
 from ..cancel import CancelMode
 from ..messages import Message, ToolResult, ToolUse, Usage
@@ -57,6 +58,8 @@ class ContextFields:
         "_decisions",
         "_ended_at",
         "_first_token",
+        "_guardrail",
+        "_prompt_undo",
         "_history_start",
         "_hooks",
         "_inbox",
@@ -154,6 +157,10 @@ class ContextFields:
         self._tool_calls = 0
         self._cost = 0.0  # dollars of this run's model calls (counted with cost_usd only)
         self._usage_limit: str | None = None  # the usage limit passed, once one is
+        self._guardrail: GuardrailTrip | None = None  # the guardrail that tripped, if one did
+        # how to take the prompt back out (an input trip): the history's length before it,
+        # and the length of the trailing user message it joined (-1: a message of its own)
+        self._prompt_undo: tuple[int, int] | None = None
         self._retries = 0
         self._model_ids: list[str] = []  # per answered model call (run/_model_step.py)
         self._ended_at: float | None = None
@@ -261,6 +268,10 @@ class ContextFields:
         return self._usage_limit
 
     @property
+    def guardrail(self) -> GuardrailTrip | None:
+        return self._guardrail
+
+    @property
     def first_token(self) -> float | None:
         return self._first_token
 
@@ -305,6 +316,7 @@ class ContextFields:
             usage=self._usage,
             stop_reason=self._stop_reason,
             cancel_reason=result.cancel_reason if result is not None else None,
+            guardrail=result.guardrail if result is not None else None,
             conversation_id=self._settings.conversation_id,
             approvals=self._approvals,
             invalid_tool_inputs=dict(self._invalid_tool_inputs) if pending else {},
@@ -344,5 +356,6 @@ class ContextFields:
             conversation_id=self._settings.conversation_id,
             stop_reason=None if result is None else result.stop_reason,
             cancel_reason=None if result is None else result.cancel_reason,
+            guardrail=None if result is None else result.guardrail,
             parent_run_id=self.parent_run_id,
         )

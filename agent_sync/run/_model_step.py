@@ -23,6 +23,8 @@ from ..models._answer import answered_by, read_until_content
 from ..models.base import ModelRequest
 from ._assemble import MessageAssembler
 from ._context import RunContext
+from ._guard_input import check_input
+from ._guard_output import output_guard, stop_at_output_trip
 from ._output import output_request, partial_tracker
 
 __all__ = ["model_step"]
@@ -33,6 +35,8 @@ logger = logging.getLogger("agent_sync.run._steps")  # one logger name for every
 def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     """One model call (with retries): append the assistant message, name what follows."""
     _before_model_call(ctx)
+    if ctx.cycle == 0 and ctx.settings.guardrails is not None:  # a new run's prompt
+        yield from check_input(ctx)
     if ctx.cycle >= ctx.settings.max_cycles:
         return "max_cycles"
     budget = ctx.settings.budget
@@ -55,12 +59,18 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     started = time.perf_counter()
     assembler = MessageAssembler(emit_deltas=ctx.emit_deltas, run_id=ctx.run_id)
     add, cancelled = assembler.add, scope.event.is_set  # the per-chunk hot path
-    partials = partial_tracker(ctx)  # None without an output type or outside a stream
+    guard = output_guard(ctx)  # None without output guardrails: one `if` per chunk
+    # partials show the answer before the guardrails passed it: none with output guardrails
+    partials = partial_tracker(ctx) if guard is None else None
     try:
         stream, request = yield from _open_fitting(ctx, request)
         try:
             for event in stream:
                 delta = add(event)
+                if guard is not None:  # the seam where the answer is released
+                    delta = guard.feed(event, delta)
+                    if guard.trip is not None:
+                        break
                 if delta is not None:
                     yield delta
                 if partials is not None and (partial := partials.feed(event)) is not None:
@@ -69,7 +79,11 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
                     raise CancelledError(scope.reason or "cancelled")
         finally:
             _close(stream)
-        if assembler.stop_reason is None:
+        if guard is not None and guard.trip is None and assembler.stop_reason is not None:
+            for delta in guard.finish(assembler):  # the rest, settled; or the trip
+                yield delta
+        tripped = guard is not None and guard.trip is not None  # stopped below
+        if not tripped and assembler.stop_reason is None:
             # A truncated stream is never a finished answer. After an abort a provider
             # may simply stop yielding (models.base): then it is the cancel (below).
             raise ModelStreamError(
@@ -83,7 +97,11 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         interrupted = not isinstance(exc, Exception)  # closed generator, Ctrl-C, exit
         cut = scope.cancelled or interrupted
         if cut:  # whatever the provider raised after an abort is the cancel, not an error
-            ctx.messages.append(assembler.partial(CANCELLED_TEXT))
+            ctx.messages.append(
+                assembler.partial(CANCELLED_TEXT)
+                if guard is None  # with guardrails, only what they released is kept
+                else guard.stopped_message(CANCELLED_TEXT)
+            )
             ctx.count_call(assembler.usage, assembler.first_text_at)
         if not interrupted:
             # after an abort, whatever the provider raised is the cancel: say so
@@ -100,6 +118,8 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         raise
     duration = time.perf_counter() - started
     ctx.end_model_call(duration)
+    if guard is not None and guard.trip is not None:
+        yield from stop_at_output_trip(ctx, guard, assembler, cycle, duration)  # raises
     assembled = assembler.finish()
     ctx.count_call(assembler.usage, assembler.first_text_at)
     if keeper is not None:

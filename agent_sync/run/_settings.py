@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._guardrails._set import GuardrailSet, checked_guardrails
 from .._limits import Budget, checked_budget
 from .._run_state import OwnerLostPolicy
 from ..errors import UsageError
@@ -97,6 +98,7 @@ class RunSettings:
     on_owner_lost: OwnerLostPolicy = "fail"  # what a store does when the run's owner dies
     budget: Budget | None = None  # the usage limits, checked (with the model's price)
     name: str = "agent"  # the agent's name (tracing's gen_ai.agent.name)
+    guardrails: GuardrailSet | None = None  # None: none (nothing added per chunk)
 
 
 def agent_settings(
@@ -123,6 +125,7 @@ def agent_settings(
     on_owner_lost: OwnerLostPolicy = "fail",
     usage_limits: object = None,
     name: str = "agent",
+    guardrails: object = (),
 ) -> RunSettings:
     """The settings of ``Agent(...)``'s arguments (see :class:`~agent_sync.Agent`); the
     tool sources among ``tools`` (MCP servers, whose tools come at each run) are put in
@@ -179,6 +182,7 @@ def agent_settings(
         on_owner_lost=on_owner_lost,
         budget=checked_budget(usage_limits, model),
         name=name,
+        guardrails=checked_guardrails(guardrails),
     )
 
 
@@ -190,10 +194,11 @@ def call_settings(
     params: Mapping[str, Any] | None = None,
     output_type: object = UNSET,
     usage_limits: object = UNSET,
+    guardrails: object = None,
 ) -> RunSettings:
     """The settings of one call: the agent's, with the call's ``cache``, ``deps``,
-    ``output_type`` and ``usage_limits`` if given, and its ``params`` merged over the
-    agent's (for every model call of the run).
+    ``output_type`` and ``usage_limits`` if given, its ``params`` merged over the
+    agent's (for every model call of the run) and its ``guardrails`` added to the agent's.
 
     Raises:
         UsageError: An invalid argument, named.
@@ -210,6 +215,8 @@ def call_settings(
         changes["output"] = checked_output_type(output_type)
     if not isinstance(usage_limits, Unset):
         changes["budget"] = checked_budget(usage_limits, settings.model)
+    if guardrails is not None:
+        changes["guardrails"] = checked_guardrails(guardrails, settings.guardrails)
     return replace(settings, **changes) if changes else settings
 
 

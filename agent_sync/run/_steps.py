@@ -32,6 +32,8 @@ from dataclasses import replace
 from typing import Any
 
 from .._decisions import ApprovalRequest, Deny
+from .._guardrails._checks import GuardrailTrip
+from .._guardrails._set import NOT_RUN_TEXT, STOPPED_TEXT
 from .._history import add_user_blocks, close_cancelled_turn, close_turn, tool_result_message
 from .._limits import not_run_text, stopped_text
 from .._run_state import Step, StepName
@@ -49,6 +51,13 @@ from ..messages import ContentBlock, Message, ToolResult, ToolUse
 from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
 from ..tools.context import ToolContext
 from ._context import RunContext
+from ._guard_tools import (
+    check_tool_calls,
+    check_tool_result,
+    guardrail_tripped,
+    settle_results,
+    tripped_result,
+)
 from ._model_step import model_step
 from ._output import output_step
 from ._subruns import cancel_subruns, child_usage, round_paused
@@ -74,9 +83,12 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     if ctx.awaiting:
         return "approval"  # nothing of this round runs before every gated call is answered
     calls = _tool_calls(ctx, assistant)
+    guarded = ctx.settings.guardrails is not None
     if ctx.decisions:  # a resumed round: its decisions are stored (in a resumable run)
         ctx.keep_progress()  # before a gated call runs (a recoverer reuses them)
     # the seam where the batch starts: its calls are decided (hooks, decisions) and pending
+    if guarded:  # no call starts before every tool_call check passed them all
+        calls = yield from check_tool_calls(ctx, calls)
     ctx.begin_tools(tuple(call.tool_use["toolUseId"] for call in calls))
     started = time.perf_counter()
     settings, cycle = ctx.settings, ctx.cycle
@@ -94,9 +106,18 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     injected: list[ContentBlock] = []
     pausing: dict[str, SubRunPaused] = {}
     completed = False
+    seen: dict[str, ToolResult] = {}  # guarded: each result as checked (or its trip's answer)
     try:
         for event in batch.run():
             if type(event) is ToolEnd:  # (resumable: committed before anyone is told)
+                if guarded:  # checked before anyone sees it
+                    checked = check_tool_result(ctx, event)
+                    if isinstance(checked, GuardrailTrip):
+                        seen[event.tool_use["toolUseId"]] = tripped_result(event, checked)
+                        yield guardrail_tripped(checked)
+                        ctx.stop_at_guardrail(checked)
+                    event = checked
+                    seen[event.tool_use["toolUseId"]] = event.result
                 ctx.tool_done(event.tool_use["toolUseId"], event.result)
             elif type(event) is SubAgentEvent:
                 if type(event.event) is Done:  # a child's usage (its children's included)
@@ -110,6 +131,8 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     finally:
         # One result per call, whatever happened (cancel, closed stream, Ctrl-C, a hook).
         results = batch.finish()
+        if guarded:  # what the model sees: only checked results
+            results = settle_results(ctx, calls, results, seen)
         pausing = round_paused(ctx, calls, batch, results, completed=completed)
         ctx.end_tools(time.perf_counter() - started)
         if not pausing:
@@ -275,7 +298,9 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
 
     A run a usage limit stopped (:meth:`RunContext.stop_at_limit`, unless a real cancel
     came too) is closed the same way, its calls answered "not run: ... limit" and the turn
-    closed naming the limit; it ends ``"usage_limit"``, status ``done``.
+    closed naming the limit; it ends ``"usage_limit"``, status ``done``. A run a guardrail
+    stopped (:meth:`RunContext.stop_at_guardrail`) likewise: calls not started answered
+    "not run", the turn closed "Stopped by guardrail", ``"guardrail"``, status ``done``.
 
     Returns:
         The queued input that was written to the history.
@@ -284,6 +309,21 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
         cancel_subruns(ctx.agent, ctx.subruns, ctx.binding, ctx.scope.reason or "cancelled")
     results = ctx.take_round()
     queued = ctx.inbox.close()
+    if ctx.guardrail is not None and ctx.guardrail.stage == "input":
+        ctx.withdraw_prompt()  # the history as before the call; unchecked input dropped
+        closing: Message = {"role": "assistant", "content": [{"text": STOPPED_TEXT}]}
+        ctx.finish("done", "guardrail", None, closing)
+        return []
+    if ctx.guardrail is not None:  # a trip (recorded before any cancel) closes naming it
+        close_cancelled_turn(
+            ctx.messages,
+            results=results,
+            queued=queued,
+            unanswered_text=NOT_RUN_TEXT,
+            closing_text=STOPPED_TEXT,
+        )
+        ctx.finish("done", "guardrail", None)
+        return queued
     limit = None if ctx.scope.cancelled else ctx.usage_limit
     if limit is None:
         close_cancelled_turn(ctx.messages, results=results, queued=queued)

@@ -184,6 +184,7 @@ def snapshot_of(state: RunState, *, started_at: float, updated_at: float) -> Run
         conversation_id=state.conversation_id,
         stop_reason=state.stop_reason,
         cancel_reason=state.cancel_reason,
+        guardrail=state.guardrail,
         parent_run_id=state.parent_run_id,
     )
 

@@ -307,6 +307,8 @@ class AGUIEncoder:
         if stop_reason == "cancelled":
             about["cancel_reason"] = record.get("cancel_reason")
             outcome = "cancelled"
+        elif stop_reason == "guardrail":  # a finished run (status done), not an error
+            about["guardrail"] = record.get("guardrail")
         events.append(
             _event(
                 "RUN_FINISHED",

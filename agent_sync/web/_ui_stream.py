@@ -84,6 +84,7 @@ _FINISH_REASONS: Final[Mapping[str, str]] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "max_tokens": "length",
+    "guardrail": "content-filter",
 }
 """``done`` stop reasons the protocol names; any other is ``other``."""
 
@@ -178,7 +179,9 @@ class UIStreamEncoder:
             data = {k: v for k, v in record.items() if k not in ("type", "event")}
             data.update(event=kind, record=record.get("event"))
             parts.append({"type": DATA_PART, "data": data, "transient": True})
-        elif kind in ("retry", "input_injected", "partial_output", "tool_progress", "resumed"):
+        elif kind in (
+            "retry", "input_injected", "partial_output", "tool_progress", "resumed", "guardrail"
+        ):  # fmt: skip
             if kind == "resumed":  # the cut model call's text stays; the new one is a new part
                 self._close_part(parts)
             data = {"event": kind, **{k: v for k, v in record.items() if k != "type"}}

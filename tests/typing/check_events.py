@@ -13,6 +13,7 @@ from agent_sync import Agent, AgentEvent, AgentResult, AgentStream
 from agent_sync.events import (
     ApprovalRequired,
     Done,
+    GuardrailTripped,
     InputInjected,
     MessageComplete,
     ModelRetry,
@@ -54,6 +55,8 @@ def narrows_on_type(agent: Agent) -> None:
             assert_type(event, PartialOutput)
         elif event.type == "subagent":
             assert_type(event, SubAgentEvent)
+        elif event.type == "guardrail":
+            assert_type(event, GuardrailTripped)
         else:
             assert_type(event, Done)
 
@@ -84,6 +87,8 @@ def narrows_on_class_patterns(agent: Agent) -> None:
                 assert_type(use, ToolUse)
             case MessageComplete(message=message):
                 assert_type(message, Message)
+            case GuardrailTripped(name=name):
+                assert_type(name, str)
             case Done(result=result):
                 assert_type(result, AgentResult)
             case _:

@@ -1,0 +1,211 @@
+"""Guardrail benchmarks on ScriptedModel (offline): trip -> invoke() returned, per state;
+a PatternGuard's CPU per chunk; the loop's per-event cost without guardrails against a
+baseline tree (interleaved, one sitting).
+
+    python bench/bench_guardrails.py [--runs 100] [--base /tmp/base-guard]
+
+Trip latency is from the moment a check returns its ``Trip`` (stamped in the check) to the
+moment ``invoke()`` returns. States: streaming (an output check trips mid-answer), tool
+running (a tool_result trip while another, cooperative, tool still runs), input check
+pending (an input check on its worker thread trips). Goals (issue 30): p99 <= 10 ms per
+state; PatternGuard <= 20 us CPU per chunk (median), linear to 100 KB; no guardrails:
+<= 1.02x the baseline's per-event cost. ``--base`` is an unpacked tree of the baseline
+commit (``git -C /work/main archive 0cb07e8 | tar -x -C /tmp/base-guard``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _trip_samples(runs: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {"streaming": [], "tool running": [], "input pending": []}
+    for _ in range(runs):
+        samples["streaming"].append(_streaming_trip())
+        samples["tool running"].append(_tool_running_trip())
+        samples["input pending"].append(_input_trip())
+    return samples
+
+
+def _streaming_trip() -> float:
+    from agent_sync import Agent
+    from agent_sync.guardrails import Guardrail, GuardView, Trip
+    from agent_sync.testing import ScriptedModel
+
+    stamp: list[float] = []
+
+    def at_400(view: GuardView) -> Trip | None:
+        if len(view.text) >= 400:
+            stamp.append(time.perf_counter())
+            return Trip("enough")
+        return None
+
+    agent = Agent(
+        ScriptedModel([{"text": "x" * 2000, "chunk_size": 8}]),
+        guardrails=[Guardrail(at_400, stage="output")],
+    )
+    result = agent.invoke("go")
+    returned = time.perf_counter()
+    assert result.stop_reason == "guardrail"
+    return returned - stamp[0]
+
+
+def _tool_running_trip() -> float:
+    from agent_sync import Agent, ToolContext, tool
+    from agent_sync.guardrails import PatternGuard
+    from agent_sync.testing import ScriptedModel
+
+    stamp: list[float] = []
+    started = threading.Event()
+
+    @tool
+    def slow(context: ToolContext) -> str:
+        """Runs until cancelled."""
+        started.set()
+        context.cancelled.wait(30)
+        return "late"
+
+    @tool
+    def fast() -> str:
+        """Returns a key once the slow tool runs."""
+        started.wait(30)
+        return "sk-" + "A" * 24
+
+    class Stamped(PatternGuard):
+        __slots__ = ()
+
+        def scan(self, text: str) -> str | None:
+            scanned = super().scan(text)
+            if scanned is None:
+                stamp.append(time.perf_counter())
+            return scanned
+
+    calls = [{"name": "slow", "input": {}}, {"name": "fast", "input": {}}]
+    agent = Agent(
+        ScriptedModel([{"tool_calls": calls}]),
+        tools=[slow, fast],
+        guardrails=[Stamped(r"sk-[A-Za-z0-9]{20,}", stage="tool_result")],
+    )
+    result = agent.invoke("go")
+    returned = time.perf_counter()
+    assert result.stop_reason == "guardrail", result.stop_reason
+    return returned - stamp[0]
+
+
+def _input_trip() -> float:
+    from agent_sync import Agent
+    from agent_sync.guardrails import Guardrail, GuardView, Trip
+    from agent_sync.testing import ScriptedModel
+
+    stamp: list[float] = []
+
+    def judge(view: GuardView) -> Trip:
+        stamp.append(time.perf_counter())
+        return Trip("no")
+
+    agent = Agent(ScriptedModel(["ok"]), guardrails=[Guardrail(judge, stage="input")])
+    result = agent.invoke("go")
+    returned = time.perf_counter()
+    assert result.stop_reason == "guardrail"
+    return returned - stamp[0]
+
+
+def _pattern_cpu(size: int, chunk: int = 8) -> float:
+    """Median CPU seconds per chunk of one PatternGuard over a ``size``-character answer."""
+    from agent_sync._guardrails._release import OutputGate
+    from agent_sync.guardrails import PatternGuard
+
+    guard = PatternGuard(r"sk-[A-Za-z0-9]{20,}", max_match=64)
+    text = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
+    gate = OutputGate([guard])
+    times = []
+    clock = time.thread_time_ns
+    for at in range(0, size, chunk):
+        piece = text[at : at + chunk]
+        start = clock()
+        gate.feed(piece)
+        times.append(clock() - start)
+    gate.finish()
+    return statistics.median(times) / 1e9
+
+
+def per_event_us(chunks: int = 2000, repeats: int = 30) -> float:
+    """bench_core's loop overhead per event (no guardrails), of the tree on sys.path."""
+    from agent_sync import Agent
+    from agent_sync.cancel import CancelScope
+    from agent_sync.models.base import ModelRequest
+    from agent_sync.testing import ScriptedModel
+
+    turn = {"text": "x" * chunks, "chunk_size": 1}
+    request = ModelRequest(messages=({"role": "user", "content": [{"text": "go"}]},))
+    events = sum(1 for _ in ScriptedModel([turn]).stream(request, cancel=CancelScope()))
+    raw_times, loop_times = [], []
+    for _ in range(repeats):
+        model = ScriptedModel([turn])
+        start = time.perf_counter()
+        for _event in model.stream(request, cancel=CancelScope()):
+            pass
+        raw_times.append(time.perf_counter() - start)
+        agent = Agent(ScriptedModel([turn]))
+        start = time.perf_counter()
+        agent.invoke("go")
+        loop_times.append(time.perf_counter() - start)
+    return (statistics.median(loop_times) - statistics.median(raw_times)) / events * 1e6
+
+
+def _per_event_in(tree: Path) -> float:
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2]);"
+        "import bench_guardrails as b; print(b.per_event_us())"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tree), str(ROOT / "bench")],
+        env=env, capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--base", type=Path, default=None, help="the baseline tree")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    from _common import p99
+
+    print(f"== trip -> invoke() returned ({args.runs} runs per state)")
+    for state, values in _trip_samples(args.runs).items():
+        print(
+            f"  {state:16s} p50 {statistics.median(values) * 1000:7.3f} ms"
+            f"   p99 {p99(values) * 1000:7.3f} ms   max {max(values) * 1000:7.3f} ms"
+        )
+    print("== PatternGuard CPU per 8-character chunk (median)")
+    for size in (10_000, 100_000):
+        print(f"  {size:>7} characters: {_pattern_cpu(size) * 1e6:7.2f} us")
+    if args.base is not None:
+        print(f"== loop per-event cost, no guardrails: this tree vs {args.base} (interleaved)")
+        ours, base = [], []
+        for _ in range(args.rounds):
+            base.append(_per_event_in(args.base))
+            ours.append(_per_event_in(ROOT))
+        b, o = statistics.median(base), statistics.median(ours)
+        print(f"  baseline {b:6.3f} us/event   this tree {o:6.3f} us/event   ratio {o / b:.3f}")
+        print(f"  rounds: baseline {[round(x, 3) for x in base]}")
+        print(f"          this tree {[round(x, 3) for x in ours]}")
+
+
+if __name__ == "__main__":
+    main()
