@@ -13,11 +13,11 @@ import flask
 import pytest
 
 from agent_sync import Agent, validate_history
+from agent_sync._run_log._records import done_record, records_of, run_record
 from agent_sync.events import Done
 from agent_sync.guardrails import STOPPED_TEXT, GuardrailTrip, PatternGuard
 from agent_sync.stores import SQLiteRunStore
 from agent_sync.testing import ScriptedModel
-from agent_sync.web._records import done_record, records_of, run_record
 from agent_sync.web._ui_stream import UIStreamEncoder
 from agent_sync.web.flask import chat_blueprint
 from tests.web._client import SSEConnection, frames_until, request_json, serve
