@@ -3,7 +3,9 @@
 :class:`UsageLimits` is what a user gives (``Agent(..., usage_limits=...)``, or per call);
 :class:`Budget` is the checked form a run holds: the limits and, with ``cost_usd``, the
 price of the agent's model, looked up in ``genai-prices`` (the ``prices`` extra) when the
-agent (or the call) is built, so an unknown model is refused before anything is sent.
+agent (or the call) is built, so an unknown model is refused before anything is sent. A
+:class:`~agent_sync.models.FallbackModel` is priced per call with the model that answered
+it (every model of the chain must be one genai-prices knows).
 
 The run asks the budget at three points (``run/_model_step.py``, ``run/_steps.py``): before
 each model call (:meth:`Budget.before_call`: a limit already reached stops the run), after
@@ -142,8 +144,49 @@ class _Price:
         return float(calculation.total_price)
 
 
-def _price_of(model: object) -> _Price:
-    """The price of ``model``'s calls; ``UsageError`` if genai-prices cannot price it."""
+@dataclass(frozen=True)
+class _ChainPrice:
+    """How to price the calls of a :class:`~agent_sync.models.FallbackModel`: each call
+    with the model that answered it (``metrics.model_ids``), every model of the chain
+    priced when the run starts."""
+
+    prices: tuple[tuple[str, _Price], ...]  # (model id, its price), in the chain's order
+
+    def of(self, usage: Usage, model_id: str | None = None) -> float:
+        """The dollars of one call's ``usage``, answered by ``model_id``; a call whose
+        model is not known is priced at the chain's dearest (a cap never under-counts)."""
+        for known, price in self.prices:
+            if known == model_id:
+                return price.of(usage)
+        return max(price.of(usage) for _, price in self.prices)
+
+
+def _price_of(model: object) -> _Price | _ChainPrice:
+    """The price of ``model``'s calls; ``UsageError`` if genai-prices cannot price it (for
+    a fallback chain: any of its models)."""
+    chain = _chain_models(model)
+    if chain is not None:
+        prices: list[tuple[str, _Price]] = []
+        for member in chain:
+            price = _price_of(member)
+            if isinstance(price, _ChainPrice):  # a chain inside a chain: its models
+                prices.extend(price.prices)
+            else:
+                prices.append((price.model_ref, price))
+        return _ChainPrice(tuple(prices))
+    return _single_price(model)
+
+
+def _chain_models(model: object) -> tuple[object, ...] | None:
+    """The models of a ``FallbackModel`` (found by name: this layer imports no model)."""
+    for cls in type(model).__mro__:
+        if (cls.__module__, cls.__qualname__) == ("agent_sync.models.fallback", "FallbackModel"):
+            return tuple(getattr(model, "models", ()))
+    return None
+
+
+def _single_price(model: object) -> _Price:
+    """The price of one model's calls; ``UsageError`` if genai-prices cannot price it."""
     try:
         import genai_prices  # noqa: F401
     except ImportError as exc:
@@ -160,7 +203,8 @@ def _price_of(model: object) -> _Price:
     if provider is None or not isinstance(model_id, str):
         raise UsageError(
             f"UsageLimits(cost_usd=...) needs a model genai-prices can price (AnthropicModel, "
-            f"BedrockModel, OpenAIModel, OpenAIResponsesModel, GeminiModel), got "
+            f"BedrockModel, OpenAIModel, OpenAIResponsesModel, GeminiModel, or a FallbackModel "
+            f"of them), got "
             f"{type(model).__name__}"
         )
     provider_id, cache_excluded = provider
@@ -184,12 +228,15 @@ class Budget:
     """The checked limits a run holds, with the model's price when ``cost_usd`` is set."""
 
     limits: UsageLimits
-    price: _Price | None = None
+    price: _Price | _ChainPrice | None = None
 
-    def cost(self, usage: Usage | None) -> float:
-        """The dollars of one model call (0 without ``cost_usd``)."""
+    def cost(self, usage: Usage | None, model_id: str | None = None) -> float:
+        """The dollars of one model call (0 without ``cost_usd``), answered by ``model_id``
+        (which prices it, when the model is a fallback chain)."""
         if self.price is None or not usage:
             return 0.0
+        if isinstance(self.price, _ChainPrice):
+            return self.price.of(usage, model_id)
         return self.price.of(usage)
 
     def before_call(self, requests: int, usage: Usage, cost: float) -> LimitName | None:

@@ -8,7 +8,10 @@
    ``response_format`` (the first answer pays one refused request, later ones none);
    Anthropic and Bedrock, the forced output tool.
 2. Validation overhead per answer vs the raw text path: ``invoke()`` of a 200-chunk JSON
-   answer with ``output_type`` vs without (goal <= 1.05x).
+   answer with ``output_type`` vs without (goal <= 1.05x); and per wire through the real
+   SDK clients (OpenAI ``response_format``, Anthropic and Bedrock the forced output tool
+   whose input streams in 200 deltas) the typed answer vs a plain text answer of the same
+   JSON in as many chunks (goal <= 1.05x on every wire).
 3. Partial parsing cost per chunk, 1 KB vs 100 KB answers (goal: flat per chunk, so linear
    in the answer): agent_sync's incremental parser, and for contrast pydantic's ``jiter``
    partial mode re-parsing the text so far at each chunk (quadratic).
@@ -21,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+import timeit
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,8 @@ import pydantic  # noqa: E402
 from agent_sync import Agent  # noqa: E402
 from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel  # noqa: E402
 from agent_sync.output._partial import PartialJSON  # noqa: E402
+from agent_sync.output._spec import output_spec  # noqa: E402
+from agent_sync.run._assemble import MessageAssembler  # noqa: E402
 from agent_sync.testing import ScriptedModel  # noqa: E402
 from agent_sync.testing.anthropic_server import AnthropicServer  # noqa: E402
 from agent_sync.testing.bedrock_server import BedrockServer  # noqa: E402
@@ -150,6 +156,126 @@ def validation_overhead(chunks: int, repeats: int) -> None:
     )
 
 
+def wire_overhead(repeats: int) -> None:
+    """Per wire, ``invoke()`` of a typed answer vs a plain answer of the same JSON text, both
+    in ~200 chunks of 12 characters (the Anthropic server's tool-input piece size), through
+    the real SDK clients against the local wire servers."""
+    order = _order(42)
+    text = json.dumps(order)
+    plain = {"text": text, "chunk_size": 12}
+    print(
+        f"typed vs plain answer per wire, {len(text)} chars in {-(-len(text) // 12)} chunks, "
+        f"median of {repeats} (goal <= 1.05):"
+    )
+    with OpenAIServer() as oserver:
+        model = OpenAIModel("gpt-test", base_url=oserver.url, api_key="sk-bench")
+        _wire_row("openai (response_format)", oserver, model, plain, plain, repeats)
+        model.close()
+    typed = {**_final(order), "chunk_size": 12}
+    with AnthropicServer() as aserver:
+        model = AnthropicModel(
+            "claude-test", client_args={"base_url": aserver.base_url, "api_key": "sk-bench"}
+        )
+        _wire_row("anthropic (output tool)", aserver, model, plain, typed, repeats)
+        model.close()
+    with BedrockServer() as bserver:
+        session = boto3.Session(
+            aws_access_key_id="AKIDBENCH", aws_secret_access_key="bench", region_name="us-east-1"
+        )
+        model = BedrockModel("test-model", endpoint_url=bserver.base_url, boto_session=session)
+        _wire_row("bedrock (output tool)", bserver, model, plain, typed, repeats)
+        model.close()
+
+
+def answer_handling(repeats: int) -> None:
+    """CPU per answer once the stream is in, the part typed output adds on every wire: the
+    assembler building the message from ~200 deltas (the output tool's input parsed from
+    its pieces, or the text joined) and the answer validated. Minimum of ``repeats`` runs of
+    200 answers each (the least disturbed by other load)."""
+    order = _order(42)
+    text = json.dumps(order)
+    pieces = [text[i : i + 12] for i in range(0, len(text), 12)]
+    spec = output_spec(Order)
+    tool_events: list[Any] = [
+        {
+            "contentBlockStart": {
+                "contentBlockIndex": 0,
+                "start": {"toolUse": {"toolUseId": "toolu_1", "name": "final_result"}},
+            }
+        },
+        *(
+            {"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"toolUse": {"input": p}}}}
+            for p in pieces
+        ),
+        {"contentBlockStop": {"contentBlockIndex": 0}},
+        {"messageStop": {"stopReason": "tool_use"}},
+    ]
+    text_events: list[Any] = [
+        *({"contentBlockDelta": {"contentBlockIndex": 0, "delta": {"text": p}}} for p in pieces),
+        {"contentBlockStop": {"contentBlockIndex": 0}},
+        {"messageStop": {"stopReason": "end_turn"}},
+    ]
+
+    def assemble(events: list[Any]) -> Any:
+        assembler = MessageAssembler(emit_deltas=False)
+        for event in events:
+            assembler.add(event)
+        return assembler.finish().message
+
+    def plain() -> None:
+        assemble(text_events)
+
+    def tool_typed() -> None:
+        message = assemble(tool_events)
+        spec.validate(message["content"][0]["toolUse"]["input"])
+
+    def text_typed() -> None:
+        message = assemble(text_events)
+        spec.parse_text(message["content"][0]["text"])
+
+    print(f"answer handling after the stream, {len(pieces)} deltas, min of {repeats} x 200:")
+    figures = {}
+    for label, run in (
+        ("plain text", plain),
+        ("typed, output tool", tool_typed),
+        ("typed, text", text_typed),
+    ):
+        figures[label] = min(timeit.repeat(run, number=200, repeat=repeats)) / 200
+    for label, figure in figures.items():
+        extra = figure - figures["plain text"]
+        print(f"  {label:<20} {figure * 1e6:7.1f} us per answer   (+{extra * 1e6:.1f} us)")
+
+
+def _wire_row(label: str, server: Any, model: Any, plain: Any, typed: Any, repeats: int) -> None:
+    plain_agent, typed_agent = Agent(model), Agent(model, output_type=Order)
+
+    def ask(agent: Agent, turn: Any) -> None:
+        server.add_turns(turn)
+        agent.invoke("go")
+        agent.messages = []
+
+    for _ in range(3):  # warm the connection pool and the validators
+        ask(plain_agent, plain)
+        ask(typed_agent, typed)
+    # wall time, and the CPU of the invoking thread alone (the wire server runs in this
+    # process: its threads' work on a loaded machine would blur the wall figure)
+    wall: tuple[list[float], list[float]] = ([], [])
+    cpu: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        for side, (agent, turn) in enumerate(((plain_agent, plain), (typed_agent, typed))):
+            start, start_cpu = time.perf_counter(), time.thread_time()
+            ask(agent, turn)
+            cpu[side].append(time.thread_time() - start_cpu)
+            wall[side].append(time.perf_counter() - start)
+    raw, typed_s = statistics.median(wall[0]), statistics.median(wall[1])
+    raw_cpu, typed_cpu = statistics.median(cpu[0]), statistics.median(cpu[1])
+    print(
+        f"  {label:<26} wall plain {raw * 1000:6.3f} ms typed {typed_s * 1000:6.3f} ms"
+        f" ratio {typed_s / raw:.3f} | thread CPU plain {raw_cpu * 1000:6.3f} ms"
+        f" typed {typed_cpu * 1000:6.3f} ms ratio {typed_cpu / raw_cpu:.3f}"
+    )
+
+
 def _paired(repeats: int, first: Any, second: Any) -> tuple[float, float]:
     """Medians of ``first`` and ``second`` run alternately (a loaded machine's drift hits
     both alike)."""
@@ -205,9 +331,18 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument(
+        "--wires-only", action="store_true", help="only the typed-vs-plain per wire section"
+    )
     args = parser.parse_args()
+    if args.wires_only:
+        answer_handling(args.repeats)
+        wire_overhead(args.repeats)
+        return
     calls_per_answer(10)
     validation_overhead(200, args.repeats)
+    answer_handling(args.repeats)
+    wire_overhead(args.repeats)
     partial_cost(max(3, args.repeats // 5))
 
 

@@ -43,17 +43,29 @@ def provider_name(model: object) -> str:
     """``gen_ai.provider.name`` of a model.
 
     A non-empty ``provider_name`` string attribute wins; else agent_sync's models (and
-    their subclasses) give ``anthropic``, ``aws.bedrock``, ``openai``, ``gcp.gemini``; else
-    the class name, lowercased.
+    their subclasses) give ``anthropic``, ``aws.bedrock``, ``openai``, ``gcp.gemini``; a
+    ``FallbackModel`` its primary's; else the class name, lowercased.
     """
     name = getattr(model, "provider_name", None)
     if isinstance(name, str) and name:
         return name
+    chain = _chain(model)
+    if chain is not None:
+        return provider_name(chain)
     for cls in type(model).__mro__:
         known = _PROVIDERS.get((cls.__module__, cls.__qualname__))
         if known is not None:
             return known
     return type(model).__name__.lower()
+
+
+def _chain(model: object) -> object | None:
+    """A ``FallbackModel``'s primary (the provider each call asks first), else ``None``."""
+    for cls in type(model).__mro__:
+        if (cls.__module__, cls.__qualname__) == ("agent_sync.models.fallback", "FallbackModel"):
+            models = getattr(model, "models", ())
+            return models[0] if models else None
+    return None
 
 
 def usage_counts(usage: Mapping[str, Any], provider: str) -> tuple[int | None, int | None]:

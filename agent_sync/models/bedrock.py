@@ -193,8 +193,10 @@ class BedrockModel:
                             type(exc).__name__,
                         )
                         cache = None
+                request_id = _request_id(response)  # gen_ai.response.id: Converse has no other
                 if not self.streaming:
-                    yield from guard_events(converse_to_events(response))
+                    for event in guard_events(converse_to_events(response)):
+                        yield _with_id(event, request_id) if "messageStop" in event else event
                     finished = True
                     return
                 response_stream = response["stream"]
@@ -203,7 +205,9 @@ class BedrockModel:
                 saw_stop = False
                 # the loop checks for cancel after every event
                 for event in guard_events(normalized_events(response_stream)):
-                    saw_stop = saw_stop or "messageStop" in event
+                    if "messageStop" in event:
+                        saw_stop = True
+                        event = _with_id(event, request_id)
                     yield event
                 cancel.raise_if_cancelled()  # an abort can look like a clean end of stream
                 if not saw_stop:
@@ -304,3 +308,19 @@ class BedrockModel:
             f"BedrockModel(model_id={self.model_id!r}, region_name={self.region_name!r}, "
             f"streaming={self.streaming!r})"
         )
+
+
+def _request_id(response: Any) -> str | None:
+    """The request id AWS gave the response (its ``x-amzn-RequestId`` header, which botocore
+    puts in ``ResponseMetadata``): Converse answers carry no id of their own, and this is
+    the one AWS support asks for."""
+    metadata = response.get("ResponseMetadata") if isinstance(response, dict) else None
+    request_id = metadata.get("RequestId") if isinstance(metadata, dict) else None
+    return request_id if isinstance(request_id, str) and request_id else None
+
+
+def _with_id(event: StreamEvent, request_id: str | None) -> StreamEvent:
+    """``event`` (a ``messageStop``) with ``responseId`` when the response had one."""
+    if request_id is None:
+        return event
+    return {"messageStop": {**event["messageStop"], "responseId": request_id}}

@@ -102,6 +102,20 @@ class FallbackModel:
         self.models = models
         self._fallback_on = fallback_on
 
+    @property
+    def model_id(self) -> str:
+        """The id of the model each call asks first (the primary's): tracing's
+        ``gen_ai.request.model``. The model that answered a call is on its ``messageStop``
+        (``responseModel``: ``gen_ai.response.model``) and in ``result.metrics.model_ids``."""
+        return model_label(self.models[0])
+
+    @property
+    def endpoint(self) -> str | None:
+        """Where each call is sent first: the primary's ``endpoint`` (tracing's
+        ``server.address`` and ``server.port``), ``None`` if it has none."""
+        endpoint = getattr(self.models[0], "endpoint", None)
+        return endpoint if isinstance(endpoint, str) and endpoint else None
+
     def __repr__(self) -> str:
         # each model's repr keeps its own secrets out (their contract); nothing else is shown
         return f"FallbackModel({', '.join(repr(model) for model in self.models)})"
@@ -150,8 +164,11 @@ class FallbackModel:
                 _close(stream)
                 raise
             try:
-                yield from _marked(head, model_label(model))
-                yield from stream
+                label = model_label(model)
+                for event in _marked(head, label):
+                    yield _answered(event, label) if "messageStop" in event else event
+                for event in stream:
+                    yield _answered(event, label) if "messageStop" in event else event
             except ModelError as error:
                 _attach(error, failed)
                 raise
@@ -179,6 +196,15 @@ def _marked(head: list[StreamEvent], model_id: str) -> list[StreamEvent]:
     if not started:
         marked.insert(0, {"messageStart": {"role": "assistant", "modelId": model_id}})
     return marked
+
+
+def _answered(event: StreamEvent, model_id: str) -> StreamEvent:
+    """A ``messageStop`` naming the model that answered (``responseModel``) when its wire
+    gave none (Bedrock's, a scripted model's); a wire's own, more precise one is kept."""
+    stop = event["messageStop"]
+    if stop.get("responseModel"):
+        return event
+    return {"messageStop": {**stop, "responseModel": model_id}}
 
 
 def _attach(error: ModelError, failed: list[ModelError]) -> None:

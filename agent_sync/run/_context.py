@@ -137,7 +137,10 @@ class RunContext(ContextFields):
         self.add_usage(usage)
         budget = self._settings.budget
         if budget is not None and budget.price is not None:
-            self._cost += budget.cost(usage)
+            # priced with the model that answered (a fallback chain's): a usage comes only
+            # from a call whose answer began, which _open_stream recorded in model_ids
+            answered = self._model_ids[-1] if self._model_ids else None
+            self._cost += budget.cost(usage, answered)
         if self._first_token is None and first_text_at is not None:
             self._first_token = first_text_at - self.started
 

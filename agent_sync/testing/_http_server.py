@@ -355,10 +355,15 @@ class ScriptedServer:
             return {}
         return {"retry-after": f"{turn.retry_after:g}"}
 
+    def stream_headers(self) -> dict[str, str]:
+        """Extra headers of a streamed answer, as the real API sends them (none here)."""
+        return {}
+
     def respond(self, handler: WireHandler, turn: ServerTurn, request: Any, path: str) -> None:
         """Answer a model call with ``turn``: stream its frames, playing its faults."""
         frames = self.render_frames(turn, request, path)
-        handler.begin_chunked(200, self.content_type, {"cache-control": "no-cache"})
+        headers = {"cache-control": "no-cache", **self.stream_headers()}
+        handler.begin_chunked(200, self.content_type, headers)
         for index, frame in enumerate(frames):
             if index == turn.stall_after:
                 self._stall(handler)

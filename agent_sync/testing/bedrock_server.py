@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+import uuid
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -142,6 +143,10 @@ class BedrockServer(ScriptedServer):
             handler.send_body(200, body, "application/json", {"x-amzn-requestid": "req-1"})
             return
         super().respond(handler, turn, request, path)
+
+    def stream_headers(self) -> dict[str, str]:
+        """Every Bedrock answer carries its request id, as the real API's do."""
+        return {"x-amzn-RequestId": str(uuid.uuid4())}
 
     def render_frames(self, turn: ServerTurn, request: Any, path: str) -> Sequence[bytes]:
         """messageStart, reasoning, text, tool calls, messageStop, metadata."""

@@ -35,6 +35,16 @@ from tests.fixtures.streams import collect
 
 from ._bedrock_fixtures import aws_session, server
 
+
+def _stops(events: list[StreamEvent]) -> list[dict[str, Any]]:
+    """The ``messageStop`` events, each checked to carry the response's request id (AWS's
+    ``x-amzn-RequestId``, which the server sends on every stream) and shown without it."""
+    stops = [dict(event["messageStop"]) for event in events if "messageStop" in event]
+    for stop in stops:
+        assert isinstance(stop.pop("responseId", None), str), stop
+    return stops
+
+
 __all__ = ["server"]  # fixture, imported for pytest
 
 ACCESS_KEY = "AKIDBEDROCKTEST0001"
@@ -85,7 +95,7 @@ def test_text_streams_in_order_with_usage(server: BedrockServer, model: BedrockM
 
     assert events[0] == {"messageStart": {"role": "assistant"}}
     assert text_of(events) == "Hello from Bedrock!"
-    assert {"messageStop": {"stopReason": "end_turn"}} in events
+    assert {"stopReason": "end_turn"} in _stops(events)
     assert events[-1]["metadata"]["usage"] == {
         "inputTokens": 7,
         "outputTokens": 5,
@@ -109,7 +119,7 @@ def test_tool_use_input_arrives_in_fragments_that_form_json(
     fragments = [e for e in events if "contentBlockDelta" in e]
     assert len(fragments) > 1  # really streamed in pieces
     assert json.loads(tool_input(events)) == {"city": "Oslo"}
-    assert {"messageStop": {"stopReason": "tool_use"}} in events
+    assert {"stopReason": "tool_use"} in _stops(events)
 
 
 def test_tool_input_that_is_not_json_is_passed_through_verbatim(
@@ -147,7 +157,7 @@ def test_stop_reason_is_reported_as_sent(
 ) -> None:
     server.add_turns({"text": "partial", "stop_reason": reason})
 
-    assert {"messageStop": {"stopReason": reason}} in collect(model)
+    assert {"stopReason": reason} in _stops(collect(model))
 
 
 def test_non_streaming_converse_yields_the_same_events(
@@ -169,7 +179,7 @@ def test_non_streaming_converse_yields_the_same_events(
     for events in (streamed, converse):
         assert text_of(events) == "Sunny."
         assert json.loads(tool_input(events)) == {"city": "Oslo"}
-        assert {"messageStop": {"stopReason": "tool_use"}} in events
+        assert {"stopReason": "tool_use"} in _stops(events)
         assert events[-1]["metadata"]["usage"]["totalTokens"] == 7
     assert [next(iter(e)) for e in converse if "contentBlockStop" in e] == ["contentBlockStop"] * 3
 

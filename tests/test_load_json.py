@@ -1,0 +1,80 @@
+"""Issue 33 item 8: the JSON of a model's answer (the forced output tool's input, any tool's
+input, a text answer read by the Python path) is parsed once.
+
+``load_json`` parsed the text, encoded the value again and parsed that a second time (to
+find lone surrogates and non-finite numbers), 10-20x the cost of a parse per answer: the
+bulk of what typed output cost over a plain answer on the Anthropic and Bedrock wires. The
+rule now: the text says whether the value may need cleaning (a ``NaN``/``Infinity`` or
+overflowing float, stopped by the parser's hooks; a lone surrogate or a surrogate escape in
+the text); only then is the value walked. These tests hold both halves: a clean text is
+never copied, and every kind of unclean text is still cleaned or refused as before.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent_sync import _encodable
+from agent_sync._encodable import Unencodable, load_json
+
+
+def _no_walk(value: object, **_: object) -> object:
+    raise AssertionError("a clean JSON text was copied after its parse")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps({"number": "A-1", "items": [{"price": 1.5, "tags": ["a"]}] * 50}),
+        json.dumps({"name": "Zoë, 東京 ✓"}, ensure_ascii=False),
+        '{"deep": [[[[{"x": -0.0, "y": 1e308, "z": 12345678901234567890}]]]]}',
+        '["a backslash: \\\\ and a small float", 2.5e-300]',
+    ],
+)
+def test_a_clean_text_is_parsed_once_and_not_copied(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = json.loads(text)
+    monkeypatch.setattr(_encodable, "clean_json", _no_walk)
+    assert load_json(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "place"),
+    [
+        ('{"a": NaN}', '$["a"] is NaN'),
+        ('{"a": [1, Infinity]}', '$["a"][1] is Infinity'),
+        ('{"a": -Infinity}', '$["a"] is -Infinity'),
+        ('{"a": {"b": 1e400}}', '$["a"]["b"] is Infinity'),
+        ('{"a": -' + "9" * 400 + ".0}", '$["a"] is -Infinity'),
+    ],
+)
+def test_a_non_finite_number_is_refused_naming_its_place(text: str, place: str) -> None:
+    with pytest.raises(Unencodable) as raised:
+        load_json(text, what="the tool input")
+    assert str(raised.value) == f"the tool input at {place}: JSON has no NaN or infinities"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"a": "x\\ud800y"}', {"a": "x\ufffdy"}),  # a lone high surrogate escape
+        ('{"a": "\\uDC00"}', {"a": "\ufffd"}),  # a lone low one, upper case
+        ('{"\\ud800": 1}', {"\ufffd": 1}),  # in a key
+        ('{"a": "\\ud83d\\ude00"}', {"a": "\U0001f600"}),  # a pair: the character it means
+        ('{"a": "raw \ud800 in the text"}', {"a": "raw \ufffd in the text"}),
+    ],
+)
+def test_a_surrogate_is_replaced_or_joined(text: str, expected: object) -> None:
+    value = load_json(text)
+    assert value == expected
+    json.dumps(value, ensure_ascii=False).encode("utf-8")  # encodable
+
+
+def test_bad_syntax_and_depth_keep_their_errors() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        load_json('{"a": ')
+    with pytest.raises(Unencodable, match="nested deeper than"):
+        load_json("[" * 100_000 + "]" * 100_000, what="the answer")
