@@ -66,3 +66,30 @@ def time_call(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def loop_overhead(chunks: int, repeats: int) -> tuple[float, float, int]:
+    """The run loop's overhead on a one-turn stream of ``chunks`` text deltas: the median
+    seconds of iterating the scripted events bare and of ``agent.invoke()`` on the same
+    events (interleaved), and the number of events. ``agent_sync`` is imported from
+    ``sys.path`` as it is when this is called (a benchmark may compare two trees)."""
+    from agent_sync import Agent
+    from agent_sync.cancel import CancelScope
+    from agent_sync.models.base import ModelRequest
+    from agent_sync.testing import ScriptedModel
+
+    turn = {"text": "x" * chunks, "chunk_size": 1}
+    request = ModelRequest(messages=({"role": "user", "content": [{"text": "go"}]},))
+    events = sum(1 for _ in ScriptedModel([turn]).stream(request, cancel=CancelScope()))
+    raw_times, loop_times = [], []
+    for _ in range(repeats):
+        model = ScriptedModel([turn])
+        start = time.perf_counter()
+        for _event in model.stream(request, cancel=CancelScope()):
+            pass
+        raw_times.append(time.perf_counter() - start)
+        agent = Agent(ScriptedModel([turn]))
+        start = time.perf_counter()
+        agent.invoke("go")
+        loop_times.append(time.perf_counter() - start)
+    return statistics.median(raw_times), statistics.median(loop_times), events

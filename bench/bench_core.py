@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import report  # noqa: E402
+from _common import loop_overhead, report  # noqa: E402
 
 from agent_sync import Agent, AgentResult, RetryPolicy, ToolContext, tool  # noqa: E402
 from agent_sync.cancel import CancelScope  # noqa: E402
@@ -168,21 +168,7 @@ def stubborn_tool(grace: float) -> Callable[[], tuple[Agent, threading.Event]]:
 
 def overhead(chunks: int, repeats: int) -> None:
     """Loop overhead per event: invoke() vs iterating the same scripted events bare."""
-    turn = {"text": "x" * chunks, "chunk_size": 1}
-    request = ModelRequest(messages=({"role": "user", "content": [{"text": "go"}]},))
-    raw_times, loop_times = [], []
-    events_per_call = sum(1 for _ in ScriptedModel([turn]).stream(request, cancel=CancelScope()))
-    for _ in range(repeats):
-        model = ScriptedModel([turn])
-        start = time.perf_counter()
-        for _event in model.stream(request, cancel=CancelScope()):
-            pass
-        raw_times.append(time.perf_counter() - start)
-        agent = Agent(ScriptedModel([turn]))
-        start = time.perf_counter()
-        agent.invoke("go")
-        loop_times.append(time.perf_counter() - start)
-    raw, loop = statistics.median(raw_times), statistics.median(loop_times)
+    raw, loop, events_per_call = loop_overhead(chunks, repeats)
     per_event_us = (loop - raw) / events_per_call * 1e6
     print(
         f"one-turn stream of {chunks} text deltas ({events_per_call} events), median of {repeats}:"

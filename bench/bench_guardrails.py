@@ -141,26 +141,10 @@ def _pattern_cpu(size: int, chunk: int = 8) -> float:
 
 def per_event_us(chunks: int = 2000, repeats: int = 30) -> float:
     """bench_core's loop overhead per event (no guardrails), of the tree on sys.path."""
-    from agent_sync import Agent
-    from agent_sync.cancel import CancelScope
-    from agent_sync.models.base import ModelRequest
-    from agent_sync.testing import ScriptedModel
+    from _common import loop_overhead
 
-    turn = {"text": "x" * chunks, "chunk_size": 1}
-    request = ModelRequest(messages=({"role": "user", "content": [{"text": "go"}]},))
-    events = sum(1 for _ in ScriptedModel([turn]).stream(request, cancel=CancelScope()))
-    raw_times, loop_times = [], []
-    for _ in range(repeats):
-        model = ScriptedModel([turn])
-        start = time.perf_counter()
-        for _event in model.stream(request, cancel=CancelScope()):
-            pass
-        raw_times.append(time.perf_counter() - start)
-        agent = Agent(ScriptedModel([turn]))
-        start = time.perf_counter()
-        agent.invoke("go")
-        loop_times.append(time.perf_counter() - start)
-    return (statistics.median(loop_times) - statistics.median(raw_times)) / events * 1e6
+    raw, loop, events = loop_overhead(chunks, repeats)
+    return (loop - raw) / events * 1e6
 
 
 def _per_event_in(tree: Path) -> float:
