@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from agent_sync.stores._rules import WORKER_STOPPED_TEXT
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.run_store_contract import _wait_past
 from agent_sync.testing.run_store_contract._base import events_of
+from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.processes import child_context
 from tests.fixtures.recovered import join_recovered
 from tests.stores.test_processes import Spec, open_store
@@ -329,6 +331,25 @@ def test_routes_that_serve_nothing_take_a_lost_run_over(
     assert validate_history(list(store.load("c1").messages)) == []
 
 
+def _stop_outside_a_write(spec: Spec, pid: int) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no SQLite write lock. A process frozen inside a
+    write transaction (its lease renewals write every ~lease/3) holds the database's one
+    write lock until it runs again, so every other writer waits, then fails "database is
+    locked": SQLite's nature, not the lease rules these tests are about. Holding the write
+    lock ourselves while stopping it means its write is at most waiting for that lock."""
+    kind, where = spec
+    if kind != "sqlite":  # a Redis client holds nothing on the server between commands
+        os.kill(pid, signal.SIGSTOP)
+        return
+    lock = sqlite3.connect(where, timeout=HANG_BOUND, isolation_level=None)
+    try:
+        lock.execute("BEGIN IMMEDIATE")  # waits for a write in flight to end
+        os.kill(pid, signal.SIGSTOP)
+        lock.execute("ROLLBACK")
+    finally:
+        lock.close()
+
+
 def test_a_worker_that_stood_still_stops_the_run_another_took_over(
     spec: Spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -340,7 +361,7 @@ def test_a_worker_that_stood_still_stops_the_run_another_took_over(
     worker = context.Process(target=dying_worker, args=(spec, "tool", ready, str(tmp_path), False))
     worker.start()
     run_id = ready.get(timeout=60)
-    os.kill(worker.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+    _stop_outside_a_write(spec, worker.pid)  # type: ignore[arg-type]
     try:
         _wait_past(time.time() + LEASE_S + 0.1)
         monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tools.log"))
