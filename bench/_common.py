@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def ms(seconds: float) -> str:
@@ -68,11 +69,14 @@ def time_call(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def loop_overhead(chunks: int, repeats: int) -> tuple[float, float, int]:
+def loop_overhead(
+    chunks: int, repeats: int, drive: Callable[[Any], object] | None = None
+) -> tuple[float, float, int]:
     """The run loop's overhead on a one-turn stream of ``chunks`` text deltas: the median
-    seconds of iterating the scripted events bare and of ``agent.invoke()`` on the same
-    events (interleaved), and the number of events. ``agent_sync`` is imported from
-    ``sys.path`` as it is when this is called (a benchmark may compare two trees)."""
+    seconds of iterating the scripted events bare and of driving an agent on the same
+    events (``drive(agent)``, ``agent.invoke("go")`` by default), interleaved, and the number
+    of events. ``agent_sync`` is imported from ``sys.path`` as it is when this is called (a
+    benchmark may compare two trees)."""
     from agent_sync import Agent
     from agent_sync.cancel import CancelScope
     from agent_sync.models.base import ModelRequest
@@ -90,6 +94,9 @@ def loop_overhead(chunks: int, repeats: int) -> tuple[float, float, int]:
         raw_times.append(time.perf_counter() - start)
         agent = Agent(ScriptedModel([turn]))
         start = time.perf_counter()
-        agent.invoke("go")
+        if drive is None:
+            agent.invoke("go")
+        else:
+            drive(agent)
         loop_times.append(time.perf_counter() - start)
     return statistics.median(raw_times), statistics.median(loop_times), events

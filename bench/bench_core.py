@@ -203,24 +203,15 @@ def cycle_overhead(repeats: int) -> None:
     )
 
 
+def _stream_to_the_end(agent: Agent) -> None:
+    for _event in agent.stream("go"):
+        pass
+
+
 def stream_overhead(chunks: int, repeats: int) -> None:
     """The same turn through agent.stream(): the per-event cost of the public iterator
     (run ids on events, the run handle's guard), which snapshot() and steps must not raise."""
-    turn = {"text": "x" * chunks, "chunk_size": 1}
-    request = ModelRequest(messages=({"role": "user", "content": [{"text": "go"}]},))
-    raw_times, loop_times = [], []
-    for _ in range(repeats):
-        model = ScriptedModel([turn])
-        start = time.perf_counter()
-        for _event in model.stream(request, cancel=CancelScope()):
-            pass
-        raw_times.append(time.perf_counter() - start)
-        agent = Agent(ScriptedModel([turn]))
-        start = time.perf_counter()
-        for _event in agent.stream("go"):
-            pass
-        loop_times.append(time.perf_counter() - start)
-    raw, loop = statistics.median(raw_times), statistics.median(loop_times)
+    raw, loop, _events = loop_overhead(chunks, repeats, drive=_stream_to_the_end)
     print(
         f"agent.stream() of {chunks} text deltas, median of {repeats}: "
         f"{loop * 1000:.3f} ms vs bare {raw * 1000:.3f} ms, "
