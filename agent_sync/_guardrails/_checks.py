@@ -19,7 +19,7 @@ from typing import Any, Final, Literal, TypeAlias
 from ..cancel import CancelToken
 from ..errors import UsageError
 from ..messages import Message
-from ._pattern import STAGES, Stage
+from ._pattern import STAGES, PatternGuard, Stage
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +207,15 @@ class Guardrail:
             return None
         logger.warning("guardrail=<%s>, failure=<%s> | check failed, tripping", self.name, what)
         return Trip(f"guardrail {self.name} failed: {what}"[:_REASON_LIMIT])
+
+
+def pattern_verdict(check: PatternGuard, text: str) -> Trip | Redact | None:
+    """A :class:`PatternGuard`'s verdict on a whole text (an input, a tool call or result):
+    a trip naming the pattern, the text with its matches redacted, or a pass."""
+    scanned = check.scan(text)
+    if scanned is None:
+        return Trip(f"matched the {check.name} pattern")
+    return Redact(scanned) if scanned != text else None
 
 
 def guardrail(

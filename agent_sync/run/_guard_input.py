@@ -19,11 +19,19 @@ import logging
 import threading
 from collections.abc import Generator
 
-from .._guardrails._checks import Guardrail, GuardrailTrip, GuardView, Redact, Trip
+from .._guardrails._checks import (
+    Guardrail,
+    GuardrailTrip,
+    GuardView,
+    Redact,
+    Trip,
+    pattern_verdict,
+)
 from .._guardrails._pattern import PatternGuard
 from ..cancel import CancelToken
-from ..events import AgentEvent, GuardrailTripped
+from ..events import AgentEvent
 from ._context import RunContext
+from ._guard_tools import guardrail_tripped
 
 __all__ = ["check_input"]
 
@@ -45,12 +53,7 @@ def check_input(ctx: RunContext) -> Generator[AgentEvent, None, None]:
     try:
         for check in checks:
             if isinstance(check, PatternGuard):
-                scanned = check.scan(text)
-                verdict: Trip | Redact | None = (
-                    Trip(f"matched the {check.name} pattern")
-                    if scanned is None
-                    else (Redact(scanned) if scanned != text else None)
-                )
+                verdict: Trip | Redact | None = pattern_verdict(check, text)
             else:
                 view = GuardView(
                     stage="input",
@@ -65,9 +68,7 @@ def check_input(ctx: RunContext) -> Generator[AgentEvent, None, None]:
                 trip = GuardrailTrip(
                     name=check.name, stage="input", reason=verdict.reason, run_id=ctx.run_id
                 )
-                yield GuardrailTripped(
-                    name=trip.name, stage=trip.stage, reason=trip.reason, run_id=ctx.run_id
-                )
+                yield guardrail_tripped(trip)
                 ctx.stop_at_guardrail(trip)
             if isinstance(verdict, Redact):
                 text = verdict.text

@@ -24,10 +24,11 @@ from .._guardrails._pattern import PatternGuard
 from .._guardrails._release import GateStep, OutputGate
 from .._guardrails._set import STOPPED_TEXT, GuardrailSet
 from ..cancel import CancelledError, CancelToken
-from ..events import AgentEvent, GuardrailTripped, ReasoningDelta, TextDelta
+from ..events import AgentEvent, ReasoningDelta, TextDelta
 from ..messages import ContentBlock, Message, StreamEvent
 from ._assemble import MessageAssembler
 from ._context import RunContext
+from ._guard_tools import guardrail_tripped
 
 __all__ = ["OutputGuard", "output_guard", "stop_at_output_trip"]
 
@@ -155,5 +156,5 @@ def stop_at_output_trip(
         error=CancelledError(f"guardrail: {trip.name}"),
         duration_s=duration,
     )
-    yield GuardrailTripped(name=trip.name, stage=trip.stage, reason=trip.reason, run_id=ctx.run_id)
+    yield guardrail_tripped(trip)
     ctx.stop_at_guardrail(trip)

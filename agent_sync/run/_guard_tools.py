@@ -22,7 +22,14 @@ from dataclasses import replace
 from typing import Any
 
 from .._encodable import load_json
-from .._guardrails._checks import Guardrail, GuardrailTrip, GuardView, Redact, Trip
+from .._guardrails._checks import (
+    Guardrail,
+    GuardrailTrip,
+    GuardView,
+    Redact,
+    Trip,
+    pattern_verdict,
+)
 from .._guardrails._pattern import PatternGuard, Stage
 from .._guardrails._set import AnyGuard
 from ..cancel import CancelToken
@@ -77,7 +84,7 @@ def check_tool_calls(
                 )
         if isinstance(verdict, GuardrailTrip):
             answer = error_result(tool_use["toolUseId"], refused_text(verdict))
-            yield _announce(verdict)
+            yield guardrail_tripped(verdict)
             ctx.stop_at_guardrail(verdict, answered=(answer,))
         checked.append(call)
     return checked
@@ -135,11 +142,7 @@ def settle_results(
 
 
 def guardrail_tripped(trip: GuardrailTrip) -> GuardrailTripped:
-    """The event that announces ``trip``."""
-    return _announce(trip)
-
-
-def _announce(trip: GuardrailTrip) -> GuardrailTripped:
+    """The event that announces ``trip`` (every stage's)."""
     return GuardrailTripped(
         name=trip.name, stage=trip.stage, reason=trip.reason, run_id=trip.run_id
     )
@@ -160,15 +163,11 @@ def _judge(
     changed_by: str | None = None
     for check in checks:
         if isinstance(check, PatternGuard):
-            scanned = check.scan(text)
-            if scanned is None:
-                token.cancel("guardrail tripped")
-                reason = f"matched the {check.name} pattern"
-                return GuardrailTrip(name=check.name, stage=stage, reason=reason, run_id=ctx.run_id)
-            if scanned != text:
-                text, changed_by = scanned, check.name
-            continue
-        verdict = _run_check(check, stage, ctx.run_id, text, tool_name, tool_input, messages, token)
+            verdict = pattern_verdict(check, text)
+        else:
+            verdict = _run_check(
+                check, stage, ctx.run_id, text, tool_name, tool_input, messages, token
+            )
         if isinstance(verdict, Trip):
             token.cancel("guardrail tripped")
             return GuardrailTrip(
