@@ -5,7 +5,6 @@ and what a request that changed something would have changed."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from tests.run._gates import Gate, gate_call
 
 from ._chat_sites import raw_request, serve_routes
 from ._client import SSEConnection, frames_until
+from ._run_threads import run_threads
 
 __all__ = ["DELETED", "Site", "make_agent_for", "site_on"]
 
@@ -141,6 +141,5 @@ def site_on(framework: str, store: RunStore | None = None) -> Iterator[Site]:
             gate.opened.set()
             for stream in site.streams:
                 stream.drop()
-            for thread in threading.enumerate():
-                if thread.name.startswith("agent-sync-run"):
-                    thread.join(WAIT_S)
+            for thread in run_threads():
+                thread.join(WAIT_S)

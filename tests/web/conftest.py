@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from ._run_threads import assert_no_runs_left
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -70,6 +72,13 @@ def flask_example() -> Any:
     import chat_app
 
     return chat_app
+
+
+@pytest.fixture
+def no_runs_left() -> Iterator[None]:
+    """Fail if a published run's threads outlive the test (see ``assert_no_runs_left``)."""
+    yield
+    assert_no_runs_left()
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from agent_sync.web.flask import chat_blueprint
 from tests.aisdk._node import ChatClient, aisdk_client
 
 from ._client import request_json, serve
+from ._run_threads import assert_no_runs_left
 
 __all__ = ["aisdk_client"]  # the fixture
 
@@ -63,10 +64,7 @@ def _fresh() -> Iterator[None]:
     RESUMED.clear()
     yield
     RESUMED.set()
-    runs = [t for t in threading.enumerate() if t.name.startswith("agent-sync-run")]
-    for thread in runs:
-        thread.join(WAIT_S)
-    assert [t.name for t in runs if t.is_alive()] == []
+    assert_no_runs_left()
 
 
 @dataclass

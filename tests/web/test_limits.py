@@ -10,8 +10,6 @@ import json
 import re
 import select
 import socket
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import flask
@@ -28,22 +26,14 @@ from tests.run._gates import Gate, gate_call
 
 from ._chat_sites import FRAMEWORKS, serve_routes
 from ._client import Frame, SSEConnection, frames_until, request_json, serve
+from ._run_threads import run_threads
 from .test_chat_routes import chat_app
 
 ASKS = {"tool_calls": [{"name": "delete_file", "input": {"path": "/x"}}]}
 _CLOSED = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
 
 
-def _run_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("agent-sync-run")]
-
-
-@pytest.fixture(autouse=True)
-def _no_runs_left() -> Iterator[None]:
-    yield
-    for thread in _run_threads():
-        thread.join(10)
-    assert [t.name for t in _run_threads()] == []
+pytestmark = pytest.mark.usefixtures("no_runs_left")
 
 
 def _ui_body(cid: str, text: str) -> dict[str, object]:
@@ -64,16 +54,16 @@ def test_past_max_live_runs_a_new_run_gets_503_with_retry_after_and_nothing_star
             conn = app.chat(cid=cid)
             frames_until(conn, "tool_start")
             conn.drop()
-        threads = len(_run_threads())
+        threads = len(run_threads())
         full = app.chat(cid="c3")
         assert full.status == 503 and full.headers["retry-after"].isdigit()
         assert full.json()["error"] == "busy_worker"
         status, body = request_json(app.port, "POST", "/api/chat", _ui_body("c4", "hello"))
         assert status == 503 and body["error"] == "busy_worker"  # AI SDK mode too
         assert app.store.load("c3").run is None and app.store.load("c4").run is None
-        assert list(app.store.load("c3").messages) == [] and len(_run_threads()) == threads
+        assert list(app.store.load("c3").messages) == [] and len(run_threads()) == threads
         app.gate.opened.set()  # both runs end: their slots come back
-        for thread in _run_threads():
+        for thread in run_threads():
             thread.join(10)
         again = app.chat(cid="c3")
         assert again.status == 200 and frames_until(again, "done")[-1].data["text"] == "three"
@@ -85,7 +75,7 @@ def test_a_decision_that_would_resume_a_run_past_the_cap_gets_503_and_it_stays_p
     ) as app:
         paused = app.chat(cid="c1")
         request = frames_until(paused, "approval_required")[-1].data  # a pause frees its slot
-        for thread in _run_threads():
+        for thread in run_threads():
             thread.join(10)
         busy = app.chat(cid="c2")
         frames_until(busy, "tool_start")
@@ -96,7 +86,7 @@ def test_a_decision_that_would_resume_a_run_past_the_cap_gets_503_and_it_stays_p
         assert app.store.get(request["run_id"]).status == "paused"  # type: ignore[union-attr]
         app.gate.opened.set()
         frames_until(busy, "done")
-        for thread in _run_threads():
+        for thread in run_threads():
             thread.join(10)
         assert app.post(path, decision)[0] == 202
         assert frames_until(paused, "done")[-1].data["text"] == "deleted"

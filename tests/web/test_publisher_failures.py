@@ -90,13 +90,7 @@ class FlakyStore(SQLiteRunStore):
         return super().append_events(run_id, events, after=after, keep_s=keep_s)
 
 
-@pytest.fixture(autouse=True)
-def _no_runs_left() -> Iterator[None]:
-    yield
-    for thread in threading.enumerate():
-        if thread.name.startswith("agent-sync-run"):
-            thread.join(10)
-    assert [t.name for t in threading.enumerate() if t.name.startswith("agent-sync-run")] == []
+pytestmark = pytest.mark.usefixtures("no_runs_left")
 
 
 @contextmanager
