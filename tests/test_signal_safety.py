@@ -37,6 +37,7 @@ from agent_sync.run import RunState
 from agent_sync.run._durable import StoreLink
 from agent_sync.stores import MemoryRunStore
 from agent_sync.tools import _abandoned
+from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.interrupt_points import (
     BYTECODE,
     SIGNAL,
@@ -291,7 +292,7 @@ def test_a_ctrl_c_that_did_not_end_a_main_thread_wait_ends_it_within_a_slice() -
         with pytest.raises(KeyboardInterrupt):
             event.wait()
     finally:
-        helper.join()
+        helper.join(HANG_BOUND)
         event.set()
 
 

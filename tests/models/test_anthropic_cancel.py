@@ -58,7 +58,7 @@ class Consumer:
         finally:
             self.finished_at = time.monotonic()
 
-    def join(self) -> None:
+    def assert_returned(self) -> None:
         self.thread.join(HANG_BOUND)
         assert not self.thread.is_alive(), "stream() did not return after cancel()"
 
@@ -70,7 +70,7 @@ def cancel_after(ready: Callable[[], bool], model: AnthropicModel) -> tuple[Cons
     assert ready(), "the client never reached the blocking state"
     cancelled_at = time.monotonic()
     assert scope.cancel("test") is True
-    consumer.join()
+    consumer.assert_returned()
     return consumer, cancelled_at
 
 
@@ -188,8 +188,8 @@ def test_cancel_aborts_only_its_own_request_on_a_shared_model(
     consumer_b = Consumer(model, scope_b)
     assert consumer_b.first_event.wait(HANG_BOUND)
     scope_a.cancel()
-    consumer_a.join()
-    consumer_b.join()
+    consumer_a.assert_returned()
+    consumer_b.assert_returned()
     assert isinstance(consumer_a.error, CancelledError)
     assert consumer_b.error is None
     text = "".join(

@@ -24,6 +24,7 @@ from agent_sync.errors import ModelError
 from agent_sync.models import AnthropicModel
 from agent_sync.testing._keepalive_server import KeepAliveServer, Mode, chunked_response
 from agent_sync.testing.anthropic_server import AnthropicServer
+from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.keepalive import (
     check_failure_after_a_byte_not_resent,
     check_fresh_failure_not_resent,
@@ -33,7 +34,6 @@ from tests.fixtures.streams import assemble, collect
 
 KEY = "local-wire-SECRET-5d4c3b2a19"
 SLOW_RETRY = RetryPolicy(max_attempts=3, initial_delay=30, max_delay=30, jitter=0)
-HANG_BOUND = 10.0  # seconds; only catches a hang
 
 
 # -- item 11: stale keep-alive connections -----------------------------------------------------
@@ -254,7 +254,7 @@ class Consumer:
         except BaseException as exc:  # asserted by the test
             self.error = exc
 
-    def join(self) -> None:
+    def assert_returned(self) -> None:
         self.thread.join(HANG_BOUND)
         assert not self.thread.is_alive(), "stream() did not return after cancel()"
 
@@ -269,7 +269,7 @@ def test_cancel_aborts_a_read_blocked_behind_an_http_proxy(
         consumer = Consumer(model, scope)
         assert server.wait_for_stall(timeout=HANG_BOUND)
         scope.cancel("test")
-        consumer.join()
+        consumer.assert_returned()
         assert isinstance(consumer.error, CancelledError)
         # The pool is healthy after the abort: the next call goes through.
         assert assemble(collect(model)).message["content"] == [{"text": "next"}]
@@ -305,7 +305,7 @@ def test_cancel_aborts_a_tls_handshake(
     try:
         assert accepted.wait(HANG_BOUND)
         scope.cancel("test")
-        consumer.join()
+        consumer.assert_returned()
         assert isinstance(consumer.error, CancelledError)
         connect = [f"CONNECT 127.0.0.1:{silent.getsockname()[1]} HTTP/1.1"]
         assert proxy.lines == (connect if via_proxy else [])

@@ -13,6 +13,7 @@ from typing import Any
 from agent_sync import Agent, tool
 from agent_sync.stores import MemoryRunStore, RunStore
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.bounds import HANG_BOUND
 from tests.run._gates import Gate, gate_call
 
 from ._chat_sites import raw_request, serve_routes
@@ -22,7 +23,6 @@ from ._run_threads import run_threads
 __all__ = ["DELETED", "Site", "make_agent_for", "site_on"]
 
 DELETED: list[str] = []
-WAIT_S = 10.0
 _SINCE_THE_END = 1 << 62
 
 
@@ -131,7 +131,7 @@ def site_on(framework: str, store: RunStore | None = None) -> Iterator[Site]:
             hold = SSEConnection(port, "/api/chat", {"conversation_id": "hold", "message": "go"})
             site.streams.append(hold)
             site.running = frames_until(hold, "tool_start")[0].data["run_id"]
-            assert gate.entered.wait(WAIT_S)
+            assert gate.entered.wait(HANG_BOUND)
             ask = SSEConnection(port, "/api/chat", {"conversation_id": "ask", "message": "rm"})
             site.streams.append(ask)
             asked = frames_until(ask, "approval_required")[-1].data
@@ -142,4 +142,4 @@ def site_on(framework: str, store: RunStore | None = None) -> Iterator[Site]:
             for stream in site.streams:
                 stream.drop()
             for thread in run_threads():
-                thread.join(WAIT_S)
+                thread.join(HANG_BOUND)

@@ -28,6 +28,7 @@ from agent_sync.stores import MemoryRunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.web.flask import chat_blueprint
 from tests.aisdk._node import ChatClient, aisdk_client
+from tests.fixtures.bounds import HANG_BOUND
 
 from ._client import request_json, serve
 from ._run_threads import assert_no_runs_left
@@ -36,7 +37,6 @@ __all__ = ["aisdk_client"]  # the fixture
 
 DELETED: list[str] = []
 RESUMED = threading.Event()  # set when the client asks GET /api/chat/<id>/stream
-WAIT_S = 10.0
 
 
 @tool
@@ -54,8 +54,8 @@ def delete(path: str) -> str:
 
 @tool
 def wait_for_resume() -> str:
-    """Returns once a client has asked to resume the stream (or after WAIT_S)."""
-    return "resumed" if RESUMED.wait(WAIT_S) else "nobody came back"
+    """Returns once a client has asked to resume the stream (or after HANG_BOUND)."""
+    return "resumed" if RESUMED.wait(HANG_BOUND) else "nobody came back"
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +84,7 @@ class Served:
         script = {
             "api": f"http://127.0.0.1:{self.port}/api/chat",
             "chat_id": "c1",
-            "timeout_ms": WAIT_S * 1000,
+            "timeout_ms": HANG_BOUND * 1000,
             "actions": list(actions),
             **options,
         }
@@ -97,8 +97,8 @@ class Served:
         """The run's terminal record, waiting for it on the log (no sleep)."""
         after = 0
         while True:
-            events = self.store.read_events(run_id, after=after, timeout=WAIT_S)
-            assert events, f"run {run_id} did not end within {WAIT_S} s"
+            events = self.store.read_events(run_id, after=after, timeout=HANG_BOUND)
+            assert events, f"run {run_id} did not end within {HANG_BOUND} s"
             after = events[-1].seq
             if is_terminal(events[-1].data):
                 return dict(events[-1].data)
