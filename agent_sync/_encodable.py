@@ -96,7 +96,7 @@ def clean_json(value: Any, *, what: str = "the value", convert: bool = False) ->
     except Exception:  # noqa: BLE001 - anything the fast path refuses is explained below
         pass
     else:
-        if text.isascii() or _utf8(text):
+        if (text.isascii() or _utf8(text)) and not _deeper_than_max(text):
             return json.loads(text)
     return _Walk(what=what, convert=convert, keep_bytes=False).copy(value, "$", 0)
 
@@ -127,7 +127,7 @@ def load_json(text: str, *, what: str = "the value") -> Any:
         except _NonFinite:
             value = json.loads(text)  # the walk below names the place
         else:
-            if _clean_text_json(text):
+            if _clean_text_json(text) and not _deeper_than_max(text):
                 return value
     except RecursionError:
         raise Unencodable(f"{what} is nested deeper than {MAX_DEPTH} levels") from None
@@ -152,6 +152,30 @@ def _no_constant(literal: str) -> float:
 _CHECKED = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)
 # \uD800-\uDFFF escapes: a surrogate, lone or half of a pair (emoji written ASCII-only)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+_ALL_BUT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _deeper_than_max(text: str) -> bool:
+    """Whether the JSON ``text`` may nest containers deeper than :data:`MAX_DEPTH`: when it
+    says so, the caller walks the value, and the walk decides (and names the place).
+
+    The fast paths of :func:`clean_json` and :func:`load_json` take a value without walking
+    it; this keeps the depth bound theirs too (a clean value 300 deep was accepted, stored,
+    and could fail to load in a deeper stack). Text with no more openings than the bound
+    cannot exceed it (two counts: the usual case). Otherwise only the brackets are kept
+    (bytes.translate) and the innermost pairs removed one level per pass, at most
+    :data:`MAX_DEPTH` passes: ~0.1 ms for 130 KB of rows, 4% of copying it. A bracket inside
+    a string may make a shallow text look deep, never a deep one shallow."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False
+    brackets = text.encode("utf-8", "surrogatepass").translate(None, _ALL_BUT_BRACKETS)
+    for _ in range(MAX_DEPTH):
+        brackets = brackets.replace(b"[]", b"").replace(b"{}", b"")
+        if not brackets:
+            return False
+    return True
 
 
 def _clean_text_json(text: str) -> bool:

@@ -78,3 +78,32 @@ def test_bad_syntax_and_depth_keep_their_errors() -> None:
         load_json('{"a": ')
     with pytest.raises(Unencodable, match="nested deeper than"):
         load_json("[" * 100_000 + "]" * 100_000, what="the answer")
+
+
+def _nested(levels: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("shape", ["value", "text"])
+def test_the_depth_bound_holds_on_the_fast_path_too(shape: str) -> None:
+    """A clean value deeper than MAX_DEPTH was taken whole by the fast paths (only a value
+    that needed the walk met the bound): stored, then unloadable in a deeper stack."""
+
+    def take(levels: int) -> object:
+        value = _nested(levels)
+        if shape == "text":
+            return load_json(json.dumps(value), what="the answer")
+        return _encodable.clean_json(value, what="the answer")
+
+    assert take(_encodable.MAX_DEPTH) == _nested(_encodable.MAX_DEPTH)
+    with pytest.raises(Unencodable, match="the answer at .* is nested deeper than 200 levels"):
+        take(_encodable.MAX_DEPTH + 1)
+
+
+def test_brackets_inside_strings_never_refuse_a_shallow_value() -> None:
+    value = {"code": "[" * 1000 + "{" * 1000, "rows": [{"x": "]}"}] * 300}
+    assert _encodable.clean_json(value) == value
+    assert load_json(json.dumps(value)) == value
