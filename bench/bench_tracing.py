@@ -15,6 +15,12 @@ and the median over rounds of the per-invoke mean. ``--clock cpu``
 far less than wall time; ``wall`` times ``perf_counter``. Goal (issue 32): on <= 1.05x off;
 off unchanged.
 
+"sdk floor" is what the same spans and metric records cost the OpenTelemetry SDK alone: one
+invoke's spans (names, kinds, parents, attributes) and data points are captured once, then
+replayed straight into the same providers, no agent involved; "ours" is on - off - floor, the
+part of tracing's cost that is agent_sync's code. The ratio is quoted plain beside it: the
+floor is the SDK's price, not a comparator for ours.
+
 Runs against an older checkout too (it then records spans only, if that checkout has no
 metrics), to compare "off" before and after in one sitting.
 """
@@ -31,13 +37,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from opentelemetry import trace  # noqa: E402
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import (  # noqa: E402
     BatchSpanProcessor,
+    SimpleSpanProcessor,
     SpanExporter,
     SpanExportResult,
+)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
 )
 
 from agent_sync import Agent, _tracing, tool  # noqa: E402
@@ -85,6 +96,62 @@ def tracing(on: bool, tracer: TracerProvider, meters: MeterProvider | None) -> N
         use_meters(meters if on else None)
 
 
+def sdk_replay(make: Callable[[], Agent], tracer: TracerProvider, meters: MeterProvider
+               ) -> Callable[[], None]:  # fmt: skip
+    """One invoke's spans and metric records, captured once, as a function that emits the
+    same into ``tracer`` and ``meters`` through the SDK alone (the floor)."""
+    exporter = InMemorySpanExporter()
+    capture = TracerProvider()
+    capture.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    capture_meters = MeterProvider(metric_readers=[reader])
+    tracing(True, capture, capture_meters)
+    make().invoke("go")
+    tracing(False, tracer, meters)
+    spans = sorted(exporter.get_finished_spans(), key=lambda span: span.start_time or 0)
+    ends = sorted(range(len(spans)), key=lambda i: spans[i].end_time or 0)
+    parents = [
+        next(
+            (j for j, other in enumerate(spans)
+             if span.parent is not None and other.context.span_id == span.parent.span_id),
+            None,
+        )
+        for span in spans
+    ]  # fmt: skip
+    points = []
+    for resource in reader.get_metrics_data().resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                instrument = meters.get_meter(scope.scope.name).create_histogram(
+                    metric.name, unit=metric.unit
+                )
+                for point in metric.data.data_points:
+                    value = point.sum / point.count  # type: ignore[union-attr]
+                    points += [(instrument, value, dict(point.attributes))] * point.count  # type: ignore[union-attr]
+    otel = tracer.get_tracer("agent_sync")
+
+    def replay() -> None:
+        started: list[Any] = []
+        for span, parent in zip(spans, parents, strict=True):
+            context = None if parent is None else trace.set_span_in_context(started[parent])
+            started.append(
+                otel.start_span(span.name, context, span.kind, dict(span.attributes or {}))
+            )
+        for index in ends:
+            started[index].end()
+        for instrument, value, attributes in points:
+            instrument.record(value, attributes)
+
+    return replay
+
+
+def floor_per_invoke(replay: Callable[[], None], invokes: int) -> float:
+    start = CLOCK()
+    for _ in range(invokes):
+        replay()
+    return (CLOCK() - start) / invokes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -103,18 +170,23 @@ def main() -> None:
     print(f"clock: {args.clock}")
     for name, make in ((f"one turn, {DELTAS} deltas", one_turn), ("tool cycle", tool_cycle)):
         times: dict[bool, list[float]] = {False: [], True: []}
+        floors: list[float] = []
+        replay = sdk_replay(make, tracer, meters)
         tracing(True, tracer, meters)
         per_invoke(make, 20)  # warm-up: imports, instruments, caches
+        floor_per_invoke(replay, 20)
         for _ in range(args.rounds):
             for on in (False, True):
                 tracing(on, tracer, meters)
                 times[on].append(per_invoke(make, args.invokes))
+            floors.append(floor_per_invoke(replay, args.invokes))
         tracing(False, tracer, meters)
         for label, pick in (("min", min), ("median", statistics.median)):
-            off, on = pick(times[False]), pick(times[True])
+            off, on, floor = pick(times[False]), pick(times[True]), pick(floors)
             print(
-                f"{name:22s} {label:6s} off {off * 1e6:8.1f} us   on {on * 1e6:8.1f} us   "
-                f"ratio {on / off:.3f}   (+{(on - off) * 1e6:.1f} us per invoke)"
+                f"{name:22s} {label:6s} off {off * 1e6:7.1f} us   on {on * 1e6:7.1f} us   "
+                f"ratio {on / off:.3f}   (+{(on - off) * 1e6:.1f} us: sdk floor "
+                f"{floor * 1e6:.1f}, ours {(on - off - floor) * 1e6:.1f})"
             )
     print(f"({args.rounds} rounds x {args.invokes} invokes per mode)")
     tracer.shutdown()
