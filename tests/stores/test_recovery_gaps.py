@@ -116,6 +116,19 @@ def dying_worker(spec: Spec, case: str, ready: Any, folder: str) -> None:
             _wait_for(lambda: run.snapshot().queued_inputs)  # taken from the store
             ready.put("taken")
 
+    if case == "asking":  # killed just after the checkpoint naming the approval step
+        commit = store.commit
+
+        def commit_then_stop(state: RunState, **kwargs: Any) -> int:
+            version = commit(state, **kwargs)
+            if state.next_step == "approval":
+                ready.put(state.run_id)
+                threading.Event().wait(60)  # the pause is never committed: killed here
+            return version
+
+        store.commit = commit_then_stop  # type: ignore[method-assign]
+        _agent(store, [{"tool_calls": [{"name": "purge", "input": {"path": "all"}}]}]).invoke("go")
+        return
     if case == "inject":
         agent = _agent(store, [{"tool_calls": [{"name": "look_up", "input": {}}]}])
         threading.Thread(target=report, daemon=True).start()
@@ -187,6 +200,29 @@ def test_an_approved_gated_call_cut_by_a_crash_is_not_asked_again(
     assert validate_history(history) == []
     assert f"archived approved.txt in {os.getpid()}" in str(history)  # the approved input
     assert [call.split()[:2] for call in _calls(tmp_path)] == [["archive", "approved.txt"]] * 2
+
+
+@pytest.mark.parametrize("spec", ["sqlite"], indirect=True)  # the rule is the run's state's
+def test_a_run_lost_as_it_went_to_ask_asks_again(
+    spec: Spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker died after committing ``next_step="approval"`` and before its pause: the
+    approval requests live only in the pause, so the recovered run asks for the gated call
+    again (it paused with none, and no decision could ever resume it)."""
+    run_id = _crash(spec, "asking", tmp_path)
+    monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tools.log"))
+    store = open_store(spec)
+    assert store.recover(lambda cid: _agent(store, ["purged after the crash"])) == [run_id]
+    join_recovered(run_id)
+    record = store.load("c1")
+    assert record.run is not None and record.run.state.status == "paused"
+    (request,) = record.run.state.approvals
+    assert request.tool_use["name"] == "purge" and _calls(tmp_path) == []
+    assert _agent(store, ["purged after the crash"]).resume({request.id: True}).text == (
+        "purged after the crash"
+    )
+    assert [call.split()[:2] for call in _calls(tmp_path)] == [["purge", "all"]]
+    assert validate_history(list(store.load("c1").messages)) == []
 
 
 def test_a_kept_decision_answers_its_own_call_only(
