@@ -334,8 +334,10 @@ class RunContext(ContextFields):
         decisions: the new ones, and those the state kept (made before its worker died:
         each reused for its own call, never asked again)."""
         self._history_start = state.history_start
-        self._cycle = state.cycle
+        self._cycle = state.cycle  # the requests a usage limit counts, with the rest:
         self._usage = dict(state.usage)  # type: ignore[assignment]
+        self._tool_calls, self._cost = state.tool_calls, state.cost_usd
+        self._usage_limit = state.usage_limit
         self._next_step = state.next_step or "tools"
         self._inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
         self._invalid_tool_inputs = dict(state.invalid_tool_inputs)

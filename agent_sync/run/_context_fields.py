@@ -329,6 +329,9 @@ class ContextFields:
             # kept until the call's result is: a recovered run reuses them (never for
             # another call: only the pending calls' own, by toolUseId)
             decisions={key: d for key, d in decisions.items() if key in owed},
+            tool_calls=self._tool_calls,
+            cost_usd=self._cost,
+            usage_limit=self._usage_limit,
         )
 
     def _output_as_json(self) -> Any:
@@ -358,4 +361,5 @@ class ContextFields:
             cancel_reason=None if result is None else result.cancel_reason,
             guardrail=None if result is None else result.guardrail,
             parent_run_id=self.parent_run_id,
+            usage_limit=None if result is None else result.usage_limit,
         )
