@@ -227,6 +227,11 @@ class RunContext(ContextFields):
             self.note_limit(limit)
             raise CancelledError(f"usage limit: {limit}")
 
+    def input_passed(self) -> None:
+        """The prompt passed the input guardrails: the run takes injected input from now
+        on (its inbox was held until then, see ``_inbox``)."""
+        self._inbox.open()
+
     def redact_prompt(self, text: str) -> None:
         """An input guardrail's ``Redact``: the prompt's text blocks become one block of
         ``text`` (where the first was), before the model, the history or the store see it."""

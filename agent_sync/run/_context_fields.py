@@ -132,7 +132,9 @@ class ContextFields:
         self._messages = messages  # the agent's history: the run appends to it in place
         self._history_start = history_start
         self._hooks: HookRunner = NO_HOOKS
-        self._inbox = Inbox()
+        # held until the prompt passes the input guardrails (see _inbox), if there are any
+        guards = settings.guardrails
+        self._inbox = Inbox(held=guards is not None and bool(guards.stage("input")))
         # what snapshot() reads: each written with one store of an immutable value
         self._status: RunStatus = "running"
         self._phase: RunPhase = "idle"

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from agent_sync import Agent, validate_history
+from agent_sync import Agent, UsageError, validate_history
 from agent_sync.events import Done, GuardrailTripped, TextDelta
 from agent_sync.guardrails import STOPPED_TEXT, Guardrail, GuardView, PatternGuard, Redact, Trip
 from agent_sync.testing import ScriptedModel
@@ -105,3 +105,31 @@ def test_cancel_while_an_input_check_is_pending_ends_the_run() -> None:
     assert results[0].result.stop_reason == "cancelled"
     assert model.calls == []
     assert validate_history(agent.messages) == []
+
+
+def test_input_injected_while_the_input_is_checked_is_refused_never_dropped() -> None:
+    """An inject that lands while the input checks run (before the first model call) was
+    accepted, then dropped with the run's queue when the prompt tripped: the run's input
+    is not open until it has passed, so such an inject is refused."""
+    checking, release = threading.Event(), threading.Event()
+
+    def gate(view: GuardView) -> Trip | None:
+        checking.set()
+        release.wait(HANG_BOUND)
+        return Trip("off topic") if "poem" in view.text else None
+
+    model = ScriptedModel(["answer"])
+    agent = Agent(model, guardrails=[Guardrail(gate, stage="input", mode="block")])
+    results = []
+    runner = threading.Thread(target=lambda: results.append(agent.invoke("write a poem")))
+    runner.start()
+    try:
+        assert checking.wait(HANG_BOUND)
+        with pytest.raises(UsageError, match="input"):
+            agent.inject("and a limerick")
+    finally:
+        release.set()
+        runner.join(HANG_BOUND)
+    assert results[0].stop_reason == "guardrail"
+    assert "limerick" not in repr(agent.messages) and agent.messages == []
+    assert model.calls == []
