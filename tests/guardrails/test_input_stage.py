@@ -12,6 +12,7 @@ import pytest
 from agent_sync import Agent, UsageError, validate_history
 from agent_sync.events import Done, GuardrailTripped, TextDelta
 from agent_sync.guardrails import STOPPED_TEXT, Guardrail, GuardView, PatternGuard, Redact, Trip
+from agent_sync.stores import MemoryRunStore
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.bounds import HANG_BOUND
 
@@ -133,3 +134,38 @@ def test_input_injected_while_the_input_is_checked_is_refused_never_dropped() ->
     assert results[0].stop_reason == "guardrail"
     assert "limerick" not in repr(agent.messages) and agent.messages == []
     assert model.calls == []
+
+
+def test_input_a_store_took_while_the_prompt_tripped_is_kept_and_never_answered() -> None:
+    """Input injected through the store while the input checks ran is accepted by the
+    store (another process may send it): the tripped run writes it to the history, as any
+    end that is not a model's finished turn does; it never goes on to answer it (its
+    prompt was blocked: no model call)."""
+    checking, release = threading.Event(), threading.Event()
+
+    def gate(view: GuardView) -> Trip:
+        checking.set()
+        release.wait(HANG_BOUND)
+        return Trip("off topic")
+
+    store = MemoryRunStore()
+    model = ScriptedModel(["never said"])
+    guard = Guardrail(gate, stage="input", mode="block")
+    agent = Agent(model, guardrails=[guard], store=store, conversation_id="c1")
+    results = []
+    runner = threading.Thread(target=lambda: results.append(agent.invoke("write a poem")))
+    runner.start()
+    try:
+        assert checking.wait(HANG_BOUND)
+        run = agent.active_run
+        assert run is not None
+        store.inject(run.run_id, "and a limerick")
+    finally:
+        release.set()
+        runner.join(HANG_BOUND)
+    assert results[0].stop_reason == "guardrail"
+    assert model.calls == []
+    history = list(store.load("c1").messages)
+    assert "limerick" in repr(history) and "poem" not in repr(history)
+    assert history[-1] == {"role": "assistant", "content": [{"text": STOPPED_TEXT}]}
+    assert validate_history(history) == []
