@@ -93,6 +93,8 @@ class RunSnapshot:
     parent_run_id: str | None = None
     """For a sub-agent's run (a tool made with ``agent.as_tool()``): the run that called
     it; ``None`` for a top-level run."""
+    usage_limit: str | None = None
+    """With ``stop_reason == "usage_limit"``: the limit that stopped the run."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -172,6 +174,15 @@ class RunState:
     pending calls that has no result yet. Kept from the resume until the commit that
     records the call's result, so a run recovered after its worker died reuses the
     decision for the same call instead of asking again."""
+    tool_calls: int = 0
+    """Tool calls started so far (what ``UsageLimits(tool_calls=)`` counts)."""
+    cost_usd: float = 0.0
+    """Dollars of the model calls so far (counted with ``UsageLimits(cost_usd=)`` only)."""
+    usage_limit: str | None = None
+    """The usage limit the run passed, once one is (with ``stop_reason ==
+    "usage_limit"``, the one that stopped it). With :attr:`usage`, :attr:`cycle` (the
+    requests), :attr:`tool_calls` and :attr:`cost_usd`, what a run resumed from this state
+    (after a pause, or by a recoverer) goes on counting from: limits count per run."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready ``dict`` (``"format": "agent_sync.run/1"``), independent of the run."""
@@ -201,6 +212,9 @@ class RunState:
                 tool_use_id: json_ready(decision_to_dict(decision))
                 for tool_use_id, decision in self.decisions.items()
             },
+            "tool_calls": self.tool_calls,
+            "cost_usd": self.cost_usd,
+            "usage_limit": self.usage_limit,
         }
 
     @classmethod
@@ -257,6 +271,10 @@ class RunState:
                 on_owner_lost=on_owner_lost,
                 guardrail=_guardrail(data),
                 decisions=_decisions(data),
+                # absent: a state of an earlier version (its counts were not kept)
+                tool_calls=_typed({"tool_calls": data.get("tool_calls", 0)}, "tool_calls", int),
+                cost_usd=_cost(data),
+                usage_limit=_optional(data, "usage_limit"),
             )
         except KeyError as exc:
             raise UsageError(f"a RunState dict needs the field {exc.args[0]!r}") from None
@@ -278,6 +296,14 @@ def _decisions(data: Mapping[str, Any]) -> dict[str, Approve | Deny]:
     if not isinstance(raw, dict) or not all(isinstance(d, dict) for d in raw.values()):
         raise UsageError("RunState field 'decisions' must map toolUseId -> decision dict")
     return {key: decision_from_dict(from_json_ready(value)) for key, value in raw.items()}
+
+
+def _cost(data: Mapping[str, Any]) -> float:
+    """The ``cost_usd`` field (absent: a state of an earlier version)."""
+    value = data.get("cost_usd", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise UsageError(f"RunState field 'cost_usd' must be a number >= 0, got {value!r:.80}")
+    return float(value)
 
 
 def _zero_usage() -> Usage:

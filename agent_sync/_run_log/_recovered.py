@@ -46,11 +46,14 @@ def go_on_recovered(
 ) -> Callable[[], None]:
     """Take ``lost`` over for an agent of ``binding`` (``recover``: claim it and stream it
     on) and return the rest of the work, to run in a thread of its own; it gives ``slot``
-    back when the run ends (see ``stores._recovery.RecoveringAgent._go_on``).
+    back when the run ends (see ``stores._recovery.RecoveringAgent._go_on``). Until it
+    returns, ``slot`` is the caller's: whatever raises here leaves it to the caller, and a
+    run claimed but not handed to its publisher is ended first (cancelled, stored).
 
     Raises:
         UsageError: ``binding`` is not a conversation of ``store``.
         RunConflictError, ConcurrentInvocationError, PendingApprovalError: From ``recover``.
+        Exception: The run's log could not go on (the store's, or a record it cannot read).
     """
     run_id = lost.state.run_id
     if binding is None or not binding.holds(store):
@@ -63,15 +66,12 @@ def go_on_recovered(
     if logged and isinstance(store, RunEventLog):  # a log only a RunEventLog keeps
         try:
             publisher = publish_recovered(store, stream, logged, replay_ttl=replay_ttl, slot=slot)
-        except Exception:  # the stream was closed: the run ended cancelled, stored
-            logger.exception("run_id=<%s> | the recovered run's log could not go on", run_id)
-            return _nothing
+        except BaseException:
+            stream.close()  # idempotent: the run ends cancelled, stored
+            logger.warning("run_id=<%s> | the recovered run's log could not go on", run_id)
+            raise
         return publisher.thread.join
     return lambda: _drain(stream, run_id, slot)
-
-
-def _nothing() -> None:
-    """Nothing left to do."""
 
 
 def _drain(stream: AgentStream, run_id: str, slot: LiveSlot | None) -> None:

@@ -120,10 +120,17 @@ def _run_task(
     config = configured()
     _worker.task_starts(task.app)
     run_id = task.request.id or new_run_id()  # no id: the task was called, not sent
-    return run(config, conversation_id, prompt, run_id, timeout)
+    return run(config, conversation_id, prompt, run_id, timeout, task)
 
 
-run_task: Any = shared_task(name="agent_sync.celery.run_task", bind=True)(_run_task)
+run_task: Any = shared_task(name="agent_sync.celery.run_task", bind=True, track_started=True)(
+    _run_task
+)
 """The Celery task that runs one run: ``run_task.delay(conversation_id, prompt)`` (see
 :func:`_run_task` for its arguments and result). A shared task: sent and run with the
-current Celery app."""
+current Celery app.
+
+It is ``track_started``: its result is ``STARTED`` before its run starts. A worker's main
+process that reads a revoke before it has seen its pool process accept the task (prefork
+tells it later) marks a ``PENDING`` task ``REVOKED`` and leaves a started one to its
+worker; the run is then cancelled where it runs and the task reports its summary."""

@@ -46,10 +46,17 @@ REVOKED_RECORD: Final = {
 
 
 def run(
-    config: Config, conversation_id: str, prompt: Any, run_id: str, timeout: float | None
+    config: Config,
+    conversation_id: str,
+    prompt: Any,
+    run_id: str,
+    timeout: float | None,
+    task: Any = None,
 ) -> dict[str, Any]:
     """Run the conversation's agent on ``prompt`` under ``run_id`` (see the module
-    docstring); ``{"run_id", "status", "stop_reason"}`` once it is over or paused."""
+    docstring); ``{"run_id", "status", "stop_reason"}`` once it is over or paused.
+    ``task``, the Celery task running it, is told when the run never starts because its
+    task was revoked (its result is then ``REVOKED``, not the ``STARTED`` it was given)."""
     if not isinstance(conversation_id, str) or not valid_id(conversation_id):
         raise UsageError("conversation_id must be a str of letters, digits and . _ ~ @ + = -")
     if not valid_id(run_id):
@@ -72,6 +79,7 @@ def run(
     if revokes.running(run_id, token) is not None or _revoked_by_celery(run_id):
         revokes.ended(run_id)
         append_end(store, run_id, first, after, dict(REVOKED_RECORD))
+        _report_revoked(task, run_id)
         from celery.exceptions import Ignore  # type: ignore[import-untyped]
 
         raise Ignore()
@@ -171,6 +179,19 @@ def _end_of(publisher: Publisher) -> Event:
     name = f"{publisher.thread.name}-end"
     threading.Thread(target=wait, name=name, daemon=True).start()
     return ended
+
+
+def _report_revoked(task: Any, run_id: str) -> None:
+    """Store the task's result as ``REVOKED``, as Celery does for a task it discards: the
+    task was marked ``STARTED`` as it began (``track_started``), so a worker's main
+    process that reads the revoke now leaves its state alone, and nothing else would
+    end it. A failure is logged."""
+    if task is None:
+        return
+    try:
+        task.backend.mark_as_revoked(run_id, "revoked", request=task.request)
+    except Exception:
+        logger.warning("run_id=<%s> | the revoked task's result was not stored", run_id)
 
 
 def _revoked_by_celery(task_id: str) -> bool:

@@ -2,10 +2,10 @@
 
 A run with a store loads the conversation when it takes the agent, commits its state at
 every step boundary, stores a pause before anyone is told of it, and stores its end, where
-input the store accepted just before the end is answered (one more model call after a
-``done`` end) or written to the history (any other end): nothing injected is lost. A run
-without a store only records its pause in the agent's slot. Used by the run's driver, in
-the loop's thread.
+input the store accepted just before the end is answered (one more model call after the
+model's finished turn) or written to the history (any other end, a guardrail's or a usage
+limit's stop among them): nothing injected is lost. A run without a store only records
+its pause in the agent's slot. Used by the run's driver, in the loop's thread.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from .._guardrails._set import STOPPED_TEXT
 from .._history import add_user_blocks, close_cancelled_turn
-from ..messages import ContentBlock, Message
+from .._limits import stopped_text
+from ..messages import CANCELLED_TEXT, ContentBlock, Message
 from ._durable import StoreLink, load_log
 from ._slot import check_no_stored_run
 
@@ -26,6 +28,18 @@ if TYPE_CHECKING:
 __all__ = ["Commits"]
 
 logger = logging.getLogger(__name__)
+
+_STOPS = frozenset({"guardrail", "usage_limit"})
+"""The stop reasons of a ``done`` run that ended at a stop, not at the model's answer."""
+
+
+def _closing(ctx: RunContext) -> str:
+    """The text that closed the run's turn (:func:`~._steps.end_cancelled`'s)."""
+    if ctx.stop_reason == "guardrail":
+        return STOPPED_TEXT
+    if ctx.stop_reason == "usage_limit" and ctx.usage_limit is not None:
+        return stopped_text(ctx.usage_limit)
+    return CANCELLED_TEXT
 
 
 class Commits:
@@ -72,9 +86,12 @@ class Commits:
         """Commit the end of the run; ``strict``: raise a failure, else log it.
 
         Input injected through the store that the run has not answered yet (accepted just
-        before the end) stops a ``done`` end: nothing is committed and it is returned, for
-        one more model call (``RunContext.reopen``). Any other end writes it to the history
-        first (nothing injected is lost)."""
+        before the end) stops the end of a finished turn (``done``, the model's answer):
+        nothing is committed and it is returned, for one more model call
+        (``RunContext.reopen``). Any other end writes it to the history first, its turn
+        closed again as the run closed it (nothing injected is lost): a cancel, a failure,
+        and a stop (a guardrail or a usage limit: ``done``, but it never goes on, or it
+        would answer what its stop refused)."""
         link = self._link
         if link is None or link.ended or ctx.status in ("running", "paused"):
             return []
@@ -86,13 +103,13 @@ class Commits:
                 if not late:
                     self._slot.mark_synced(state.history_start + len(state.messages))
                     return []
-                if ctx.status == "done":
+                if ctx.status == "done" and ctx.stop_reason not in _STOPS:
                     going_on = True
                     return late
-                if ctx.status == "cancelled":  # a cancelled run keeps it, its turn closed again
-                    close_cancelled_turn(ctx.messages, queued=late)
-                else:  # a failed one keeps it as its last user message
+                if ctx.status == "failed":  # a failed one keeps it as its last user message
                     add_user_blocks(ctx.messages, late)
+                else:  # cancelled or stopped: it keeps it, its turn closed again
+                    close_cancelled_turn(ctx.messages, queued=late, closing_text=_closing(ctx))
         except Exception:
             if strict:
                 raise

@@ -227,6 +227,11 @@ class RunContext(ContextFields):
             self.note_limit(limit)
             raise CancelledError(f"usage limit: {limit}")
 
+    def input_passed(self) -> None:
+        """The prompt passed the input guardrails: the run takes injected input from now
+        on (its inbox was held until then, see ``_inbox``)."""
+        self._inbox.open()
+
     def redact_prompt(self, text: str) -> None:
         """An input guardrail's ``Redact``: the prompt's text blocks become one block of
         ``text`` (where the first was), before the model, the history or the store see it."""
@@ -334,8 +339,10 @@ class RunContext(ContextFields):
         decisions: the new ones, and those the state kept (made before its worker died:
         each reused for its own call, never asked again)."""
         self._history_start = state.history_start
-        self._cycle = state.cycle
+        self._cycle = state.cycle  # the requests a usage limit counts, with the rest:
         self._usage = dict(state.usage)  # type: ignore[assignment]
+        self._tool_calls, self._cost = state.tool_calls, state.cost_usd
+        self._usage_limit = state.usage_limit
         self._next_step = state.next_step or "tools"
         self._inbox = Inbox([list(blocks) for blocks in state.queued_inputs])
         self._invalid_tool_inputs = dict(state.invalid_tool_inputs)

@@ -132,7 +132,9 @@ class ContextFields:
         self._messages = messages  # the agent's history: the run appends to it in place
         self._history_start = history_start
         self._hooks: HookRunner = NO_HOOKS
-        self._inbox = Inbox()
+        # held until the prompt passes the input guardrails (see _inbox), if there are any
+        guards = settings.guardrails
+        self._inbox = Inbox(held=guards is not None and bool(guards.stage("input")))
         # what snapshot() reads: each written with one store of an immutable value
         self._status: RunStatus = "running"
         self._phase: RunPhase = "idle"
@@ -329,6 +331,9 @@ class ContextFields:
             # kept until the call's result is: a recovered run reuses them (never for
             # another call: only the pending calls' own, by toolUseId)
             decisions={key: d for key, d in decisions.items() if key in owed},
+            tool_calls=self._tool_calls,
+            cost_usd=self._cost,
+            usage_limit=self._usage_limit,
         )
 
     def _output_as_json(self) -> Any:
@@ -358,4 +363,5 @@ class ContextFields:
             cancel_reason=None if result is None else result.cancel_reason,
             guardrail=None if result is None else result.guardrail,
             parent_run_id=self.parent_run_id,
+            usage_limit=None if result is None else result.usage_limit,
         )

@@ -76,6 +76,7 @@ def check_input(ctx: RunContext) -> Generator[AgentEvent, None, None]:
         token.cancel("input checks over")  # a check still running is told to stop
     if text != original:
         ctx.redact_prompt(text)
+    ctx.input_passed()  # injected input is taken from now on (refused while checking)
 
 
 def _on_worker(ctx: RunContext, check: Guardrail, view: GuardView) -> Trip | Redact | None:

@@ -5,6 +5,11 @@ lock, and the run's last look at the inbox *closes* it in the same critical sect
 (:meth:`Inbox.take_or_close`, :meth:`Inbox.close`). So an ``inject`` either lands before
 that last look (and is sent, or written to the history on cancel) or fails with
 ``UsageError`` because the run is over; it is never accepted and then dropped.
+
+A run with input guardrails opens its inbox only once its prompt has passed them
+(:meth:`Inbox.open`): a trip withdraws the prompt and ends the run before anything is
+sent, so input accepted meanwhile could be neither sent nor kept (it was never checked);
+it is refused instead (``UsageError``), as input to a run that is over is.
 """
 
 from __future__ import annotations
@@ -20,23 +25,37 @@ __all__ = ["Inbox"]
 class Inbox:
     """Queued inputs of one run (each a list of content blocks). Thread-safe."""
 
-    __slots__ = ("_closed", "_items", "_lock")
+    __slots__ = ("_closed", "_held", "_items", "_lock")
 
-    def __init__(self, items: list[list[ContentBlock]] | None = None) -> None:
+    def __init__(
+        self, items: list[list[ContentBlock]] | None = None, *, held: bool = False
+    ) -> None:
         self._lock = threading.Lock()
         self._items: list[list[ContentBlock]] = list(items or [])
         self._closed = False
+        self._held = held  # not open yet: the run's input is being checked
 
     def put(self, blocks: list[ContentBlock]) -> None:
         """Queue one input.
 
         Raises:
-            UsageError: The run is over (its inbox is closed).
+            UsageError: The run is over (its inbox is closed), or its input is still being
+                checked (its inbox is not open yet).
         """
         with self._lock:
             if self._closed:
                 raise UsageError("the run is over: nothing more can be injected into it")
+            if self._held:
+                raise UsageError(
+                    "the run's input is being checked by its input guardrails: "
+                    "inject once it has passed them"
+                )
             self._items.append(blocks)
+
+    def open(self) -> None:
+        """Take input from now on (a held inbox: the run's input passed its checks)."""
+        with self._lock:
+            self._held = False
 
     def take(self) -> list[ContentBlock]:
         """Every queued block, oldest first, leaving the inbox empty and open."""

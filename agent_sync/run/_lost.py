@@ -9,6 +9,11 @@ store writes for a dead worker's calls ("worker stopped; effect unknown"), as a 
 the round already holds, so it is not run. A gated call keeps the reviewer's decision the
 state holds for it (``RunState.decisions``): approved, it is not asked again; denied, it
 never ran, so it is answered with the reason again, whatever its tool.
+
+A run lost at the approval step goes on from the tool step: the approval step asks for the
+calls the tool step found gated (held in the run's context, not in its state: the requests
+are stored with the pause), so from the state alone it would pause asking for nothing. The
+tool step finds them again (a call with a kept decision is not asked again).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ __all__ = ["in_flight_answers", "resumed_state"]
 def resumed_state(state: RunState, tools: Mapping[str, Tool[Any]]) -> RunState:
     """``state`` with its in-flight calls that may not run again answered (see the module
     docstring); unchanged when it was not in a tool round."""
+    if state.status == "running" and state.next_step == "approval":
+        state = replace(state, next_step="tools")  # it asks again (see the module docstring)
     answers = in_flight_answers(state, tools)
     if not answers and not state.subruns:
         return state

@@ -85,8 +85,10 @@ class RecoveringAgent(Protocol):
 
         Raises:
             RunConflictError, ConcurrentInvocationError, PendingApprovalError: Another
-                recoverer has it (``slot`` is the caller's to give back).
+                recoverer has it.
             UsageError: The agent is not one of ``store``'s.
+            Exception: Anything else that stopped it (the run, if claimed, ended).
+            Whatever it raises, ``slot`` is the caller's to give back.
         """
         ...
 

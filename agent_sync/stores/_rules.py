@@ -186,6 +186,7 @@ def snapshot_of(state: RunState, *, started_at: float, updated_at: float) -> Run
         cancel_reason=state.cancel_reason,
         guardrail=state.guardrail,
         parent_run_id=state.parent_run_id,
+        usage_limit=state.usage_limit if state.stop_reason == "usage_limit" else None,
     )
 
 

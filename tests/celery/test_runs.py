@@ -13,7 +13,9 @@ import functools
 import os
 import signal
 import time
+import types
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -156,6 +158,29 @@ def test_revoke_cancels_the_run_on_every_pool(worker: Worker, terminate: bool) -
     assert answer.startswith("finished in ")
     if worker.pool == "prefork" and terminate:
         assert answer != f"finished in {pool_process}"
+
+
+def test_a_revoke_read_before_the_worker_saw_the_task_start_still_reports_the_run(
+    worker: Worker,
+) -> None:
+    # The race: a prefork worker's main process learns that its pool process accepted a task
+    # by a message it reads later; a revoke it reads first finds the task not active, and
+    # Celery marks it REVOKED if its backend state is PENDING, so the caller's get() raised
+    # TaskRevokedError for a run that went on to end cancelled. Forced here: Celery's own
+    # revoke handler, run in this process (where no task is active), while the run runs.
+    from celery.worker import control
+
+    cid = _cid()
+    result = run_task.delay(cid, f"wait {cid}")
+    worker.probe.started(cid)
+    with warnings.catch_warnings():  # redis-py's on Celery's setex, as in the worker
+        warnings.simplefilter("ignore", DeprecationWarning)
+        control._revoke(types.SimpleNamespace(app=worker.app), [result.id])
+    worker.app.control.revoke(result.id)  # the broadcast the run's process reads
+    summary = result.get(timeout=30)  # not TaskRevokedError: the task ran, and reports
+    assert summary == {"run_id": result.id, "status": "cancelled", "stop_reason": "cancelled"}
+    records = _follow(worker.store, result.id)
+    assert (records[-1]["type"], records[-1]["cancel_reason"]) == ("done", REVOKED_REASON)
 
 
 def test_a_decision_resumes_the_worker_run_in_the_web_worker(worker: Worker, web: int) -> None:

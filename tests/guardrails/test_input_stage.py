@@ -9,9 +9,10 @@ import threading
 
 import pytest
 
-from agent_sync import Agent, validate_history
+from agent_sync import Agent, UsageError, validate_history
 from agent_sync.events import Done, GuardrailTripped, TextDelta
 from agent_sync.guardrails import STOPPED_TEXT, Guardrail, GuardView, PatternGuard, Redact, Trip
+from agent_sync.stores import MemoryRunStore
 from agent_sync.testing import ScriptedModel
 from tests.fixtures.bounds import HANG_BOUND
 
@@ -105,3 +106,66 @@ def test_cancel_while_an_input_check_is_pending_ends_the_run() -> None:
     assert results[0].result.stop_reason == "cancelled"
     assert model.calls == []
     assert validate_history(agent.messages) == []
+
+
+def test_input_injected_while_the_input_is_checked_is_refused_never_dropped() -> None:
+    """An inject that lands while the input checks run (before the first model call) was
+    accepted, then dropped with the run's queue when the prompt tripped: the run's input
+    is not open until it has passed, so such an inject is refused."""
+    checking, release = threading.Event(), threading.Event()
+
+    def gate(view: GuardView) -> Trip | None:
+        checking.set()
+        release.wait(HANG_BOUND)
+        return Trip("off topic") if "poem" in view.text else None
+
+    model = ScriptedModel(["answer"])
+    agent = Agent(model, guardrails=[Guardrail(gate, stage="input", mode="block")])
+    results = []
+    runner = threading.Thread(target=lambda: results.append(agent.invoke("write a poem")))
+    runner.start()
+    try:
+        assert checking.wait(HANG_BOUND)
+        with pytest.raises(UsageError, match="input"):
+            agent.inject("and a limerick")
+    finally:
+        release.set()
+        runner.join(HANG_BOUND)
+    assert results[0].stop_reason == "guardrail"
+    assert "limerick" not in repr(agent.messages) and agent.messages == []
+    assert model.calls == []
+
+
+def test_input_a_store_took_while_the_prompt_tripped_is_kept_and_never_answered() -> None:
+    """Input injected through the store while the input checks ran is accepted by the
+    store (another process may send it): the tripped run writes it to the history, as any
+    end that is not a model's finished turn does; it never goes on to answer it (its
+    prompt was blocked: no model call)."""
+    checking, release = threading.Event(), threading.Event()
+
+    def gate(view: GuardView) -> Trip:
+        checking.set()
+        release.wait(HANG_BOUND)
+        return Trip("off topic")
+
+    store = MemoryRunStore()
+    model = ScriptedModel(["never said"])
+    guard = Guardrail(gate, stage="input", mode="block")
+    agent = Agent(model, guardrails=[guard], store=store, conversation_id="c1")
+    results = []
+    runner = threading.Thread(target=lambda: results.append(agent.invoke("write a poem")))
+    runner.start()
+    try:
+        assert checking.wait(HANG_BOUND)
+        run = agent.active_run
+        assert run is not None
+        store.inject(run.run_id, "and a limerick")
+    finally:
+        release.set()
+        runner.join(HANG_BOUND)
+    assert results[0].stop_reason == "guardrail"
+    assert model.calls == []
+    history = list(store.load("c1").messages)
+    assert "limerick" in repr(history) and "poem" not in repr(history)
+    assert history[-1] == {"role": "assistant", "content": [{"text": STOPPED_TEXT}]}
+    assert validate_history(history) == []

@@ -132,6 +132,24 @@ def test_limits_count_per_run_and_the_agent_is_reusable() -> None:
     assert len(model.calls) == 3
 
 
+def test_the_stored_end_names_the_limit_as_the_live_one_does() -> None:
+    """A follower that missed the live ``done`` is told the run's end from the store: the
+    same record (the text aside), ``usage_limit`` included."""
+    from agent_sync._run_log._records import closing_record, done_record
+    from agent_sync.stores import MemoryRunStore
+
+    store = MemoryRunStore()
+    model = ScriptedModel([_call_turn("a"), _answer()])
+    limits = UsageLimits(requests=1)
+    agent = Agent(model, tools=[note], usage_limits=limits, store=store, conversation_id="c1")
+    result = agent.invoke("go")
+    _stopped(result, agent, "requests")
+    snapshot = store.get(result.run_id)
+    assert snapshot is not None and snapshot.usage_limit == "requests"
+    live = done_record(Done(result=result, run_id=result.run_id))
+    assert closing_record(snapshot) == {**live, "text": ""}
+
+
 def test_per_call_limits_replace_the_agents() -> None:
     model = ScriptedModel([_call_turn("a"), _answer()], repeat=True)
     agent = Agent(model, tools=[note], usage_limits=UsageLimits(requests=1))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from agent_sync import Agent, RunState, UsageError, tool, validate_history
+from agent_sync.errors import StoreUnavailableError
 from agent_sync.messages import Message
 from agent_sync.stores import MemoryRunStore, RunStore
 from agent_sync.stores._recovery import keep_recovering, stop_recovering
@@ -320,3 +321,58 @@ def test_a_lost_run_that_cannot_be_taken_over_is_tried_again_later_not_at_every_
     assert built == ["c1"]
     assert caplog.text.count("could not be taken over") == 1
     assert store.lost_runs()  # still lost: another worker, or a later try, may take it
+
+
+class _Slots:
+    """A worker's live-run slots (the routes' ``RunSlots``), counting the free ones."""
+
+    def __init__(self, count: int) -> None:
+        self.free = count
+        self._lock = threading.Lock()
+
+    def take(self) -> _Slots | None:
+        with self._lock:
+            if self.free == 0:
+                return None
+            self.free -= 1
+            return self
+
+    def give(self) -> None:
+        with self._lock:
+            self.free += 1
+
+
+class _LogDown(MemoryRunStore):
+    """A store whose event log refuses every append once ``down`` is set."""
+
+    down = False
+
+    def append_events(self, run_id: str, records: Any, **kwargs: Any) -> int:
+        if self.down:
+            raise StoreUnavailableError("the event log is down")
+        return super().append_events(run_id, records, **kwargs)
+
+
+@pytest.mark.parametrize("failure", ["log_down", "unreadable_log"])
+def test_a_recovered_run_whose_log_cannot_go_on_gives_its_live_run_slot_back(
+    failure: str,
+) -> None:
+    """Whatever raises between taking a slot and the publisher owning it gives it back,
+    and the run it claimed ends (cancelled, stored) instead of staying started here."""
+    from agent_sync.stores._recovery import _Recoverer, _take_over
+
+    store = _LogDown()
+    run_id = _lost(store, [_user("hi")], next_step="model", cycle=0)
+    step = {"type": "step", "cycle": "not a number", "tool_calls": []}
+    dead_worker = [{"type": "run", "run_id": run_id, "conversation_id": "c1"}]
+    store.append_events(
+        run_id, dead_worker + ([step] if failure == "unreadable_log" else []), after=0
+    )
+    store.down = failure == "log_down"
+    slots = _Slots(1)
+    _take_over(store, _Recoverer(_maker(store, "never said"), slots=slots), store.lost_runs()[0])
+    join_recovered(run_id)
+    assert slots.free == 1
+    snapshot = store.get(run_id)
+    assert snapshot is not None and snapshot.status == "cancelled"
+    assert validate_history(list(store.load("c1").messages)) == []

@@ -20,7 +20,16 @@ from typing import Any
 
 import pytest
 
-from agent_sync import Agent, Approve, Deny, RunState, ToolContext, tool, validate_history
+from agent_sync import (
+    Agent,
+    Approve,
+    Deny,
+    RunState,
+    ToolContext,
+    UsageLimits,
+    tool,
+    validate_history,
+)
 from agent_sync.stores import MemoryRunStore, RunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.run_store_contract import _wait_past
@@ -32,6 +41,7 @@ pytestmark = pytest.mark.timeout(120)
 
 LEASE_S = 0.5
 INJECTED = "and one more thing"
+USED = {"inputTokens": 30, "outputTokens": 5}
 
 
 def _log_call(name: str, argument: str) -> None:
@@ -77,10 +87,19 @@ def purge(path: str) -> str:
     return f"purged {path}"
 
 
-TOOLS = [look_up, archive, purge]
+@tool
+def count() -> str:
+    """Count one (not idempotent, fast)."""
+    _log_call("count", "-")
+    return "counted"
 
 
-def _agent(store: RunStore, turns: list[Any]) -> Agent:
+TOOLS = [look_up, archive, purge, count]
+LIMITS = UsageLimits(tool_calls=1)
+SILENT = {"text": "thinking", "chunk_size": 1, "stall_after": 1}  # blocks until killed
+
+
+def _agent(store: RunStore, turns: list[Any], **options: Any) -> Agent:
     return Agent(
         ScriptedModel(turns),
         tools=TOOLS,
@@ -88,7 +107,21 @@ def _agent(store: RunStore, turns: list[Any]) -> Agent:
         conversation_id="c1",
         lease_s=LEASE_S,
         on_owner_lost="resume",
+        **options,
     )
+
+
+class _ReportsAtSecondCall:
+    """Puts the run id on ``ready`` at the run's second model call (the first call's
+    round is committed by then)."""
+
+    def __init__(self, ready: Any) -> None:
+        self._ready, self._calls = ready, 0
+
+    def before_model_call(self, event: Any) -> None:
+        self._calls += 1
+        if self._calls == 2:
+            self._ready.put(event.run_id)
 
 
 def _wait_for(check: Any) -> None:
@@ -116,6 +149,24 @@ def dying_worker(spec: Spec, case: str, ready: Any, folder: str) -> None:
             _wait_for(lambda: run.snapshot().queued_inputs)  # taken from the store
             ready.put("taken")
 
+    if case == "limited":  # killed in its second model call, one tool call made
+        turns = [{"tool_calls": [{"name": "count", "input": {}}], "usage": USED}, SILENT]
+        hooks = [_ReportsAtSecondCall(ready)]
+        _agent(store, turns, usage_limits=LIMITS, hooks=hooks).invoke("go")
+        return
+    if case == "asking":  # killed just after the checkpoint naming the approval step
+        commit = store.commit
+
+        def commit_then_stop(state: RunState, **kwargs: Any) -> int:
+            version = commit(state, **kwargs)
+            if state.next_step == "approval":
+                ready.put(state.run_id)
+                threading.Event().wait(60)  # the pause is never committed: killed here
+            return version
+
+        store.commit = commit_then_stop  # type: ignore[method-assign]
+        _agent(store, [{"tool_calls": [{"name": "purge", "input": {"path": "all"}}]}]).invoke("go")
+        return
     if case == "inject":
         agent = _agent(store, [{"tool_calls": [{"name": "look_up", "input": {}}]}])
         threading.Thread(target=report, daemon=True).start()
@@ -187,6 +238,53 @@ def test_an_approved_gated_call_cut_by_a_crash_is_not_asked_again(
     assert validate_history(history) == []
     assert f"archived approved.txt in {os.getpid()}" in str(history)  # the approved input
     assert [call.split()[:2] for call in _calls(tmp_path)] == [["archive", "approved.txt"]] * 2
+
+
+@pytest.mark.parametrize("spec", ["sqlite"], indirect=True)  # the rule is the run's state's
+def test_a_run_lost_as_it_went_to_ask_asks_again(
+    spec: Spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker died after committing ``next_step="approval"`` and before its pause: the
+    approval requests live only in the pause, so the recovered run asks for the gated call
+    again (it paused with none, and no decision could ever resume it)."""
+    run_id = _crash(spec, "asking", tmp_path)
+    monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tools.log"))
+    store = open_store(spec)
+    assert store.recover(lambda cid: _agent(store, ["purged after the crash"])) == [run_id]
+    join_recovered(run_id)
+    record = store.load("c1")
+    assert record.run is not None and record.run.state.status == "paused"
+    (request,) = record.run.state.approvals
+    assert request.tool_use["name"] == "purge" and _calls(tmp_path) == []
+    assert _agent(store, ["purged after the crash"]).resume({request.id: True}).text == (
+        "purged after the crash"
+    )
+    assert [call.split()[:2] for call in _calls(tmp_path)] == [["purge", "all"]]
+    assert validate_history(list(store.load("c1").messages)) == []
+
+
+@pytest.mark.parametrize("spec", ["sqlite"], indirect=True)  # the rule is the run's state's
+def test_usage_limits_hold_across_a_recovery(
+    spec: Spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The counts a limit is checked against go on from the dead worker's: its one tool
+    call counts against ``tool_calls=1``, so the recovered run's batch does not start; the
+    stored end names the limit, as the live one does."""
+    from agent_sync._run_log._records import closing_record
+
+    run_id = _crash(spec, "limited", tmp_path)
+    monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tools.log"))
+    store = open_store(spec)
+    turns = [{"tool_calls": [{"name": "count", "input": {}}], "usage": USED}, "over the limit"]
+    assert store.recover(lambda cid: _agent(store, turns, usage_limits=LIMITS)) == [run_id]
+    join_recovered(run_id)
+    snapshot = store.get(run_id)
+    assert snapshot is not None and snapshot.stop_reason == "usage_limit"
+    assert [call.split()[0] for call in _calls(tmp_path)] == ["count"]  # not run again
+    assert snapshot.usage["inputTokens"] == 2 * USED["inputTokens"]  # both workers' calls
+    record = closing_record(snapshot)  # what a follower that missed the end is told
+    assert (record["stop_reason"], record.get("usage_limit")) == ("usage_limit", "tool_calls")
+    assert validate_history(list(store.load("c1").messages)) == []
 
 
 def test_a_kept_decision_answers_its_own_call_only(
