@@ -284,4 +284,3 @@ class JudgeLanes:
     def _wake(self) -> None:
         with self._cond:
             self._cond.notify_all()
-
