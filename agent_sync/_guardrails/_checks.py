@@ -130,8 +130,10 @@ class Guardrail:
         mode: input only: ``"race"`` (default) calls the model at once and releases nothing
             until the check passed; ``"block"`` calls the model only after.
         every: output only: run the check on a worker thread at each ``every`` characters
-            (an LLM judge); ``None`` runs it on each chunk in the loop's thread (it must be
-            fast).
+            (an LLM judge): text is released only up to the latest checkpoint it and every
+            earlier one passed. One thread per judge: a checkpoint that comes while the
+            judge is busy waits in its queue, in order. ``None`` runs it on each chunk in
+            the loop's thread (it must be fast).
         timeout: Seconds a check on a worker thread may take; past it, it trips (or passes
             with ``on_error="pass"``).
         on_error: ``"trip"`` (default, fail closed) or ``"pass"`` when the check raises or
