@@ -12,10 +12,10 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from agent_sync import Agent
+from agent_sync import Agent, tool
 from agent_sync.cancel import CancelScope
 from agent_sync.events import AgentEvent, Done, GuardrailTripped, MessageComplete, TextDelta
-from agent_sync.guardrails import STOPPED_TEXT, GuardView, Redact, Trip, guardrail
+from agent_sync.guardrails import STOPPED_TEXT, GuardView, PatternGuard, Redact, Trip, guardrail
 from agent_sync.messages import Message, StreamEvent, validate_history
 from agent_sync.models.base import Model, ModelRequest
 from agent_sync.result import AgentResult
@@ -246,3 +246,77 @@ def test_a_judge_trip_stops_a_silent_stream() -> None:
     assert agent.messages[-1]["content"] == [{"text": STOPPED_TEXT}]
     _assert_valid(agent.messages)
     assert agent.invoke("again").text == "after"
+
+
+def test_the_tools_wait_for_the_judges_last_checkpoint() -> None:
+    """The stream ends with a toolUse while the judge holds the text's last checkpoint: the
+    tool starts only after the judge passed it, and after the text was released."""
+    entered, let_pass, opened = threading.Event(), threading.Event(), threading.Event()
+    started: list[bool] = []
+
+    @tool
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        started.append(opened.is_set())
+        return "sunny"
+
+    @guardrail(stage="output", every=1000, timeout=WAIT)  # one checkpoint: the message's end
+    def judge(view: GuardView) -> None:
+        entered.set()
+        let_pass.wait(WAIT)
+
+    turn = {"text": "Let me look.", "tool_calls": [{"name": "lookup", "input": {"city": "Oslo"}}]}
+    model = _Finished(ScriptedModel([turn, "Sunny in Oslo."]))
+    agent = Agent(model, tools=[lookup], guardrails=[judge])
+    events: list[tuple[AgentEvent, bool]] = []
+    thread = _run_in_thread(agent, "weather?", events, opened)
+    assert entered.wait(WAIT) and model.consumed.wait(WAIT)
+    assert _texts([e for e, _ in events]) == "" and started == []
+    opened.set()
+    let_pass.set()
+    thread.join(WAIT)
+    assert not thread.is_alive()
+    assert started == [True]
+    kinds = [type(e).__name__ for e, _ in events]
+    assert kinds.index("TextDelta") < kinds.index("ToolStart")
+    _assert_valid(agent.messages)
+
+
+def test_a_pattern_trip_while_a_judge_is_pending_does_not_wait_for_it() -> None:
+    """A loop-thread pattern trips while the judge (ignoring its token) is stuck: the run
+    stops at the pattern at once and the judge's token is cancelled."""
+    entered, stuck = threading.Event(), threading.Event()
+    views: list[GuardView] = []
+
+    @guardrail(stage="output", every=4, timeout=WAIT, name="busy")
+    def busy(view: GuardView) -> None:
+        views.append(view)
+        entered.set()
+        stuck.wait(WAIT)
+
+    class _Gated:
+        """The key is streamed only once the judge is stuck in its first checkpoint."""
+
+        inner = ScriptedModel([{"text": "x" * 60 + "sk-" + "A" * 24 + " more", "chunk_size": 5}])
+
+        def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
+            sent = 0
+            for event in self.inner.stream(request, cancel=cancel):
+                if "contentBlockDelta" in event and sent >= 60:
+                    assert entered.wait(WAIT)
+                    sent = -1
+                yield event
+                if "contentBlockDelta" in event and sent >= 0:
+                    sent += 5
+
+    keys = PatternGuard(r"sk-[A-Za-z0-9]{20,}", stage="output", name="keys", max_match=30)
+    agent = Agent(_Gated(), guardrails=[busy, keys])
+    result = agent.invoke("hi")
+    assert not stuck.is_set()  # returned while the judge is stuck
+    assert result.stop_reason == "guardrail" and result.guardrail is not None
+    assert result.guardrail.name == "keys"
+    assert views[0].cancel_token.cancelled
+    assert "sk-" not in repr(agent.messages)
+    _assert_valid(agent.messages)
+    stuck.set()
+    _join_guardrail_threads("busy")
