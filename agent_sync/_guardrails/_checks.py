@@ -65,7 +65,9 @@ class GuardView:
         text: input: the prompt's or inject's text; output: this assistant message's text so
             far, redactions applied; tool_call: the input as JSON; tool_result: the result's
             text.
-        pending: output: the part of ``text`` not released yet (else ``text``).
+        pending: output: the part of ``text`` not released yet (else ``text``); for a judge
+            (``every=N``), the text since its previous checkpoint, which it has not passed
+            yet and which its ``Redact`` replaces.
         tool_name: tool_call and tool_result: the tool's name.
         tool_input: tool_call and tool_result: the tool's input.
         messages: The run's history before the subject being checked.
