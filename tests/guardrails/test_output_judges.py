@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from agent_sync import Agent, tool
+from agent_sync._deadlines import schedule
 from agent_sync.cancel import CancelScope
 from agent_sync.events import AgentEvent, Done, GuardrailTripped, MessageComplete, TextDelta
 from agent_sync.guardrails import STOPPED_TEXT, GuardView, PatternGuard, Redact, Trip, guardrail
@@ -201,7 +202,12 @@ def test_cancel_while_a_judge_is_pending_returns_at_once() -> None:
         entered.set()
         stuck.wait(WAIT)
 
-    agent = Agent(ScriptedModel([{"text": ANSWER, "chunk_size": 3}, "next"]), guardrails=[busy])
+    agent = Agent(
+        ScriptedModel([{"text": ANSWER, "chunk_size": 3}, "next"]),
+        guardrails=[busy],
+        tool_grace_period=0.0,
+    )
+    before = abandoned_tool_threads()
     results: list[Any] = []
     thread = threading.Thread(target=lambda: results.append(agent.invoke("hi")), daemon=True)
     thread.start()
@@ -213,8 +219,15 @@ def test_cancel_while_a_judge_is_pending_returns_at_once() -> None:
     assert views[0].cancel_token.cancelled
     assert ANSWER[:EVERY] not in repr(agent.messages)
     _assert_valid(agent.messages)
+    # past the grace period the stuck judge is abandoned: the deadline thread runs its due
+    # callbacks in order, so one scheduled now runs after the abandonment
+    after_grace = threading.Event()
+    schedule(0.0, after_grace.set)
+    assert after_grace.wait(WAIT)
+    assert abandoned_tool_threads() == before + 1
     stuck.set()
     _join_guardrail_threads("busy")
+    assert abandoned_tool_threads() == before
     assert agent.invoke("again").text == "next"
 
 
