@@ -7,9 +7,11 @@ baseline tree (interleaved, one sitting).
 Trip latency is from the moment a check returns its ``Trip`` (stamped in the check) to the
 moment ``invoke()`` returns. States: streaming (an output check trips mid-answer), tool
 running (a tool_result trip while another, cooperative, tool still runs), input check
-pending (an input check on its worker thread trips). Goals (issue 30): p99 <= 10 ms per
-state; PatternGuard <= 20 us CPU per chunk (median), linear to 100 KB; no guardrails:
-<= 1.02x the baseline's per-event cost. ``--base`` is an unpacked tree of the baseline
+pending (an input check on its worker thread trips), judge pending (an ``every=N`` output
+judge trips on its worker thread while the model's stream is silent: the loop must be
+woken). Goals (issue 30): p99 <= 10 ms per state; PatternGuard <= 20 us CPU per chunk
+(median), linear to 100 KB; no guardrails: <= 1.02x the baseline's per-event cost.
+``--base`` is an unpacked tree of the baseline
 commit (``git -C /work/main archive 0cb07e8 | tar -x -C /tmp/base-guard``).
 """
 
@@ -29,11 +31,14 @@ sys.path.insert(0, str(ROOT))
 
 
 def _trip_samples(runs: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {"streaming": [], "tool running": [], "input pending": []}
+    samples: dict[str, list[float]] = {
+        "streaming": [], "tool running": [], "input pending": [], "judge pending": [],
+    }  # fmt: skip
     for _ in range(runs):
         samples["streaming"].append(_streaming_trip())
         samples["tool running"].append(_tool_running_trip())
         samples["input pending"].append(_input_trip())
+        samples["judge pending"].append(_judge_trip())
     return samples
 
 
@@ -117,6 +122,47 @@ def _input_trip() -> float:
     result = agent.invoke("go")
     returned = time.perf_counter()
     assert result.stop_reason == "guardrail"
+    return returned - stamp[0]
+
+
+def _judge_trip() -> float:
+    from collections.abc import Iterator
+
+    from agent_sync import Agent
+    from agent_sync.cancel import CancelScope
+    from agent_sync.guardrails import Guardrail, GuardView, Trip
+    from agent_sync.messages import StreamEvent
+    from agent_sync.models.base import ModelRequest
+    from agent_sync.testing import ScriptedModel
+
+    stamp: list[float] = []
+    silent = threading.Event()
+
+    class Silent:
+        """Streams its first chunk, then falls silent until the run's scope is aborted."""
+
+        inner = ScriptedModel([{"text": "x" * 2000, "chunk_size": 64}])
+
+        def stream(self, request: ModelRequest, *, cancel: CancelScope) -> Iterator[StreamEvent]:
+            woken = threading.Event()
+            for event in self.inner.stream(request, cancel=cancel):
+                yield event
+                if "contentBlockDelta" in event:
+                    unregister = cancel.register_abort(woken.set)
+                    silent.set()
+                    woken.wait(30)
+                    unregister()
+                    return
+
+    def judge(view: GuardView) -> Trip:
+        silent.wait(30)
+        stamp.append(time.perf_counter())
+        return Trip("no")
+
+    agent = Agent(Silent(), guardrails=[Guardrail(judge, stage="output", every=32)])
+    result = agent.invoke("go")
+    returned = time.perf_counter()
+    assert result.stop_reason == "guardrail", result.stop_reason
     return returned - stamp[0]
 
 

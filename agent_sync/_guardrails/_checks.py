@@ -65,7 +65,9 @@ class GuardView:
         text: input: the prompt's or inject's text; output: this assistant message's text so
             far, redactions applied; tool_call: the input as JSON; tool_result: the result's
             text.
-        pending: output: the part of ``text`` not released yet (else ``text``).
+        pending: output: the part of ``text`` not released yet (else ``text``); for a judge
+            (``every=N``), the text since its previous checkpoint, which it has not passed
+            yet and which its ``Redact`` replaces.
         tool_name: tool_call and tool_result: the tool's name.
         tool_input: tool_call and tool_result: the tool's input.
         messages: The run's history before the subject being checked.
@@ -130,8 +132,10 @@ class Guardrail:
         mode: input only: ``"race"`` (default) calls the model at once and releases nothing
             until the check passed; ``"block"`` calls the model only after.
         every: output only: run the check on a worker thread at each ``every`` characters
-            (an LLM judge); ``None`` runs it on each chunk in the loop's thread (it must be
-            fast).
+            (an LLM judge): text is released only up to the latest checkpoint it and every
+            earlier one passed. One thread per judge: a checkpoint that comes while the
+            judge is busy waits in its queue, in order. ``None`` runs it on each chunk in
+            the loop's thread (it must be fast).
         timeout: Seconds a check on a worker thread may take; past it, it trips (or passes
             with ``on_error="pass"``).
         on_error: ``"trip"`` (default, fail closed) or ``"pass"`` when the check raises or

@@ -21,6 +21,10 @@ in the loop's thread: each sees the text so far and what is pending; a ``Redact`
 pending text (and the patterns go over it again), a ``Trip`` ends the message. What they
 passed is released as far as the patterns allow.
 
+Checks with ``every`` (judges, on worker threads) come after the gate: what it releases is
+final, and only then judged (:mod:`._judged`), so the release point is the least of what
+the patterns and loop checks passed and what every judge passed.
+
 One gate serves one message, in the loop's thread only (no lock).
 """
 

@@ -38,8 +38,18 @@ class GuardrailSet:
         return tuple(g for g in self.all if isinstance(g, PatternGuard) and g.stage == "output")
 
     def output_checks(self) -> tuple[Guardrail, ...]:
-        """Output checks run on each chunk in the loop's thread."""
-        return tuple(g for g in self.all if isinstance(g, Guardrail) and g.stage == "output")
+        """Output checks run on each chunk in the loop's thread (no ``every``)."""
+        return tuple(
+            g for g in self.all
+            if isinstance(g, Guardrail) and g.stage == "output" and g.every is None
+        )  # fmt: skip
+
+    def output_judges(self) -> tuple[Guardrail, ...]:
+        """Output checks with ``every``: judges on worker threads, at their checkpoints."""
+        return tuple(
+            g for g in self.all
+            if isinstance(g, Guardrail) and g.stage == "output" and g.every is not None
+        )  # fmt: skip
 
     def has(self, stage: str) -> bool:
         return any(guard.stage == stage for guard in self.all)
@@ -67,10 +77,6 @@ def checked_guardrails(guardrails: object, base: GuardrailSet | None = None) -> 
             raise UsageError(
                 f"guardrails[{index}] must be a Guardrail or PatternGuard, got "
                 f"{type(guard).__name__}{hint}"
-            )
-        if isinstance(guard, Guardrail) and guard.every is not None:
-            raise UsageError(
-                f"guardrail {guard.name!r}: every= (judges on worker threads) is not supported yet"
             )
     every = (base.all if base is not None else ()) + tuple(guardrails)
     return GuardrailSet(every) if every else None

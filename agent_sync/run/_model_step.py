@@ -80,8 +80,7 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         finally:
             _close(stream)
         if guard is not None and guard.trip is None and assembler.stop_reason is not None:
-            for delta in guard.finish(assembler):  # the rest, settled; or the trip
-                yield delta
+            yield from guard.finish(assembler)  # the rest, judged and settled; or the trip
         tripped = guard is not None and guard.trip is not None  # stopped below
         if not tripped and assembler.stop_reason is None:
             # A truncated stream is never a finished answer. After an abort a provider
@@ -95,6 +94,11 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         duration = time.perf_counter() - started
         ctx.end_model_call(duration)
         interrupted = not isinstance(exc, Exception)  # closed generator, Ctrl-C, exit
+        if guard is not None and guard.trip is not None and not interrupted:
+            # a judge's trip woke the loop (it cancelled the scope): stop at the trip
+            yield from stop_at_output_trip(ctx, guard, assembler, cycle, duration)  # raises
+        if guard is not None:
+            guard.close()  # a pending judge is told to stop, never waited for
         cut = scope.cancelled or interrupted
         if cut:  # whatever the provider raised after an abort is the cancel, not an error
             ctx.messages.append(
@@ -118,8 +122,10 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         raise
     duration = time.perf_counter() - started
     ctx.end_model_call(duration)
-    if guard is not None and guard.trip is not None:
-        yield from stop_at_output_trip(ctx, guard, assembler, cycle, duration)  # raises
+    if guard is not None:
+        if guard.trip is not None:
+            yield from stop_at_output_trip(ctx, guard, assembler, cycle, duration)  # raises
+        guard.close()
     assembled = assembler.finish()
     ctx.count_call(assembler.usage, assembler.first_text_at)
     if keeper is not None:
