@@ -253,15 +253,17 @@ class RunContext(ContextFields):
         self._prompt_undo = None
 
     def stop_at_guardrail(
-        self, trip: GuardrailTrip, answered: tuple[ToolResult, ...] = ()
+        self, trip: GuardrailTrip, answered: tuple[ToolResult, ...] = (), *, raced: bool = False
     ) -> NoReturn:
         """Stop the run at a guardrail's trip: raised as a cancel is, so the run ends
         through the same close (:func:`~._steps.end_cancelled`). The first of a trip and a
         real cancel wins: a trip is recorded only while the scope is not cancelled, and
         once recorded the run ends ``"guardrail"`` whatever cancels the scope after (a
         batch's end cancels its running tools). ``answered``: the results of the round's
-        calls known now (the tripped call's error), kept for the close."""
-        if self._guardrail is None and not self.scope.cancelled:
+        calls known now (the tripped call's error), kept for the close. ``raced``: the trip
+        was recorded on a check's thread while the scope was live, and cancelled the scope
+        itself (an input check raced against the model call): it came first."""
+        if self._guardrail is None and (raced or not self.scope.cancelled):
             self._guardrail = trip
             for result in answered:
                 self._round_results[result["toolUseId"]] = result
