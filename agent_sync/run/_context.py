@@ -239,6 +239,11 @@ class RunContext(ContextFields):
                 kept.append({"text": text})
         content[:] = kept
 
+    def pass_prompt(self) -> None:
+        """The prompt passed its input checks: committed, and a later input trip is an
+        inject's (which leaves the history as it is, less the inject)."""
+        self._prompt_passed = True
+
     def withdraw_prompt(self) -> None:
         """An input trip: the prompt leaves the history, which is as it was before the call
         (no-op for a run that added none)."""
@@ -336,6 +341,7 @@ class RunContext(ContextFields):
         decisions: the new ones, and those the state kept (made before its worker died:
         each reused for its own call, never asked again)."""
         self._history_start = state.history_start
+        self._prompt_passed = True  # checked by the run that started it
         self._cycle = state.cycle
         self._usage = dict(state.usage)  # type: ignore[assignment]
         self._next_step = state.next_step or "tools"

@@ -16,7 +16,7 @@ the prompt, so ``agent.messages`` is left as it was before the call.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 
 from .._guardrails._checks import (
     Guardrail,
@@ -29,11 +29,12 @@ from .._guardrails._checks import (
 from .._guardrails._pattern import PatternGuard
 from ..cancel import CancelToken
 from ..events import AgentEvent
+from ..messages import ContentBlock, Message
 from ._context import RunContext
 from ._guard_tools import guardrail_tripped
 from ._input_race import InputRace, wait_for_check
 
-__all__ = ["check_input"]
+__all__ = ["check_inject", "check_input"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +48,57 @@ def check_input(ctx: RunContext) -> Generator[AgentEvent, None, InputRace | None
     if not checks:
         return None
     prompt = ctx.messages[ctx.history_start]
-    text = "".join(block["text"] for block in prompt["content"] if "text" in block)
-    original = text
+    original = _text(prompt["content"])
     before = tuple(ctx.messages[: ctx.history_start])
-    patterns: list[Guardrail | PatternGuard] = [c for c in checks if isinstance(c, PatternGuard)]
-    blocking = [c for c in checks if isinstance(c, Guardrail) and c.mode == "block"]
+    first = [c for c in checks if not (isinstance(c, Guardrail) and c.mode == "race")]
     racing = [c for c in checks if isinstance(c, Guardrail) and c.mode == "race"]
-    for check in patterns + blocking:
+    first.sort(key=lambda check: not isinstance(check, PatternGuard))  # patterns first
+    text = yield from _judge(ctx, first, original, before)
+    if text != original:
+        ctx.redact_prompt(text)
+    if not racing:
+        ctx.pass_prompt()
+        return None
+    return InputRace(ctx, racing, text, before)
+
+
+def check_inject(
+    ctx: RunContext, blocks: list[ContentBlock]
+) -> Generator[AgentEvent, None, list[ContentBlock]]:
+    """Check injected input before it is committed to the history: every input check, each
+    waited for (whatever its mode). Returns the blocks, redacted; a trip stops the run (the
+    inject is not in the history)."""
+    guards = ctx.settings.guardrails
+    checks = guards.stage("input") if guards is not None else ()
+    if not blocks or not checks:
+        return blocks
+    original = _text(blocks)
+    ordered = sorted(checks, key=lambda check: not isinstance(check, PatternGuard))
+    text = yield from _judge(ctx, ordered, original, tuple(ctx.messages))
+    if text == original:
+        return blocks
+    kept: list[ContentBlock] = []
+    for block in blocks:  # the text blocks become one of ``text``, where the first was
+        if "text" not in block:
+            kept.append(block)
+        elif not any("text" in seen for seen in kept):
+            kept.append({"text": text})
+    return kept
+
+
+def _text(blocks: Sequence[ContentBlock]) -> str:
+    return "".join(block["text"] for block in blocks if "text" in block)
+
+
+def _judge(
+    ctx: RunContext,
+    checks: Sequence[Guardrail | PatternGuard],
+    text: str,
+    before: tuple[Message, ...],
+) -> Generator[AgentEvent, None, str]:
+    """Each check in turn on ``text`` (a pattern in this thread, a check on a worker thread,
+    waited for): the text, redacted; at a trip the run stops."""
+    for check in checks:
         if isinstance(check, PatternGuard):
             verdict: Trip | Redact | None = pattern_verdict(check, text)
         else:
@@ -70,6 +115,4 @@ def check_input(ctx: RunContext) -> Generator[AgentEvent, None, InputRace | None
             ctx.stop_at_guardrail(trip)
         if isinstance(verdict, Redact):
             text = verdict.text
-    if text != original:
-        ctx.redact_prompt(text)
-    return InputRace(ctx, racing, text, before) if racing else None
+    return text

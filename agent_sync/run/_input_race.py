@@ -173,6 +173,7 @@ class InputRace:
             held.append(event)
         if not self.passed:
             return held
+        self._ctx.pass_prompt()
         yield from held
         return None
 
@@ -256,6 +257,7 @@ class InputRace:
                 raise InputRedacted(self._redacted())
         finally:
             self.close()
+        self._ctx.pass_prompt()
         if held:
             yield from held
 
@@ -292,6 +294,7 @@ class InputRace:
         for the checks first (a trip wins over it); at a trip the run stops here."""
         try:
             if isinstance(exc, InputRedacted):
+                self._ctx.pass_prompt()  # as redacted: the call is made again with it
                 return exc.text
             if not cut and not self._settled:
                 try:

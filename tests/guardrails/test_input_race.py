@@ -200,3 +200,23 @@ def test_cancel_while_a_race_check_is_pending_returns_and_abandons_it() -> None:
         thread.join(HANG_BOUND)
     assert abandoned_tool_threads() == before  # given back as the check returned
     assert validate_history(agent.messages) == []
+
+
+def test_a_check_past_its_timeout_counts_as_abandoned_until_it_returns() -> None:
+    release = threading.Event()
+
+    def slow(view: GuardView) -> None:
+        release.wait(HANG_BOUND)  # ignores its cancel_token on purpose
+
+    before = abandoned_tool_threads()
+    agent = Agent(ScriptedModel(["ok"]))
+    guard = Guardrail(slow, stage="input", mode="block", timeout=0.01, name="late")
+    try:
+        result = agent.invoke("hi", guardrails=[guard])
+        assert result.stop_reason == "guardrail"  # the check timed out, still running
+        assert abandoned_tool_threads() == before + 1
+    finally:
+        release.set()
+    for thread in [t for t in threading.enumerate() if t.name == "guardrail-late"]:
+        thread.join(HANG_BOUND)
+    assert abandoned_tool_threads() == before
