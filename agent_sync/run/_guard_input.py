@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 def check_input(ctx: RunContext) -> Generator[AgentEvent, None, InputRace | None]:
     """Check the run's prompt (the user message it answers) before its first model call:
     it is redacted in place, or the run stops at the trip. Returns the race of the
-    ``"race"`` checks, started (``None``: none)."""
+    ``"race"`` checks, to start as the model call starts (``None``: none)."""
     guards = ctx.settings.guardrails
     checks = guards.stage("input") if guards is not None else ()
     if not checks:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Final
 
 from .._guardrails._checks import Guardrail, GuardrailTrip, GuardView, Redact, Trip
@@ -82,18 +82,23 @@ class InputRace:
         self._scope: CancelScope = ctx.scope
         self._cond = threading.Condition()
         self._token = CancelToken()  # every view's: cancelled once the race is over
-        self._text = text
         self._before = before
         self._verdicts: dict[int, Trip | Redact | None] = {}
         self._settled = False  # every verdict known, or a trip
         self.passed = False  # settled, and every check passed as it is: release
         self.trip: GuardrailTrip | None = None  # a trip recorded while the scope was live
-        now = time.monotonic()
-        self._deadlines = [now + check.timeout for check in checks]
         self._workers = [
             CheckWorker(check, self._view(text, self._token), self._judged) for check in checks
         ]
+        self._deadlines = [0.0] * len(checks)
+        self._unregister: Callable[[], None] = _nothing
+
+    def start(self) -> None:
+        """Start the checks: the first thing of the model call's ``try`` (so a failure before
+        it leaves no thread behind)."""
         self._unregister = self._scope.register_abort(self._wake)
+        now = time.monotonic()
+        self._deadlines = [now + worker.check.timeout for worker in self._workers]
         for worker in self._workers:
             worker.start()
 
@@ -314,6 +319,10 @@ class InputRace:
         self._token.cancel("input checks over")
         for worker in self._workers:
             worker.abandon()
+
+
+def _nothing() -> None:
+    pass
 
 
 def _close(stream: Iterator[StreamEvent]) -> None:

@@ -68,6 +68,8 @@ def model_step(
     partials = partial_tracker(ctx) if guard is None else None
     held: list[AgentEvent] | None = None if race is None else []  # until the checks pass
     try:
+        if race is not None:
+            race.start()  # the checks race the call from here
         stream, request = yield from _open_fitting(ctx, request)
         if race is not None:
             stream = race.pump(stream)

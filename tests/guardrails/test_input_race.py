@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from agent_sync import Agent, validate_history
 from agent_sync.cancel import CancelScope
@@ -15,6 +18,7 @@ from agent_sync.events import AgentEvent, Done, GuardrailTripped, TextDelta
 from agent_sync.guardrails import Guardrail, GuardView, Redact, Trip
 from agent_sync.messages import StreamEvent
 from agent_sync.models.base import ModelRequest
+from agent_sync.stores import SQLiteRunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.tools import abandoned_tool_threads
 from tests.fixtures.bounds import HANG_BOUND
@@ -61,6 +65,15 @@ class GatedModel:
             self.streamed.set()
         finally:
             unregister()
+
+
+@pytest.fixture
+def quiet_cap() -> None:
+    """Tool and check threads other tests released may still be finishing: let them, so
+    that the abandoned-thread count this test reads moves only with its own checks."""
+    for thread in threading.enumerate():
+        if thread.name.startswith(("agent_sync-tool-", "guardrail-")):
+            thread.join(HANG_BOUND)
 
 
 class Consumer:
@@ -129,7 +142,7 @@ def test_held_text_is_released_as_the_check_passes_while_the_model_is_silent() -
     assert consumer.done().result.text == "one two three four"
 
 
-def test_a_trip_mid_stream_leaves_history_and_store_unchanged() -> None:
+def test_a_trip_mid_stream_leaves_history_and_store_unchanged(tmp_path: Path) -> None:
     model = GatedModel([{"text": "secret answer here", "chunk_size": 3}, "next answer"], 2)
 
     def judge(view: GuardView) -> Trip | None:
@@ -138,10 +151,16 @@ def test_a_trip_mid_stream_leaves_history_and_store_unchanged() -> None:
         model.reached.wait(HANG_BOUND)  # the model has streamed, and now waits
         return Trip("injection")
 
-    agent = Agent(model, guardrails=[Guardrail(judge, stage="input")])
+    store = SQLiteRunStore(str(tmp_path / "runs.db"))
+    guards = [Guardrail(judge, stage="input")]
+    agent = Agent(model, store=store, conversation_id="c1", guardrails=guards)
     consumer = Consumer(agent, "an attack")
     done = consumer.done()
-    assert model.aborted.is_set()  # the call was stopped through the cancel path
+    snapshot = store.get(done.result.run_id)
+    assert snapshot is not None and snapshot.status == "done"
+    assert snapshot.guardrail == done.result.guardrail
+    assert Agent(model, store=store, conversation_id="c1").messages == []
+    assert model.aborted.wait(HANG_BOUND)  # the call was stopped through the cancel path
     assert done.result.stop_reason == "guardrail" and done.result.guardrail is not None
     assert done.result.guardrail.stage == "input" and done.result.text == ""
     assert not any(isinstance(e, TextDelta) for e in consumer.events)
@@ -150,6 +169,7 @@ def test_a_trip_mid_stream_leaves_history_and_store_unchanged() -> None:
     assert "secret" not in repr(done.result)
     assert agent.invoke("a question").text == "next answer"  # the agent goes on
     assert validate_history(agent.messages) == []
+    store.close()
 
 
 def test_a_redaction_discards_the_first_call_and_asks_again() -> None:
@@ -174,7 +194,7 @@ def test_a_redaction_discards_the_first_call_and_asks_again() -> None:
     assert done.result.usage["outputTokens"] == 5 + 7  # the discarded call's usage counted
 
 
-def test_cancel_while_a_race_check_is_pending_returns_and_abandons_it() -> None:
+def test_cancel_while_a_race_check_is_pending_returns_and_abandons_it(quiet_cap: None) -> None:
     entered, release = threading.Event(), threading.Event()
 
     def stuck(view: GuardView) -> None:
@@ -202,7 +222,7 @@ def test_cancel_while_a_race_check_is_pending_returns_and_abandons_it() -> None:
     assert validate_history(agent.messages) == []
 
 
-def test_a_check_past_its_timeout_counts_as_abandoned_until_it_returns() -> None:
+def test_a_check_past_its_timeout_counts_as_abandoned_until_it_returns(quiet_cap: None) -> None:
     release = threading.Event()
 
     def slow(view: GuardView) -> None:
