@@ -40,15 +40,18 @@ class _TimedModel:
 def release_delays(runs: int, seed: int = 30) -> tuple[list[float], list[float]]:
     """Seconds from max(check end, the model's first token) to the first TextDelta the
     caller gets, with the check's delay and the time to first token drawn at random
-    (0-20 ms each) and 5 ms between chunks; and, interleaved, the same run without the
-    check (first TextDelta - the model's first token: the machine's own noise)."""
+    (0-20 ms each) and 5 ms between chunks; and, interleaved, a bare cross-thread wake
+    (``_common.bare_wake``: the floor of any release a check's thread causes, the machine's
+    own noise)."""
+    from _common import bare_wake
+
     from agent_sync import Agent
     from agent_sync.events import TextDelta
     from agent_sync.guardrails import Guardrail, GuardView
 
     rng = random.Random(seed)
     delays: list[float] = []
-    plain: list[float] = []
+    wakes: list[float] = []
     turn = {"text": "a released answer", "chunk_size": 4, "chunk_delay": 0.005}
     for _ in range(runs):
         check_delay, ttft = rng.uniform(0, 0.02), rng.uniform(0, 0.02)
@@ -58,16 +61,15 @@ def release_delays(runs: int, seed: int = 30) -> tuple[list[float], list[float]]
             threading.Event().wait(wait)
             ended.append(time.perf_counter())
 
-        for guarded, samples in ((True, delays), (False, plain)):
-            model = _TimedModel([turn], ttft)
-            guards = [Guardrail(check, stage="input")] if guarded else []
-            for event in Agent(model, guardrails=guards).stream("go"):
-                if isinstance(event, TextDelta):
-                    got = time.perf_counter()
-                    assert model.first is not None
-                    samples.append(got - max(ended[0] if guarded else 0.0, model.first))
-                    break
-    return delays, plain
+        model = _TimedModel([turn], ttft)
+        for event in Agent(model, guardrails=[Guardrail(check, stage="input")]).stream("go"):
+            if isinstance(event, TextDelta):
+                got = time.perf_counter()
+                assert model.first is not None
+                delays.append(got - max(ended[0], model.first))
+                break
+        wakes.append(bare_wake())
+    return delays, wakes
 
 
 def race_count(runs: int, seed: int = 30) -> dict[str, int]:

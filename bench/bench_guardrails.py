@@ -182,9 +182,9 @@ def main() -> None:
         )
     from _input_race import race_count, release_delays
 
-    delays, plain = release_delays(args.runs)
+    delays, wakes = release_delays(args.runs)
     print("== race-mode input check: first released token - max(check end, model's first token)")
-    for label, values in (("race check", delays), ("no check (noise)", plain)):
+    for label, values in (("race check", delays), ("bare thread wake", wakes)):
         print(
             f"  {label:16s} p50 {statistics.median(values) * 1000:7.3f} ms"
             f"   p99 {p99(values) * 1000:7.3f} ms   max {max(values) * 1000:7.3f} ms"
