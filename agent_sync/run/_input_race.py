@@ -13,7 +13,7 @@ stops the run at the trip (the trip was first: :meth:`RunContext.stop_at_guardra
 ``raced``). A ``Redact`` discards the call made with the original prompt
 (:class:`InputRedacted`); the model step calls again with the redacted prompt. A check past
 its ``timeout`` trips (or passes, ``on_error="pass"``), and a check still running when the
-run stops waiting for it is abandoned (:class:`~agent_sync._guardrails._worker.CheckWorker`).
+run stops waiting for it is abandoned (:class:`~._check_worker.CheckWorker`).
 A ``cancel()`` ends the waits at once.
 """
 
@@ -26,10 +26,10 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Final
 
 from .._guardrails._checks import Guardrail, GuardrailTrip, GuardView, Redact, Trip
-from .._guardrails._worker import CheckWorker
 from ..cancel import CancelledError, CancelScope, CancelToken
 from ..events import AgentEvent
 from ..messages import Message, StreamEvent
+from ._check_worker import CheckWorker
 from ._context import RunContext
 from ._guard_tools import guardrail_tripped
 

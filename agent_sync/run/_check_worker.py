@@ -16,8 +16,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from .._guardrails._checks import Guardrail, GuardView, Redact, Trip
 from ..tools import _abandoned
-from ._checks import Guardrail, GuardView, Redact, Trip
 
 __all__ = ["CheckWorker"]
 
