@@ -4,6 +4,10 @@ structured-output partials and a cancel checkpoint on every stream event.
 The assistant message is appended whole (a cancelled stream's partial message ends
 "Cancelled by user"); the step names what follows: ``tools``, ``output`` (with an output
 type), ``finish``, or ``max_cycles`` at the cycle limit.
+
+A new run's first call checks its prompt first (:mod:`._guard_input`); race-mode input checks
+run against the call (:mod:`._input_race`): its events are held (one ``if`` per chunk when
+there are none) and released once they passed, and the answer is taken only after.
 """
 
 from __future__ import annotations
