@@ -2,7 +2,7 @@
 a PatternGuard's CPU per chunk; the loop's per-event cost without guardrails against a
 baseline tree (interleaved, one sitting).
 
-    python bench/bench_guardrails.py [--runs 100] [--base /tmp/base-guard]
+    python bench/bench_guardrails.py [--runs 100] [--races 500] [--base /tmp/base-guard]
 
 Trip latency is from the moment a check returns its ``Trip`` (stamped in the check) to the
 moment ``invoke()`` returns. States: streaming (an output check trips mid-answer), tool
@@ -10,8 +10,11 @@ running (a tool_result trip while another, cooperative, tool still runs), input 
 pending (an input check on its worker thread trips), judge pending (an ``every=N`` output
 judge trips on its worker thread while the model's stream is silent: the loop must be
 woken). Goals (issue 30): p99 <= 10 ms per state; PatternGuard <= 20 us CPU per chunk
-(median), linear to 100 KB; no guardrails: <= 1.02x the baseline's per-event cost.
-``--base`` is an unpacked tree of the baseline
+(median), linear to 100 KB; no guardrails: <= 1.02x the baseline's per-event cost;
+race-mode input check: first released token at max(check end, model's first token) + <= 1
+ms; in ``--races`` randomized races, 0 tool starts before an input check's pass (or after
+its trip) and 0 text released before it passed (bench/_input_race.py). ``--base`` is an
+unpacked tree of the baseline
 commit (``git -C /work/main archive 0cb07e8 | tar -x -C /tmp/base-guard``).
 """
 
@@ -213,6 +216,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--base", type=Path, default=None, help="the baseline tree")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--races", type=int, default=500, help="randomized input races")
     args = parser.parse_args()
     from _common import p99
 
@@ -222,6 +226,17 @@ def main() -> None:
             f"  {state:16s} p50 {statistics.median(values) * 1000:7.3f} ms"
             f"   p99 {p99(values) * 1000:7.3f} ms   max {max(values) * 1000:7.3f} ms"
         )
+    from _input_race import race_count, release_delays
+
+    delays, wakes = release_delays(args.runs)
+    print("== race-mode input check: first released token - max(check end, model's first token)")
+    for label, values in (("race check", delays), ("bare thread wake", wakes)):
+        print(
+            f"  {label:16s} p50 {statistics.median(values) * 1000:7.3f} ms"
+            f"   p99 {p99(values) * 1000:7.3f} ms   max {max(values) * 1000:7.3f} ms"
+        )
+    counts = race_count(args.races)
+    print(f"== randomized input races: {counts}")
     print("== PatternGuard CPU per 8-character chunk (median)")
     for size in (10_000, 100_000):
         print(f"  {size:>7} characters: {_pattern_cpu(size) * 1e6:7.2f} us")

@@ -227,11 +227,6 @@ class RunContext(ContextFields):
             self.note_limit(limit)
             raise CancelledError(f"usage limit: {limit}")
 
-    def input_passed(self) -> None:
-        """The prompt passed the input guardrails: the run takes injected input from now
-        on (its inbox was held until then, see ``_inbox``)."""
-        self._inbox.open()
-
     def redact_prompt(self, text: str) -> None:
         """An input guardrail's ``Redact``: the prompt's text blocks become one block of
         ``text`` (where the first was), before the model, the history or the store see it."""
@@ -243,6 +238,13 @@ class RunContext(ContextFields):
             elif not any("text" in seen for seen in kept):
                 kept.append({"text": text})
         content[:] = kept
+
+    def pass_prompt(self) -> None:
+        """The prompt passed its input checks: committed, a later input trip is an
+        inject's (which leaves the history as it is, less the inject), and the run takes
+        injected input from now on (its inbox was held until then, see ``_inbox``)."""
+        self._prompt_passed = True
+        self._inbox.open()
 
     def withdraw_prompt(self) -> None:
         """An input trip: the prompt leaves the history, which is as it was before the call
@@ -267,7 +269,8 @@ class RunContext(ContextFields):
         batch's end cancels its running tools). ``answered``: the results of the round's
         calls known now (the tripped call's error), kept for the close. ``claimed``: the
         trip was claimed on another thread while the scope was not cancelled, and cancelled
-        it to wake the loop (an output judge's, ``run/_guard_judges.py``): it came first."""
+        it to wake the loop (an output judge's, ``run/_guard_judges.py``, or an input check
+        raced against the model call, ``run/_input_race.py``): it came first."""
         if self._guardrail is None and (claimed or not self.scope.cancelled):
             self._guardrail = trip
             for result in answered:
@@ -341,6 +344,7 @@ class RunContext(ContextFields):
         decisions: the new ones, and those the state kept (made before its worker died:
         each reused for its own call, never asked again)."""
         self._history_start = state.history_start
+        self._prompt_passed = True  # checked by the run that started it
         self._cycle = state.cycle  # the requests a usage limit counts, with the rest:
         self._usage = dict(state.usage)  # type: ignore[assignment]
         self._tool_calls, self._cost = state.tool_calls, state.cost_usd

@@ -60,6 +60,7 @@ class ContextFields:
         "_first_token",
         "_guardrail",
         "_prompt_undo",
+        "_prompt_passed",
         "_history_start",
         "_hooks",
         "_inbox",
@@ -163,6 +164,7 @@ class ContextFields:
         # how to take the prompt back out (an input trip): the history's length before it,
         # and the length of the trailing user message it joined (-1: a message of its own)
         self._prompt_undo: tuple[int, int] | None = None
+        self._prompt_passed = False  # its input checks passed: a later input trip is an inject's
         self._retries = 0
         self._model_ids: list[str] = []  # per answered model call (run/_model_step.py)
         self._ended_at: float | None = None
@@ -272,6 +274,10 @@ class ContextFields:
     @property
     def guardrail(self) -> GuardrailTrip | None:
         return self._guardrail
+
+    @property
+    def prompt_passed(self) -> bool:
+        return self._prompt_passed
 
     @property
     def first_token(self) -> float | None:

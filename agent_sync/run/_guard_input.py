@@ -1,13 +1,13 @@
-"""The input stage of a run's guardrails (DESIGN 13): the prompt is checked before the
-run's first model call.
+"""The input stage of a run's guardrails (DESIGN 13): the prompt is checked before anything
+of the run leaves it.
 
-Every input check runs before the model is called (the ``"block"`` mode; a ``"race"``
-check is run the same way for now: nothing of the run leaves before it passed, and the
-model call waits for it). Patterns run in the loop's thread; a :class:`Guardrail` runs on a
-worker thread of its own, waited for with its ``timeout`` and the run's cancel: a
-``cancel()`` while a check is pending returns as fast as without one (the check's
-``cancel_token`` is cancelled and the thread left to end by itself), and a check past its
-``timeout`` trips (or passes, ``on_error="pass"``).
+``PatternGuard`` checks run first, in the loop's thread, before the model is called; then the
+``"block"`` checks, each on a worker thread waited for (its ``timeout``, the run's cancel:
+:func:`~._input_race.wait_for_check`) before the model is called; then the ``"race"`` checks
+start on worker threads and the model is called at once (:class:`~._input_race.InputRace`:
+nothing of the call leaves the run before they passed). A ``cancel()`` while a check is
+pending returns as fast as without one (the check's ``cancel_token`` is cancelled and the
+check abandoned), and a check past its ``timeout`` trips (or passes, ``on_error="pass"``).
 
 ``Redact(text)`` replaces the prompt's text (model view, history, store); a trip withdraws
 the prompt, so ``agent.messages`` is left as it was before the call.
@@ -16,8 +16,7 @@ the prompt, so ``agent.messages`` is left as it was before the call.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 
 from .._guardrails._checks import (
     Guardrail,
@@ -30,73 +29,90 @@ from .._guardrails._checks import (
 from .._guardrails._pattern import PatternGuard
 from ..cancel import CancelToken
 from ..events import AgentEvent
+from ..messages import ContentBlock, Message
 from ._context import RunContext
 from ._guard_tools import guardrail_tripped
+from ._input_race import InputRace, wait_for_check
 
-__all__ = ["check_input"]
+__all__ = ["check_inject", "check_input"]
 
 logger = logging.getLogger(__name__)
 
 
-def check_input(ctx: RunContext) -> Generator[AgentEvent, None, None]:
+def check_input(ctx: RunContext) -> Generator[AgentEvent, None, InputRace | None]:
     """Check the run's prompt (the user message it answers) before its first model call:
-    it is redacted in place, or the run stops at the trip."""
+    it is redacted in place, or the run stops at the trip. Returns the race of the
+    ``"race"`` checks, to start as the model call starts (``None``: none)."""
     guards = ctx.settings.guardrails
     checks = guards.stage("input") if guards is not None else ()
     if not checks:
-        return
+        return None
     prompt = ctx.messages[ctx.history_start]
-    text = "".join(block["text"] for block in prompt["content"] if "text" in block)
-    original = text
+    original = _text(prompt["content"])
     before = tuple(ctx.messages[: ctx.history_start])
-    token = CancelToken()
-    try:
-        for check in checks:
-            if isinstance(check, PatternGuard):
-                verdict: Trip | Redact | None = pattern_verdict(check, text)
-            else:
-                view = GuardView(
-                    stage="input",
-                    run_id=ctx.run_id,
-                    text=text,
-                    pending=text,
-                    messages=before,
-                    cancel_token=token,
-                )
-                verdict = _on_worker(ctx, check, view)
-            if isinstance(verdict, Trip):
-                trip = GuardrailTrip(
-                    name=check.name, stage="input", reason=verdict.reason, run_id=ctx.run_id
-                )
-                yield guardrail_tripped(trip)
-                ctx.stop_at_guardrail(trip)
-            if isinstance(verdict, Redact):
-                text = verdict.text
-    finally:
-        token.cancel("input checks over")  # a check still running is told to stop
+    first = [c for c in checks if not (isinstance(c, Guardrail) and c.mode == "race")]
+    racing = [c for c in checks if isinstance(c, Guardrail) and c.mode == "race"]
+    first.sort(key=lambda check: not isinstance(check, PatternGuard))  # patterns first
+    text = yield from _judge(ctx, first, original, before)
     if text != original:
         ctx.redact_prompt(text)
-    ctx.input_passed()  # injected input is taken from now on (refused while checking)
+    if not racing:
+        ctx.pass_prompt()
+        return None
+    return InputRace(ctx, racing, text, before)
 
 
-def _on_worker(ctx: RunContext, check: Guardrail, view: GuardView) -> Trip | Redact | None:
-    """``check.judge(view)`` on a worker thread, waited for up to its timeout and cut short
-    by the run's cancel (:class:`CancelledError`)."""
-    done = threading.Event()
-    verdicts: list[Trip | Redact | None] = []
+def check_inject(
+    ctx: RunContext, blocks: list[ContentBlock]
+) -> Generator[AgentEvent, None, list[ContentBlock]]:
+    """Check injected input before it is committed to the history: every input check, each
+    waited for (whatever its mode). Returns the blocks, redacted; a trip stops the run (the
+    inject is not in the history)."""
+    guards = ctx.settings.guardrails
+    checks = guards.stage("input") if guards is not None else ()
+    if not blocks or not checks:
+        return blocks
+    original = _text(blocks)
+    ordered = sorted(checks, key=lambda check: not isinstance(check, PatternGuard))
+    text = yield from _judge(ctx, ordered, original, tuple(ctx.messages))
+    if text == original:
+        return blocks
+    kept: list[ContentBlock] = []
+    for block in blocks:  # the text blocks become one of ``text``, where the first was
+        if "text" not in block:
+            kept.append(block)
+        elif not any("text" in seen for seen in kept):
+            kept.append({"text": text})
+    return kept
 
-    def judge() -> None:
-        verdicts.append(check.judge(view))
-        done.set()
 
-    unregister = ctx.scope.register_abort(done.set)
-    try:
-        worker = threading.Thread(target=judge, name=f"guardrail-{check.name}", daemon=True)
-        worker.start()
-        finished = done.wait(check.timeout)
-        ctx.scope.raise_if_cancelled()
-    finally:
-        unregister()
-    if not finished or not verdicts:
-        return check.failed("timeout")
-    return verdicts[0]
+def _text(blocks: Sequence[ContentBlock]) -> str:
+    return "".join(block["text"] for block in blocks if "text" in block)
+
+
+def _judge(
+    ctx: RunContext,
+    checks: Sequence[Guardrail | PatternGuard],
+    text: str,
+    before: tuple[Message, ...],
+) -> Generator[AgentEvent, None, str]:
+    """Each check in turn on ``text`` (a pattern in this thread, a check on a worker thread,
+    waited for): the text, redacted; at a trip the run stops."""
+    for check in checks:
+        if isinstance(check, PatternGuard):
+            verdict: Trip | Redact | None = pattern_verdict(check, text)
+        else:
+            view = GuardView(
+                stage="input", run_id=ctx.run_id, text=text, pending=text, messages=before,
+                cancel_token=CancelToken(),
+            )  # fmt: skip
+            verdict = wait_for_check(ctx, check, view)
+        if isinstance(verdict, Trip):
+            trip = GuardrailTrip(
+                name=check.name, stage="input", reason=verdict.reason, run_id=ctx.run_id
+            )
+            yield guardrail_tripped(trip)
+            ctx.stop_at_guardrail(trip)
+        if isinstance(verdict, Redact):
+            text = verdict.text
+    return text

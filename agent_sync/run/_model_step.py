@@ -4,6 +4,10 @@ structured-output partials and a cancel checkpoint on every stream event.
 The assistant message is appended whole (a cancelled stream's partial message ends
 "Cancelled by user"); the step names what follows: ``tools``, ``output`` (with an output
 type), ``finish``, or ``max_cycles`` at the cycle limit.
+
+A new run's first call checks its prompt first (:mod:`._guard_input`); race-mode input checks
+run against the call (:mod:`._input_race`): its events are held (one ``if`` per chunk when
+there are none) and released once they passed, and the answer is taken only after.
 """
 
 from __future__ import annotations
@@ -32,12 +36,16 @@ __all__ = ["model_step"]
 logger = logging.getLogger("agent_sync.run._steps")  # one logger name for every step
 
 
-def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
-    """One model call (with retries): append the assistant message, name what follows."""
+def model_step(
+    ctx: RunContext, *, redo: bool = False
+) -> Generator[AgentEvent, None, StepName | None]:
+    """One model call (with retries): append the assistant message, name what follows.
+    ``redo``: the call again, the first having been discarded (an input redaction)."""
     _before_model_call(ctx)
+    race = None  # the prompt's race-mode input checks, pending while the call streams
     if ctx.cycle == 0 and ctx.settings.guardrails is not None:  # a new run's prompt
-        yield from check_input(ctx)
-    if ctx.cycle >= ctx.settings.max_cycles:
+        race = yield from check_input(ctx)
+    if ctx.cycle >= ctx.settings.max_cycles and not redo:
         return "max_cycles"
     budget = ctx.settings.budget
     if budget is not None:  # requests, tokens and cost so far: a limit reached stops here
@@ -62,8 +70,13 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     guard = output_guard(ctx)  # None without output guardrails: one `if` per chunk
     # partials show the answer before the guardrails passed it: none with output guardrails
     partials = partial_tracker(ctx) if guard is None else None
+    held: list[AgentEvent] | None = None if race is None else []  # until the checks pass
     try:
+        if race is not None:
+            race.start()  # the checks race the call from here
         stream, request = yield from _open_fitting(ctx, request)
+        if race is not None:
+            stream = race.pump(stream)
         try:
             for event in stream:
                 delta = add(event)
@@ -71,14 +84,22 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
                     delta = guard.feed(event, delta)
                     if guard.trip is not None:
                         break
-                if delta is not None:
+                if held is not None:  # input checks pending (race): held back, in order
+                    held = yield from race.hold(held, delta)  # type: ignore[union-attr]
+                elif delta is not None:
                     yield delta
                 if partials is not None and (partial := partials.feed(event)) is not None:
-                    yield partial
+                    if held is None:
+                        yield partial
+                    else:
+                        held.append(partial)
                 if cancelled():  # checkpoint: every stream event
                     raise CancelledError(scope.reason or "cancelled")
         finally:
             _close(stream)
+        if race is not None:  # nothing leaves before the input checks passed
+            yield from race.settle(held)
+            held = None
         if guard is not None and guard.trip is None and assembler.stop_reason is not None:
             yield from guard.finish(assembler)  # the rest, judged and settled; or the trip
         tripped = guard is not None and guard.trip is not None  # stopped below
@@ -101,11 +122,14 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
             guard.close()  # a pending judge is told to stop, never waited for
         cut = scope.cancelled or interrupted
         if cut:  # whatever the provider raised after an abort is the cancel, not an error
-            ctx.messages.append(
-                assembler.partial(CANCELLED_TEXT)
-                if guard is None  # with guardrails, only what they released is kept
-                else guard.stopped_message(CANCELLED_TEXT)
-            )
+            if held is not None:  # the input checks had not passed: nothing was released
+                ctx.messages.append({"role": "assistant", "content": [{"text": CANCELLED_TEXT}]})
+            else:
+                ctx.messages.append(
+                    assembler.partial(CANCELLED_TEXT)
+                    if guard is None  # with guardrails, only what they released is kept
+                    else guard.stopped_message(CANCELLED_TEXT)
+                )
             ctx.count_call(assembler.usage, assembler.first_text_at)
         if not interrupted:
             # after an abort, whatever the provider raised is the cancel: say so
@@ -117,6 +141,14 @@ def model_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
                 error=error,
                 duration_s=duration,
             )
+        if race is not None and interrupted:
+            race.close()
+        elif race is not None:  # the call raced the input checks
+            redacted = yield from race.leave(exc, cut)  # a trip stops the run here
+            if redacted is not None:  # the call saw the original prompt: discarded
+                ctx.count_call(assembler.usage, None)
+                ctx.redact_prompt(redacted)
+                return (yield from model_step(ctx, redo=True))
         if cut and not interrupted:
             raise CancelledError(scope.reason or "cancelled") from exc
         raise

@@ -51,6 +51,7 @@ from ..messages import ContentBlock, Message, ToolResult, ToolUse
 from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
 from ..tools.context import ToolContext
 from ._context import RunContext
+from ._guard_input import check_inject
 from ._guard_tools import (
     check_tool_calls,
     check_tool_result,
@@ -137,7 +138,7 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         ctx.end_tools(time.perf_counter() - started)
         if not pausing:
             ctx.take_round()
-            injected = ctx.inbox.take()
+            injected = [] if guarded else ctx.inbox.take()  # guarded: checked below
             message = tool_result_message(results)
             message["content"].extend(injected)
             ctx.messages.append(message)
@@ -145,6 +146,9 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         approvals = tuple(request for paused in pausing.values() for request in paused.approvals)
         yield from _pause(ctx, approvals)
         return None
+    if guarded:  # injected input is checked before it is committed
+        injected = yield from check_inject(ctx, ctx.inbox.take())
+        message["content"].extend(injected)
     ctx.add_step(
         Step(cycle=cycle, message=assistant, tool_results=tuple(results), injected=tuple(injected))
     )
@@ -264,6 +268,8 @@ def finish_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]
     """The model ended its turn: answer input queued meanwhile, or end the run."""
     queued = ctx.inbox.take_or_close()  # closes the inbox if nothing is queued
     if queued:
+        if ctx.settings.guardrails is not None:  # checked before it is committed
+            queued = yield from check_inject(ctx, queued)
         add_user_blocks(ctx.messages, queued)
         yield InputInjected(content=tuple(queued), run_id=ctx.run_id)
         return "model"
@@ -309,12 +315,14 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
         cancel_subruns(ctx.agent, ctx.subruns, ctx.binding, ctx.scope.reason or "cancelled")
     results = ctx.take_round()
     queued = ctx.inbox.close()
-    if ctx.guardrail is not None and ctx.guardrail.stage == "input":
+    if ctx.guardrail is not None and ctx.guardrail.stage == "input" and not ctx.prompt_passed:
         ctx.withdraw_prompt()  # the history as before the call; unchecked input dropped
         closing: Message = {"role": "assistant", "content": [{"text": STOPPED_TEXT}]}
         ctx.finish("done", "guardrail", None, closing)
         return []
     if ctx.guardrail is not None:  # a trip (recorded before any cancel) closes naming it
+        if ctx.guardrail.stage == "input":  # an inject's: unchecked input is dropped
+            queued = []
         close_cancelled_turn(
             ctx.messages,
             results=results,

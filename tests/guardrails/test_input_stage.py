@@ -1,7 +1,8 @@
-"""The input stage (DESIGN 13): the prompt is checked before the model is called; a trip
-leaves ``agent.messages`` as it was and calls no model; a Redact is what the model and the
-history get; a check past its timeout trips (or passes, ``on_error="pass"``); a cancel
-while a check is pending ends the run at once."""
+"""The input stage (DESIGN 13): the prompt is checked before anything of the run leaves it
+(in block mode, before the model is called; race mode: tests/guardrails/test_input_race.py);
+a trip leaves ``agent.messages`` as it was (and, in block mode, calls no model); a Redact is
+what the model and the history get; a check past its timeout trips (or passes,
+``on_error="pass"``); a cancel while a check is pending ends the run at once."""
 
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ def _off_topic(view: GuardView) -> Trip | None:
 
 @pytest.mark.parametrize("mode", ["block", "race"])
 def test_an_input_trip_calls_no_model_and_leaves_the_history(mode: str) -> None:
-    model = ScriptedModel(["first answer", "second answer"])
+    # race mode: the trip races the model call, which may have started (and used a turn)
+    turns = ["first answer", "second answer"] if mode == "block" else ["an answer"]
+    model = ScriptedModel(turns, repeat=mode == "race")
     guard = Guardrail(_off_topic, stage="input", mode=mode)  # type: ignore[arg-type]
     agent = Agent(model, guardrails=[guard])
-    assert agent.invoke("hello").text == "first answer"
+    assert agent.invoke("hello").text == turns[0]
     before = agent.messages
     events = list(agent.stream("write a poem"))
     assert not any(isinstance(e, TextDelta) for e in events)
@@ -37,9 +40,10 @@ def test_an_input_trip_calls_no_model_and_leaves_the_history(mode: str) -> None:
     assert done.result.stop_reason == "guardrail" and done.result.text == ""
     assert done.result.message == {"role": "assistant", "content": [{"text": STOPPED_TEXT}]}
     assert agent.messages == before
-    assert len(model.calls) == 1  # the model was never called with it
-    assert agent.invoke("hello again").text == "second answer"
-    assert "poem" not in repr(model.calls[1].messages)
+    if mode == "block":
+        assert len(model.calls) == 1  # the model was never called with it
+    assert agent.invoke("hello again").text == turns[-1]
+    assert "poem" not in repr(model.calls[-1].messages)
     assert validate_history(agent.messages) == []
 
 
@@ -88,7 +92,8 @@ def test_cancel_while_an_input_check_is_pending_ends_the_run() -> None:
         return None
 
     model = ScriptedModel(["ok"])
-    agent = Agent(model, guardrails=[Guardrail(stuck, stage="input", timeout=HANG_BOUND)])
+    guard = Guardrail(stuck, stage="input", mode="block", timeout=HANG_BOUND)
+    agent = Agent(model, guardrails=[guard])
     results: list[Done] = []
 
     def run() -> None:
