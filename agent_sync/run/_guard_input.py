@@ -67,14 +67,20 @@ def check_inject(
 ) -> Generator[AgentEvent, None, list[ContentBlock]]:
     """Check injected input before it is committed to the history: every input check, each
     waited for (whatever its mode). Returns the blocks, redacted; a trip stops the run (the
-    inject is not in the history)."""
+    inject is not in the history).
+
+    ``blocks`` were taken with the inbox held (``Inbox.take(hold=True)``): more input is
+    refused while they are checked and taken again once they passed, so a trip never drops
+    input the run accepted."""
     guards = ctx.settings.guardrails
     checks = guards.stage("input") if guards is not None else ()
     if not blocks or not checks:
+        ctx.inbox.open()
         return blocks
     original = _text(blocks)
     ordered = sorted(checks, key=lambda check: not isinstance(check, PatternGuard))
     text = yield from _judge(ctx, ordered, original, tuple(ctx.messages))
+    ctx.inbox.open()  # passed (a trip raised above, the inbox held until the run's close)
     if text == original:
         return blocks
     kept: list[ContentBlock] = []

@@ -9,7 +9,10 @@ that last look (and is sent, or written to the history on cancel) or fails with
 A run with input guardrails opens its inbox only once its prompt has passed them
 (:meth:`Inbox.open`): a trip withdraws the prompt and ends the run before anything is
 sent, so input accepted meanwhile could be neither sent nor kept (it was never checked);
-it is refused instead (``UsageError``), as input to a run that is over is.
+it is refused instead (``UsageError``), as input to a run that is over is. The same holds
+while injected input is checked: the loop takes it and holds the inbox in one critical
+section (``take(hold=True)``, ``take_or_close(hold=True)``), and opens it once the input
+passed; at a trip nothing was accepted meanwhile, so nothing is dropped.
 """
 
 from __future__ import annotations
@@ -57,19 +60,23 @@ class Inbox:
         with self._lock:
             self._held = False
 
-    def take(self) -> list[ContentBlock]:
-        """Every queued block, oldest first, leaving the inbox empty and open."""
+    def take(self, *, hold: bool = False) -> list[ContentBlock]:
+        """Every queued block, oldest first, leaving the inbox empty (and, with ``hold``
+        and something taken, held until :meth:`open`: the input taken is being checked)."""
         with self._lock:
             items, self._items = self._items, []
+            if hold and items:
+                self._held = True
         return [block for blocks in items for block in blocks]
 
-    def take_or_close(self) -> list[ContentBlock]:
+    def take_or_close(self, *, hold: bool = False) -> list[ContentBlock]:
         """Like :meth:`take`, but if nothing is queued, close the inbox (atomically)."""
         with self._lock:
             if not self._items:
                 self._closed = True
                 return []
             items, self._items = self._items, []
+            self._held = hold
         return [block for blocks in items for block in blocks]
 
     def close(self) -> list[ContentBlock]:

@@ -147,7 +147,7 @@ def tools_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
         yield from _pause(ctx, approvals)
         return None
     if guarded:  # injected input is checked before it is committed
-        injected = yield from check_inject(ctx, ctx.inbox.take())
+        injected = yield from check_inject(ctx, ctx.inbox.take(hold=True))
         message["content"].extend(injected)
     ctx.add_step(
         Step(cycle=cycle, message=assistant, tool_results=tuple(results), injected=tuple(injected))
@@ -266,9 +266,10 @@ def _pause(
 
 def finish_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]:
     """The model ended its turn: answer input queued meanwhile, or end the run."""
-    queued = ctx.inbox.take_or_close()  # closes the inbox if nothing is queued
+    guarded = ctx.settings.guardrails is not None  # input is checked before it is committed
+    queued = ctx.inbox.take_or_close(hold=guarded)  # closes the inbox if nothing is queued
     if queued:
-        if ctx.settings.guardrails is not None:  # checked before it is committed
+        if guarded:
             queued = yield from check_inject(ctx, queued)
         add_user_blocks(ctx.messages, queued)
         yield InputInjected(content=tuple(queued), run_id=ctx.run_id)
@@ -316,13 +317,11 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
     results = ctx.take_round()
     queued = ctx.inbox.close()
     if ctx.guardrail is not None and ctx.guardrail.stage == "input" and not ctx.prompt_passed:
-        ctx.withdraw_prompt()  # the history as before the call; unchecked input dropped
+        ctx.withdraw_prompt()  # the history as before the call (the inbox was held: empty)
         closing: Message = {"role": "assistant", "content": [{"text": STOPPED_TEXT}]}
         ctx.finish("done", "guardrail", None, closing)
         return []
     if ctx.guardrail is not None:  # a trip (recorded before any cancel) closes naming it
-        if ctx.guardrail.stage == "input":  # an inject's: unchecked input is dropped
-            queued = []
         close_cancelled_turn(
             ctx.messages,
             results=results,
