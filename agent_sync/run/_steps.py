@@ -47,7 +47,7 @@ from ..events import (
     ToolEnd,
     ToolStart,
 )
-from ..messages import ContentBlock, Message, ToolResult, ToolUse
+from ..messages import CANCELLED_TEXT, ContentBlock, Message, ToolResult, ToolUse
 from ..tools._batch import SubRunPaused, ToolBatch, ToolCall
 from ..tools.context import ToolContext
 from ._context import RunContext
@@ -316,10 +316,9 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
         cancel_subruns(ctx.agent, ctx.subruns, ctx.binding, ctx.scope.reason or "cancelled")
     results = ctx.take_round()
     queued = ctx.inbox.close()
-    if ctx.guardrail is not None and ctx.guardrail.stage == "input" and not ctx.prompt_passed:
-        ctx.withdraw_prompt()  # the history as before the call (the inbox was held: empty)
-        closing: Message = {"role": "assistant", "content": [{"text": STOPPED_TEXT}]}
-        ctx.finish("done", "guardrail", None, closing)
+    if _prompt_unchecked(ctx):  # never committed: the history as before the call
+        ctx.withdraw_prompt()  # (the inbox was held until the prompt passed: nothing queued)
+        _finish_withdrawn(ctx)
         return []
     if ctx.guardrail is not None:  # a trip (recorded before any cancel) closes naming it
         close_cancelled_turn(
@@ -345,6 +344,29 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
     )
     ctx.finish("done", "usage_limit", None)
     return queued
+
+
+def _prompt_unchecked(ctx: RunContext) -> bool:
+    """Whether the run's prompt is under input checks that have not passed it (a trip, a
+    cancel or a usage limit while they were pending): DESIGN 13, an unchecked prompt is not
+    committed, or the next call would send it unchecked."""
+    guards = ctx.settings.guardrails
+    return not ctx.prompt_passed and guards is not None and bool(guards.stage("input"))
+
+
+def _finish_withdrawn(ctx: RunContext) -> None:
+    """End a run whose prompt was withdrawn: its result's message names why; the history
+    has none of it."""
+    limit = None if ctx.scope.cancelled else ctx.usage_limit
+    if ctx.guardrail is None and limit is None:
+        closing: Message = {"role": "assistant", "content": [{"text": CANCELLED_TEXT}]}
+        ctx.finish("cancelled", "cancelled", ctx.scope.reason, closing)
+        return
+    if ctx.guardrail is not None:
+        text, stop_reason = STOPPED_TEXT, "guardrail"
+    else:
+        text, stop_reason = stopped_text(limit or ""), "usage_limit"
+    ctx.finish("done", stop_reason, None, {"role": "assistant", "content": [{"text": text}]})
 
 
 def end_failed(ctx: RunContext) -> None:

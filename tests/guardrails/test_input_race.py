@@ -212,6 +212,7 @@ def test_cancel_while_a_race_check_is_pending_returns_and_abandons_it(quiet_cap:
         assert done.result.stop_reason == "cancelled"
         assert not any(isinstance(e, TextDelta) for e in consumer.events)
         assert "an answer" not in repr(agent.messages)  # nothing unchecked released
+        assert agent.messages == []  # the unchecked prompt is not committed either
         assert abandoned_tool_threads() == before + 1  # the stuck check takes a slot
     finally:
         release.set()
