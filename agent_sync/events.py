@@ -15,6 +15,7 @@ exception itself, raised from the iteration (the history is already valid by the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, Union
 
@@ -208,18 +209,43 @@ class Done:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary: stop_reason, cancel_reason, usage, text (and
         usage_limit, when a usage limit stopped the run; guardrail, when one tripped)."""
-        summary: dict[str, Any] = {
-            "run_id": self.result.run_id,
-            "stop_reason": self.result.stop_reason,
-            "cancel_reason": self.result.cancel_reason,
-            "usage": dict(self.result.usage),
-            "text": self.result.text,
-        }
-        if self.result.usage_limit is not None:
-            summary["usage_limit"] = self.result.usage_limit
-        if self.result.guardrail is not None:
-            summary["guardrail"] = self.result.guardrail.to_dict()
-        return summary
+        result = self.result
+        return end_summary(
+            result.run_id,
+            result.stop_reason,
+            result.cancel_reason,
+            result.usage,
+            result.text,
+            usage_limit=result.usage_limit,
+            guardrail=result.guardrail.to_dict() if result.guardrail is not None else None,
+        )
+
+
+def end_summary(
+    run_id: str,
+    stop_reason: str,
+    cancel_reason: str | None,
+    usage: Mapping[str, Any],
+    text: str,
+    *,
+    usage_limit: str | None = None,
+    guardrail: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The JSON summary of a run's end (:meth:`Done.to_dict`, and a store's ``done``
+    record of a run it saw end): ``usage_limit`` and ``guardrail`` only when they stopped
+    it."""
+    summary: dict[str, Any] = {
+        "run_id": run_id,
+        "stop_reason": stop_reason,
+        "cancel_reason": cancel_reason,
+        "usage": dict(usage),
+        "text": text,
+    }
+    if usage_limit is not None:
+        summary["usage_limit"] = usage_limit
+    if guardrail is not None:
+        summary["guardrail"] = dict(guardrail)
+    return summary
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

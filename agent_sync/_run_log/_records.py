@@ -64,7 +64,6 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final
 
 from .._encodable import Unencodable, clean_json, clean_text
-from .._guardrails._checks import GuardrailTrip
 from .._run_state import RunSnapshot
 from ..errors import ModelError, ModelHTTPError, OutputValidationError, StoreUnavailableError
 from ..events import (
@@ -82,6 +81,7 @@ from ..events import (
     ToolEnd,
     ToolProgress,
     ToolStart,
+    end_summary,
 )
 from ..messages import CANCELLED_TEXT
 
@@ -241,45 +241,10 @@ def cancelled_tool_ends(calls: Mapping[str, str]) -> list[dict[str, Any]]:
     ]
 
 
-def _done(
-    run_id: str,
-    stop_reason: str,
-    cancel_reason: str | None,
-    usage: Mapping[str, Any],
-    text: str,
-    usage_limit: str | None,
-    guardrail: GuardrailTrip | None,
-) -> dict[str, Any]:
-    """The one ``done`` record, from the run itself or from the store's view of its end:
-    ``usage_limit`` and ``guardrail`` when they stopped it."""
-    record: dict[str, Any] = {
-        "type": "done",
-        "run_id": run_id,
-        "stop_reason": stop_reason,
-        "cancel_reason": cancel_reason,
-        "usage": dict(usage),
-        "text": text,
-    }
-    if usage_limit is not None:
-        record["usage_limit"] = usage_limit
-    if guardrail is not None:
-        record["guardrail"] = guardrail.to_dict()
-    return record
-
-
 def done_record(event: Done) -> dict[str, Any]:
     """The last record of a run that ended (not paused); a run with an ``output_type``
     adds ``output``: its validated answer as JSON (``null`` if it ended without one)."""
-    result = event.result
-    record = _done(
-        result.run_id,
-        result.stop_reason,
-        result.cancel_reason,
-        result.usage,
-        result.text,
-        result.usage_limit,
-        result.guardrail,
-    )
+    record = {"type": "done", **event.to_dict()}
     output = event.result.output
     if isinstance(output, str) and output == record["text"]:
         return record  # no output type: the output is the text, sent once
@@ -359,15 +324,16 @@ def closing_record(snapshot: RunSnapshot) -> dict[str, Any]:
             "(its worker stopped, or the run store was unavailable)",
             "retryable": True,
         }
-    return _done(
+    summary = end_summary(
         snapshot.run_id,
         snapshot.stop_reason or ("cancelled" if snapshot.status == "cancelled" else "end_turn"),
         snapshot.cancel_reason,
         snapshot.usage,
         "",
-        snapshot.usage_limit,
-        snapshot.guardrail,
+        usage_limit=snapshot.usage_limit,
+        guardrail=snapshot.guardrail.to_dict() if snapshot.guardrail is not None else None,
     )
+    return {"type": "done", **summary}
 
 
 def is_terminal(record: Mapping[str, Any]) -> bool:
