@@ -10,7 +10,7 @@ next chunk), and hands the stream back to the loop's thread once they passed. A 
 trips records the trip while the run's scope is live, then cancels the scope: the model call
 stops through the cancel path, and the model step's failure path (:meth:`InputRace.leave`)
 stops the run at the trip (the trip was first: :meth:`RunContext.stop_at_guardrail` with
-``raced``). A ``Redact`` discards the call made with the original prompt
+``claimed``). A ``Redact`` discards the call made with the original prompt
 (:class:`InputRedacted`); the model step calls again with the redacted prompt. A check past
 its ``timeout`` trips (or passes, ``on_error="pass"``), and a check still running when the
 run stops waiting for it is abandoned (:class:`~._check_worker.CheckWorker`).
