@@ -32,7 +32,7 @@ store. ``app.control.revoke(run_id)``, with or without ``terminate=True``, on ev
 tasks reads the revokes Celery broadcasts (:mod:`._revokes`), so the run ends cancelled
 (reason :data:`REVOKED_REASON`, or :data:`TERMINATED_REASON` for ``terminate=True``) with a
 valid history and its log's ``done`` record, and the task returns its summary (terminated
-on the prefork pool: its pool process then exits, as Celery expects). A task revoked, or
+on the prefork pool: the task is ``REVOKED``, as Celery marks it). A task revoked, or
 a run stopped from the routes, before its task started never runs: its log ends at once.
 Anything else raised in the task while it waits (a soft time limit) cancels the run too.
 

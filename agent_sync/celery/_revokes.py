@@ -54,6 +54,10 @@ class Revokes:
         self._lock = threading.Lock()
         self._running: dict[str, CancelToken] = {}
         self._revoked: OrderedDict[str, str] = OrderedDict()  # id -> cancel reason
+        self.pool_terminates = False
+        """Whether Celery's worker terminates this process's task on ``revoke(terminate=True)``
+        (a prefork pool process; the threads and solo pools cannot): Celery's view of such a
+        task is then ``REVOKED``, as :func:`ended` tells the task."""
 
     def running(self, task_id: str, token: CancelToken) -> str | None:
         """Note that ``task_id`` runs here with ``token``; the cancel reason if it was
@@ -64,24 +68,31 @@ class Revokes:
                 self._running[task_id] = token
             return reason
 
-    def ended(self, task_id: str) -> None:
-        """The task no longer runs here."""
+    def ended(self, task_id: str) -> bool:
+        """The task no longer runs here; whether it ends ``REVOKED`` in Celery's view: its
+        run was cancelled by a ``revoke(terminate=True)`` that Celery carries out here too
+        (:attr:`pool_terminates`). Its worker's main process then marks it ``REVOKED`` and
+        signals this process, and the task, which usually ends first (its run ends within
+        milliseconds), must not store a result over that mark (Celery's result backends
+        keep only ``SUCCESS`` from being overwritten)."""
         with self._lock:
             self._running.pop(task_id, None)
+            reason = self._revoked.pop(task_id, None)
+        return self.pool_terminates and reason == TERMINATED_REASON
 
     def revoke(self, task_ids: Iterable[str], reason: str) -> None:
-        """Cancel the runs of those tasks that run here; remember the others."""
+        """Cancel the runs of those tasks that run here; remember every id (a task not
+        started here yet ends at once when it starts)."""
         tokens = []
         with self._lock:
             for task_id in task_ids:
                 token = self._running.get(task_id)
                 if token is not None:
                     tokens.append((task_id, token))
-                else:
-                    self._revoked[task_id] = reason
-                    self._revoked.move_to_end(task_id)
-                    while len(self._revoked) > _KEPT:
-                        self._revoked.popitem(last=False)
+                self._revoked[task_id] = reason  # a running task's too, for ended()
+                self._revoked.move_to_end(task_id)
+                while len(self._revoked) > _KEPT:
+                    self._revoked.popitem(last=False)
         for task_id, token in tokens:  # outside the lock: cancel calls callbacks
             if token.cancel(reason):
                 logger.info("run_id=<%s> | the task was revoked: its run is cancelled", task_id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from .._prompt import content_blocks
 from .._run_log._publish import REPLAY_TTL_S, Publisher
@@ -55,8 +55,10 @@ def run(
 ) -> dict[str, Any]:
     """Run the conversation's agent on ``prompt`` under ``run_id`` (see the module
     docstring); ``{"run_id", "status", "stop_reason"}`` once it is over or paused.
-    ``task``, the Celery task running it, is told when the run never starts because its
-    task was revoked (its result is then ``REVOKED``, not the ``STARTED`` it was given)."""
+    ``task``, the Celery task running it, ends ``REVOKED`` as Celery would end it (not the
+    ``STARTED`` it was given, nor a summary stored over Celery's mark) when the run never
+    starts because the task was revoked, and when a ``revoke(terminate=True)`` that Celery
+    carries out in this process cancelled the run (a prefork pool process)."""
     if not isinstance(conversation_id, str) or not valid_id(conversation_id):
         raise UsageError("conversation_id must be a str of letters, digits and . _ ~ @ + = -")
     if not valid_id(run_id):
@@ -79,16 +81,16 @@ def run(
     if revokes.running(run_id, token) is not None or _revoked_by_celery(run_id):
         revokes.ended(run_id)
         append_end(store, run_id, first, after, dict(REVOKED_RECORD))
-        _report_revoked(task, run_id)
-        from celery.exceptions import Ignore  # type: ignore[import-untyped]
-
-        raise Ignore()
+        _end_revoked(task, run_id, "revoked")
     try:
-        return _publish(
+        summary = _publish(
             config, store, agent, conversation_id, prompt, run_id, timeout, token, first, after
         )
     finally:
-        revokes.ended(run_id)
+        terminated = revokes.ended(run_id)
+    if terminated:  # the run ended cancelled; Celery's view is a terminated task
+        _end_revoked(task, run_id, "terminated")
+    return summary
 
 
 def _publish(
@@ -181,17 +183,21 @@ def _end_of(publisher: Publisher) -> Event:
     return ended
 
 
-def _report_revoked(task: Any, run_id: str) -> None:
-    """Store the task's result as ``REVOKED``, as Celery does for a task it discards: the
-    task was marked ``STARTED`` as it began (``track_started``), so a worker's main
-    process that reads the revoke now leaves its state alone, and nothing else would
-    end it. A failure is logged."""
-    if task is None:
-        return
-    try:
-        task.backend.mark_as_revoked(run_id, "revoked", request=task.request)
-    except Exception:
-        logger.warning("run_id=<%s> | the revoked task's result was not stored", run_id)
+def _end_revoked(task: Any, run_id: str, why: str) -> NoReturn:
+    """End the task as Celery ends one it revoked: its result stored ``REVOKED`` (``why``,
+    Celery's reason: ``"revoked"`` or ``"terminated"``) and nothing stored after it. A task
+    that never started its run was marked ``STARTED`` as it began (``track_started``), so a
+    worker's main process that reads the revoke later leaves its state alone; a terminated
+    one is marked by the main process too, in an order nobody controls. A failure to store
+    is logged."""
+    from celery.exceptions import Ignore  # type: ignore[import-untyped]
+
+    if task is not None:
+        try:
+            task.backend.mark_as_revoked(run_id, why, request=task.request)
+        except Exception:
+            logger.warning("run_id=<%s> | the revoked task's result was not stored", run_id)
+    raise Ignore()
 
 
 def _revoked_by_celery(task_id: str) -> bool:

@@ -20,7 +20,7 @@ from celery import signals as celery_signals  # type: ignore[import-untyped]
 
 from ..stores._event_log import EventLogStore
 from ._config import current
-from ._revokes import listen
+from ._revokes import listen, revokes
 from ._task import REVOKED_RECORD, append_end
 
 __all__ = ["connect", "store_known", "task_starts"]
@@ -70,6 +70,8 @@ def _on_pool_process_init(**_: Any) -> None:
     which :func:`_on_worker_ready` handles)."""
     if os.getpid() != _worker_pid:
         from celery import current_app
+
+        revokes.pool_terminates = True  # the main process terminates its tasks here
 
         _runs_tasks_here(current_app._get_current_object())
 
