@@ -6,8 +6,9 @@ The assistant message is appended whole (a cancelled stream's partial message en
 type), ``finish``, or ``max_cycles`` at the cycle limit.
 
 A new run's first call checks its prompt first (:mod:`._guard_input`); race-mode input checks
-run against the call (:mod:`._input_race`): its events are held (one ``if`` per chunk when
-there are none) and released once they passed, and the answer is taken only after.
+run against the call (:mod:`._input_race`): its events are held and released once they
+passed, and the answer is taken only after. A call that nothing gates (no output guardrails,
+no input checks pending) streams through a loop of its own, as before guardrails.
 """
 
 from __future__ import annotations
@@ -78,23 +79,33 @@ def model_step(
         if race is not None:
             stream = race.pump(stream)
         try:
-            for event in stream:
-                delta = add(event)
-                if guard is not None:  # the seam where the answer is released
-                    delta = guard.feed(event, delta)
-                    if guard.trip is not None:
-                        break
-                if held is not None:  # input checks pending (race): held back, in order
-                    held = yield from race.hold(held, delta)  # type: ignore[union-attr]
-                elif delta is not None:
-                    yield delta
-                if partials is not None and (partial := partials.feed(event)) is not None:
-                    if held is None:
+            if guard is None and held is None:  # nothing gates the answer: the hot path
+                for event in stream:  # (its own loop: no guardrail test per chunk)
+                    delta = add(event)
+                    if delta is not None:
+                        yield delta
+                    if partials is not None and (partial := partials.feed(event)) is not None:
                         yield partial
-                    else:
-                        held.append(partial)
-                if cancelled():  # checkpoint: every stream event
-                    raise CancelledError(scope.reason or "cancelled")
+                    if cancelled():  # checkpoint: every stream event
+                        raise CancelledError(scope.reason or "cancelled")
+            else:  # guardrails release the answer, or input checks hold it
+                for event in stream:
+                    delta = add(event)
+                    if guard is not None:  # the seam where the answer is released
+                        delta = guard.feed(event, delta)
+                        if guard.trip is not None:
+                            break
+                    if held is not None:  # input checks pending (race): held back, in order
+                        held = yield from race.hold(held, delta)  # type: ignore[union-attr]
+                    elif delta is not None:
+                        yield delta
+                    if partials is not None and (partial := partials.feed(event)) is not None:
+                        if held is None:
+                            yield partial
+                        else:
+                            held.append(partial)
+                    if cancelled():  # checkpoint: every stream event
+                        raise CancelledError(scope.reason or "cancelled")
         finally:
             _close(stream)
         if race is not None:  # nothing leaves before the input checks passed
