@@ -1,13 +1,11 @@
 """A guardrail check on a worker thread of its own (DESIGN 13: input checks, and any check
-that may block), and the rule for giving up on one.
+that may block).
 
 A check that ignores its ``cancel_token`` cannot be stopped: when the run stops waiting for
-it (a cancel, its ``timeout``, another check's trip) it is *abandoned*, and an abandoned check
-counts against the same process-wide cap as abandoned tool threads
-(:mod:`agent_sync.tools._abandoned`): :meth:`CheckWorker.abandon` takes a slot, and the
-check's thread gives it back when the check finally returns (its late verdict is dropped,
-logged). Past the cap the run waits for the check, as it waits for its tools, so stuck checks
-cannot grow threads without bound.
+it (a cancel, its ``timeout``, another check's trip) it is *abandoned* by the one rule for
+that (:class:`agent_sync.tools._abandoned.Abandonable`): it counts against the process-wide
+cap of abandoned tool threads until it returns, its late verdict dropped (logged), and it
+never delays the run's return.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import threading
 from collections.abc import Callable
 
 from .._guardrails._checks import Guardrail, GuardView, Redact, Trip
-from ..tools import _abandoned
+from ..tools._abandoned import Abandonable
 
 __all__ = ["CheckWorker"]
 
@@ -33,7 +31,7 @@ class CheckWorker:
         verdict: The check's verdict, once :attr:`finished`.
     """
 
-    __slots__ = ("_abandoned", "_ended", "_lock", "_on_done", "_view", "check", "verdict")
+    __slots__ = ("_ended", "_job", "_on_done", "_view", "check", "verdict")
 
     def __init__(
         self,
@@ -45,9 +43,8 @@ class CheckWorker:
         self.verdict: Trip | Redact | None = None
         self._view = view
         self._on_done = on_done
-        self._lock = threading.Lock()
-        self._ended = threading.Event()  # set as the check returns
-        self._abandoned = False
+        self._ended = threading.Event()  # set as the check returns, its verdict set
+        self._job = Abandonable()
 
     def start(self) -> None:
         thread = threading.Thread(
@@ -61,29 +58,15 @@ class CheckWorker:
         return self._ended.is_set()
 
     def _run(self) -> None:
-        verdict = self.check.judge(self._view)  # never raises (fail closed, or pass)
-        with self._lock:
-            self.verdict = verdict
-            self._ended.set()
-            abandoned = self._abandoned
-        if abandoned:
-            _abandoned.release()
+        self.verdict = self.check.judge(self._view)  # never raises (fail closed, or pass)
+        self._ended.set()
+        if self._job.end():
             name = self.check.name
             logger.debug("guardrail=<%s> | discarding the verdict of an abandoned check", name)
             return
         self._on_done(self)
 
     def abandon(self) -> None:
-        """The run stops waiting for this check: if it is still running, it takes a slot of
-        the abandoned-thread cap (given back when it returns); past the cap, wait for it.
-        Idempotent (one thread gives a check up: the loop's)."""
-        if self._ended.is_set() or self._abandoned:
-            return
-        if not _abandoned.reserve(1):
-            self._ended.wait()  # past the cap: as a batch waits for its stuck tools
-            return
-        with self._lock:
-            if not self._ended.is_set():
-                self._abandoned = True
-                return
-        _abandoned.release()  # it returned meanwhile: nothing abandoned
+        """The run stops waiting for this check: given up if it still runs (counted against
+        the cap until it returns; never waited for). Idempotent."""
+        self._job.abandon()

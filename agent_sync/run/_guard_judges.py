@@ -42,7 +42,7 @@ from .._deadlines import schedule
 from .._guardrails._checks import Guardrail, GuardrailTrip, GuardView, Redact, Trip
 from .._guardrails._judged import Checkpoint
 from ..cancel import CancelScope, CancelToken
-from ..tools import _abandoned
+from ..tools._abandoned import Abandonable
 
 __all__ = ["Job", "JudgeLanes", "TripClaim"]
 
@@ -85,9 +85,7 @@ class Job:
 @dataclass(eq=False)
 class _Worker:
     job: Job | None = None  # the checkpoint it is judging (None: idle)
-    abandoned: bool = False  # left to end by itself (timed out, or the run is over)
-    ended: bool = False  # its thread is over
-    counted: bool = False  # holds a slot of the abandoned-thread cap
+    thread: Abandonable = field(default_factory=Abandonable)  # given up: left to end by itself
 
 
 @dataclass(eq=False)
@@ -210,18 +208,16 @@ class JudgeLanes:
                 self._answer(judge, job, verdict)
         finally:
             with self._cond:
-                worker.ended = True
-                counted, worker.counted = worker.counted, False
                 if lane.worker is worker:
                     lane.worker = None
-            if counted:
-                _abandoned.release()
+            worker.thread.end()  # its slot of the cap given back, if it was given up
 
     def _next(self, lane: _Lane, worker: _Worker) -> Job | None:
         with self._cond:
-            while not (lane.jobs or self._closed or worker.abandoned or self._claim.trip):
+            thread = worker.thread
+            while not (lane.jobs or self._closed or thread.abandoned or self._claim.trip):
                 self._cond.wait()
-            if self._closed or worker.abandoned or self._claim.trip is not None:
+            if self._closed or thread.abandoned or self._claim.trip is not None:
                 return None  # nothing is judged after a trip
             worker.job = lane.jobs.popleft()
             return worker.job
@@ -247,19 +243,11 @@ class JudgeLanes:
             self._mark_abandoned(worker)
 
     def _mark_abandoned(self, worker: _Worker) -> None:
-        """``worker`` is left to end by itself: it holds a slot of the abandoned-thread cap
-        until its thread ends (past the cap it is never waited for, only not counted)."""
-        with self._cond:
-            if worker.abandoned or worker.ended:
-                return
-            worker.abandoned = True
-        if not _abandoned.reserve(1):
-            return
-        with self._cond:
-            if not worker.ended:
-                worker.counted = True  # its thread gives the slot back as it ends
-                return
-        _abandoned.release()
+        """``worker`` is left to end by itself (:class:`Abandonable`: counted against the
+        abandoned-thread cap until its thread ends, never waited for)."""
+        if worker.thread.abandon():
+            with self._cond:
+                self._cond.notify_all()  # an idle worker ends
 
     def _answer(self, judge: Guardrail, job: Job, verdict: Trip | Redact | None) -> None:
         if self._closed:

@@ -7,7 +7,8 @@ grows threads forever. So abandonment is rationed: a batch *reserves* one slot p
 it abandons (all or none, atomically), and each abandoned thread gives its slot back when
 its tool finally returns. When the slots would run out, the run does not abandon: it waits
 for its tools (the grace period no longer applies), and a warning says so, once per
-process (until the limit is changed).
+process (until the limit is changed). Guardrail checks on threads of their own count
+against the same cap (:class:`Abandonable`), but are never waited for.
 
 The lock is held only for counter arithmetic, never while waiting or logging, and always
 with ``with`` around code that calls nothing: the cap is process-wide, and a Ctrl-C in a
@@ -102,3 +103,61 @@ def release() -> None:
     global _count
     with _lock:
         _count -= 1
+
+
+class Abandonable:
+    """A worker thread's check that the run may stop waiting for (a guardrail check on a
+    thread of its own): the rule for giving one up, in one place (DESIGN 13).
+
+    :meth:`abandon` while it still runs: it takes a slot of the cap until its thread calls
+    :meth:`end`. A check never delays the run's return, so past the cap it is given up all
+    the same and counted over the cap (a warning says so, once): the count stays true, and
+    cancelled runs wait for their stuck tools until enough checks have returned. Thread-safe;
+    each method is idempotent.
+    """
+
+    __slots__ = ("_ended", "_lock", "abandoned")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ended = False
+        self.abandoned = False
+        """Whether it was given up while it ran (what it finds is for nobody)."""
+
+    def abandon(self) -> bool:
+        """Give it up if it still runs (it now counts until :meth:`end`): ``True`` if so."""
+        with self._lock:
+            if self._ended or self.abandoned:
+                return False
+            self.abandoned = True
+            warn = _take_slot_past_cap()  # (before its end() can give it back)
+        if warn:
+            logger.warning(
+                "abandoned=<%d>, limit=<%d> | a guardrail check that ignores its cancel_token "
+                "was given up past the abandoned thread limit: cancelled runs now wait for "
+                "tools that ignore cancel until enough checks have returned",
+                _count,
+                _limit,
+            )
+        return True
+
+    def end(self) -> bool:
+        """Its thread is done with it (called once, by that thread): ``True`` if it had been
+        given up, whose slot is given back here."""
+        with self._lock:
+            self._ended = True
+            abandoned = self.abandoned
+        if abandoned:
+            release()
+        return abandoned
+
+
+def _take_slot_past_cap() -> bool:
+    """Take one slot even past the cap (see :class:`Abandonable`); ``True``: warn (the cap
+    is passed, and nobody was told yet). Arithmetic only, under the lock."""
+    global _count, _warned
+    with _lock:
+        _count += 1
+        warn = _count > _limit and not _warned
+        _warned = _warned or warn
+    return warn
