@@ -50,7 +50,8 @@ logger = logging.getLogger(__name__)
 
 
 class TripClaim:
-    """The trip of one model call's output, claimed once by whichever thread trips first."""
+    """The trip of one model call's output (or of one prompt's race checks), claimed once by
+    whichever thread trips first."""
 
     __slots__ = ("_lock", "from_worker", "trip")
 
@@ -71,6 +72,13 @@ class TripClaim:
             self.trip = trip
             self.from_worker = scope is not None
             return True
+
+    def wake(self, scope: CancelScope, token: CancelToken) -> None:
+        """After a worker's claim won: the other checks are told to stop (``token``) and the
+        run's scope is cancelled, whose abort callbacks wake the loop wherever it waits (a
+        silent model stream, a wait for checks). Called outside any lock of the caller."""
+        token.cancel("a guardrail tripped")
+        scope.cancel(f"guardrail: {self.trip.name if self.trip is not None else 'tripped'}")
 
 
 @dataclass(eq=False)
@@ -266,8 +274,7 @@ class JudgeLanes:
         trip = GuardrailTrip(name=judge.name, stage="output", reason=verdict.reason,
                              run_id=self._run_id)  # fmt: skip
         if self._claim.claim(trip, self._scope):
-            self._token.cancel("guardrail tripped")
-            self._scope.cancel(f"guardrail: {judge.name}")  # wakes the loop
+            self._claim.wake(self._scope, self._token)
 
     def _wake(self) -> None:
         with self._cond:

@@ -31,6 +31,7 @@ from ..events import AgentEvent
 from ..messages import Message, StreamEvent
 from ._check_worker import CheckWorker
 from ._context import RunContext
+from ._guard_judges import TripClaim
 from ._guard_tools import guardrail_tripped
 
 __all__ = ["InputRace", "InputRedacted", "wait_for_check"]
@@ -86,7 +87,7 @@ class InputRace:
         self._verdicts: dict[int, Trip | Redact | None] = {}
         self._settled = False  # every verdict known, or a trip
         self.passed = False  # settled, and every check passed as it is: release
-        self.trip: GuardrailTrip | None = None  # a trip recorded while the scope was live
+        self._claim = TripClaim()  # a trip, claimed while the scope was live
         self._workers = [
             CheckWorker(check, self._view(text, self._token), self._judged) for check in checks
         ]
@@ -102,6 +103,11 @@ class InputRace:
         for worker in self._workers:
             worker.start()
 
+    @property
+    def trip(self) -> GuardrailTrip | None:
+        """The trip that stops the run (claimed while its scope was live), if one did."""
+        return self._claim.trip
+
     def _view(self, text: str, token: CancelToken) -> GuardView:
         run_id = self._ctx.run_id
         return GuardView(
@@ -116,25 +122,24 @@ class InputRace:
 
     def _record(self, index: int, verdict: Trip | Redact | None) -> None:
         """One check's verdict (its thread's, or a timeout's); a trip cancels the run."""
-        tripped = None
+        won = False
         with self._cond:
             if self._settled or index in self._verdicts:
                 return
             self._verdicts[index] = verdict
             if isinstance(verdict, Trip):
-                self._settled = True
-                if not self._scope.cancelled:  # the first of a trip and a cancel wins
-                    name = self._workers[index].check.name
-                    tripped = self.trip = GuardrailTrip(
-                        name=name, stage="input", reason=verdict.reason, run_id=self._ctx.run_id
-                    )
+                self._settled = True  # claimed with it (the first of a trip and a cancel wins)
+                won = self._claim.claim(self._trip(index, verdict), self._scope)
             elif len(self._verdicts) == len(self._workers):
                 self._settled = True
                 self.passed = not any(isinstance(v, Redact) for v in self._verdicts.values())
             self._cond.notify_all()
-        if tripped is not None:
-            self._token.cancel("another input check tripped")
-            self._scope.cancel(f"guardrail: {tripped.name}")  # stops the model call
+        if won:
+            self._claim.wake(self._scope, self._token)  # stops the model call
+
+    def _trip(self, index: int, verdict: Trip) -> GuardrailTrip:
+        name, run_id = self._workers[index].check.name, self._ctx.run_id
+        return GuardrailTrip(name=name, stage="input", reason=verdict.reason, run_id=run_id)
 
     def _wake(self) -> None:
         with self._cond:
@@ -278,20 +283,13 @@ class InputRace:
         for index, _ in redacts[1:]:
             check = self._workers[index].check
             verdict = wait_for_check(self._ctx, check, self._view(text, CancelToken()))
-            if isinstance(verdict, Trip):
-                self._record_late_trip(check, verdict)
+            if isinstance(verdict, Trip):  # the run stops at it (leave), or at a cancel
+                if self._claim.claim(self._trip(index, verdict), self._scope):
+                    self._claim.wake(self._scope, self._token)
+                raise CancelledError(f"guardrail: {check.name}")
             if isinstance(verdict, Redact):
                 text = verdict.text
         return text
-
-    def _record_late_trip(self, check: Guardrail, verdict: Trip) -> None:
-        with self._cond:
-            if not self._scope.cancelled:
-                self.trip = GuardrailTrip(
-                    name=check.name, stage="input", reason=verdict.reason, run_id=self._ctx.run_id
-                )
-        self._scope.cancel(f"guardrail: {check.name}")
-        raise CancelledError(f"guardrail: {check.name}")
 
     def leave(self, exc: BaseException, cut: bool) -> Generator[AgentEvent, None, str | None]:
         """The model call raced against the checks ended by ``exc`` (``cut``: by a cancel):
