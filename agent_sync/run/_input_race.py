@@ -11,7 +11,8 @@ trips records the trip while the run's scope is live, then cancels the scope: th
 stops through the cancel path, and the model step's failure path (:meth:`InputRace.leave`)
 stops the run at the trip (the trip was first: :meth:`RunContext.stop_at_guardrail` with
 ``claimed``). A ``Redact`` discards the call made with the original prompt
-(:class:`InputRedacted`); the model step calls again with the redacted prompt. A check past
+(:class:`InputRedacted`): aborted as the checks settle on it (through :attr:`InputRace.call`,
+the call's own scope), never read on; the model step calls again with the redacted prompt. A check past
 its ``timeout`` trips (or passes, ``on_error="pass"``), and a check still running when the
 run stops waiting for it is abandoned (:class:`~._check_worker.CheckWorker`).
 A ``cancel()`` ends the waits at once.
@@ -93,11 +94,16 @@ class InputRace:
         ]
         self._deadlines = [0.0] * len(checks)
         self._unregister: Callable[[], None] = _nothing
+        self.call = CancelScope(ctx.run_id)
+        """The model call's scope: the run's cancel reaches it (linked in :meth:`start`), and
+        a redaction aborts the call alone."""
+        self._unlink: Callable[[], None] = _nothing
 
     def start(self) -> None:
         """Start the checks: the first thing of the model call's ``try`` (so a failure before
         it leaves no thread behind)."""
         self._unregister = self._scope.register_abort(self._wake)
+        self._unlink = self._scope.link(self.call)
         now = time.monotonic()
         self._deadlines = [now + worker.check.timeout for worker in self._workers]
         for worker in self._workers:
@@ -140,6 +146,11 @@ class InputRace:
     def _trip(self, index: int, verdict: Trip) -> GuardrailTrip:
         name, run_id = self._workers[index].check.name, self._ctx.run_id
         return GuardrailTrip(name=name, stage="input", reason=verdict.reason, run_id=run_id)
+
+    def _tripped(self) -> bool:
+        """Whether a check tripped (claimed or not: a cancel may have come first). Under
+        ``_cond``."""
+        return any(isinstance(verdict, Trip) for verdict in self._verdicts.values())
 
     def _wake(self) -> None:
         with self._cond:
@@ -221,18 +232,28 @@ class InputRace:
         reader = threading.Thread(target=read, name="guardrail-input-pump", daemon=True)
         reader.start()
         woke = False  # the loop was woken for the release (once)
+        redacted = False  # settled on a redaction: the call is discarded at once
         try:
             while True:
                 timeout = self._expire()
                 with cond:
-                    waking = self.passed and not woke
-                    if waking:
-                        state["stop"] = True  # the helper hands the stream back
-                    done = "done" in state
-                    if not items and not waking and not done and not self._scope.cancelled:
-                        cond.wait(timeout)
-                        continue
-                    item = items.popleft() if items else None
+                    redacted = self._settled and not self.passed and not self._tripped()
+                    if not redacted:
+                        waking = self.passed and not woke
+                        if waking:
+                            state["stop"] = True  # the helper hands the stream back
+                        done = "done" in state
+                        if not items and not waking and not done and not self._scope.cancelled:
+                            cond.wait(timeout)
+                            continue
+                        item = items.popleft() if items else None
+                if redacted:  # aborted (the reader ends, and closes the stream); what it
+                    self.call.cancel("discarded: an input guardrail redacted the prompt")
+                    with cond:  # read before is taken still (held, never released: the
+                        read_before = list(items)  # call's usage is counted)
+                        items.clear()
+                    yield from read_before
+                    break
                 if self._scope.cancelled:
                     raise CancelledError(self._scope.reason or "cancelled")
                 if item is not None:
@@ -243,7 +264,9 @@ class InputRace:
                 elif done:
                     break
             end = state.get("end")
-            if end is None:  # handed back: the rest, read in this thread
+            if redacted:
+                pass
+            elif end is None:  # handed back: the rest, read in this thread
                 yield from stream
             elif not isinstance(end, StopIteration):
                 raise end  # type: ignore[misc]
@@ -254,6 +277,8 @@ class InputRace:
                     state["stop"] = state["close"] = True
             if not running:
                 _close(stream)
+        if redacted:  # the call made with the original prompt is discarded: never read on
+            raise InputRedacted(self._redacted())
 
     def settle(self, held: list[AgentEvent] | None) -> Generator[AgentEvent, None, None]:
         """The model's answer ended: wait for the checks (bounded by their timeouts and the
@@ -314,6 +339,7 @@ class InputRace:
     def close(self) -> None:
         """The race is over: checks still running are told to stop, and abandoned."""
         self._unregister()
+        self._unlink()
         self._token.cancel("input checks over")
         for worker in self._workers:
             worker.abandon()

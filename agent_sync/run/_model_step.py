@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._run_state import Step, StepName
-from ..cancel import CancelledError
+from ..cancel import CancelledError, CancelScope
 from ..errors import ContextWindowOverflowError, ModelStreamError
 from ..events import AgentEvent, MessageComplete, ModelRetry
 from ..messages import CANCELLED_TEXT, StreamEvent
@@ -75,7 +75,8 @@ def model_step(
     try:
         if race is not None:
             race.start()  # the checks race the call from here
-        stream, request = yield from _open_fitting(ctx, request)
+        call = scope if race is None else race.call  # a race may discard the call alone
+        stream, request = yield from _open_fitting(ctx, request, call)
         if race is not None:
             stream = race.pump(stream)
         try:
@@ -211,28 +212,29 @@ def _before_model_call(ctx: RunContext) -> None:
 
 
 def _open_fitting(
-    ctx: RunContext, request: ModelRequest
+    ctx: RunContext, request: ModelRequest, call: CancelScope
 ) -> Generator[AgentEvent, None, tuple[Iterator[StreamEvent], ModelRequest]]:
     """:func:`_open_stream`; with a context policy, a view the provider refuses as too long
     is retried once with at most half of it. Returns the stream and the request sent."""
     try:
-        return (yield from _open_stream(ctx, request)), request
+        return (yield from _open_stream(ctx, request, call)), request
     except ContextWindowOverflowError:
         keeper = ctx.settings.context
         smaller = None if keeper is None else keeper.shrink(request.messages)
         if smaller is None:
             raise
     request = replace(request, messages=tuple(smaller))
-    return (yield from _open_stream(ctx, request)), request
+    return (yield from _open_stream(ctx, request, call)), request
 
 
 def _open_stream(
-    ctx: RunContext, request: ModelRequest
+    ctx: RunContext, request: ModelRequest, call: CancelScope
 ) -> Generator[AgentEvent, None, Iterator[StreamEvent]]:
     """Start a model call with retries; return its events from the first content on.
 
     Errors raised before the first content event are retried by the policy; the events
-    before that point (``messageStart``) are buffered and replayed.
+    before that point (``messageStart``) are buffered and replayed. ``call``: the scope the
+    model is given, the run's (or one linked to it that aborts this call alone).
     """
     scope, model = ctx.scope, ctx.settings.model
     delays: list[float] = []
@@ -252,7 +254,7 @@ def _open_stream(
             try:
                 # spans the provider makes (e.g. its SDK's) nest under the call's
                 with ctx.hooks.model_call_scope(ctx.cycle):
-                    stream = iter(model.stream(request, cancel=scope))
+                    stream = iter(model.stream(request, cancel=call))
                     head = read_until_content(stream)
             except BaseException as exc:
                 _close(stream)

@@ -194,6 +194,29 @@ def test_a_redaction_discards_the_first_call_and_asks_again() -> None:
     assert done.result.usage["outputTokens"] == 5 + 7  # the discarded call's usage counted
 
 
+def test_a_redaction_aborts_the_first_call_at_once_however_long_it_would_stream() -> None:
+    # The call made with the original prompt is discarded: it is aborted as the checks
+    # settle on a redaction, not read to its end (the gated model would stream on forever).
+    model = GatedModel(["answer to the original", "answer to the clean one"], gate_after=1)
+
+    def scrub(view: GuardView) -> Redact | None:
+        model.reached.wait(HANG_BOUND)  # the call streams, then waits
+        return Redact(view.text.replace("4111", "[card]"))
+
+    agent = Agent(model, guardrails=[Guardrail(scrub, stage="input")])
+    consumer = Consumer(agent, "my card is 4111")
+    try:
+        assert model.aborted.wait(HANG_BOUND)  # the first call, stopped through its scope
+        done = consumer.done()
+    finally:
+        model.open()
+    assert done.result.stop_reason == "end_turn"
+    assert consumer.text() == "answer to the clean one"
+    assert "original" not in repr(consumer.events) and "original" not in repr(agent.messages)
+    assert agent.messages[0]["content"] == [{"text": "my card is [card]"}]
+    assert validate_history(agent.messages) == []
+
+
 def test_cancel_while_a_race_check_is_pending_returns_and_abandons_it(quiet_cap: None) -> None:
     entered, release = threading.Event(), threading.Event()
 
