@@ -73,18 +73,20 @@ def release_delays(runs: int, seed: int = 30) -> tuple[list[float], list[float]]
 
 
 def race_count(runs: int, seed: int = 30) -> dict[str, int]:
-    """``runs`` races of a random input check (0-5 ms, trip or pass) against a model that
-    streams text (random time to first token, 0-5 ms) then asks for a tool: counts of tool
-    starts before the check's pass or after its trip, and of text released before the
-    check passed (goal: 0 and 0)."""
+    """``runs`` races of a random input check (0-5 ms; trip, pass or redact, a third each)
+    against a model that streams text (random time to first token, 0-5 ms) then asks for a
+    tool: counts of tool starts before the check's pass or after its trip or redaction (the
+    call a redaction discards asks for the tool, the next one does not), and of text released
+    before the check passed or of the discarded call (goal: 0 and 0)."""
     from agent_sync import Agent, tool
     from agent_sync.events import TextDelta
-    from agent_sync.guardrails import Guardrail, GuardView, Trip
+    from agent_sync.guardrails import Guardrail, GuardView, Redact, Trip
 
     rng = random.Random(seed)
-    counts = {"runs": runs, "trips": 0, "early tool starts": 0, "early text": 0}
+    counts = {"runs": runs, "trips": 0, "redactions": 0, "early tool starts": 0, "early text": 0}
     for _ in range(runs):
-        check_delay, ttft, trips = rng.uniform(0, 0.005), rng.uniform(0, 0.005), rng.random() < 0.5
+        check_delay, ttft = rng.uniform(0, 0.005), rng.uniform(0, 0.005)
+        verdict = rng.choice(["trip", "pass", "redact"])
         passed: list[float] = []
         started: list[float] = []
 
@@ -94,10 +96,12 @@ def race_count(runs: int, seed: int = 30) -> dict[str, int]:
             started.append(time.perf_counter())  # noqa: B023 (each run's own agent)
             return "found"
 
-        def check(view: GuardView, wait: float = check_delay, trip: bool = trips) -> Trip | None:
+        def check(view: GuardView, wait: float = check_delay, verdict: str = verdict) -> Any:
             threading.Event().wait(wait)
-            if trip:
+            if verdict == "trip":
                 return Trip("no")
+            if verdict == "redact":
+                return Redact("go, redacted") if view.text == "go" else None
             passed.append(time.perf_counter())  # noqa: B023 (the last thing before the pass)
             return None
 
@@ -107,11 +111,18 @@ def race_count(runs: int, seed: int = 30) -> dict[str, int]:
         ]
         model = _TimedModel(turns, ttft)
         agent = Agent(model, tools=[lookup], guardrails=[Guardrail(check, stage="input")])
-        texts = [time.perf_counter() for e in agent.stream("go") if isinstance(e, TextDelta)]
-        counts["trips"] += trips
-        if trips:
+        events = [(time.perf_counter(), e) for e in agent.stream("go")]
+        texts = [at for at, e in events if isinstance(e, TextDelta)]
+        counts["trips"] += verdict == "trip"
+        counts["redactions"] += verdict == "redact"
+        if verdict == "trip":
             counts["early tool starts"] += len(started)
             counts["early text"] += len(texts)
+        elif verdict == "redact":  # only the second call's answer, "done", is released
+            counts["early tool starts"] += len(started)
+            counts["early text"] += sum(
+                1 for _, e in events if isinstance(e, TextDelta) and e.text not in "done"
+            )
         else:
             counts["early tool starts"] += sum(1 for at in started if at < passed[0])
             counts["early text"] += sum(1 for at in texts if at < passed[0])
