@@ -286,7 +286,8 @@ class AnthropicModel:
             extra_body=rest or None,
             **options,
         )
-        return raw.http_response
+        response: httpx2.Response = raw.http_response  # (mypy does not read the SDK: Any)
+        return response
 
 
 def _has_credentials(client: anthropic.Anthropic, extra_headers: Mapping[str, Any]) -> bool:
