@@ -41,10 +41,12 @@ Records, in the order a run makes them:
                     ``done`` comes too)
 ``guardrail``       ``{"name", "stage", "reason"}``: a guardrail tripped (``done`` follows)
 ``done``            ``{"run_id", "stop_reason", "cancel_reason", "usage", "text",
-                    "usage_limit"?, "guardrail"?, "output"?}``: last (``usage_limit``: the
-                    limit that stopped a ``"usage_limit"`` run; ``guardrail``: the trip
-                    ``{"name", "stage", "reason", "run_id"}`` of a ``"guardrail"`` run;
-                    ``output``: with an ``output_type``, the validated answer as JSON)
+                    "usage_limit"?, "guardrail"?, "output"?, "unchecked_input"?}``: last
+                    (``usage_limit``: the limit that stopped a ``"usage_limit"`` run;
+                    ``guardrail``: the trip ``{"name", "stage", "reason", "run_id"}`` of a
+                    ``"guardrail"`` run; ``output``: with an ``output_type``, the validated
+                    answer as JSON; ``unchecked_input``: injected input the run handed back,
+                    its input guardrails never passed it, as ``input_injected`` blocks)
 ``error``           ``{"error", "message", "retryable", "status"?, "problems"?}``: last,
                     the run failed (``StoreUnavailable``/``StoreError``: its records could
                     not be stored; ``OutputValidationError``: ``problems``, one line per
@@ -243,8 +245,12 @@ def cancelled_tool_ends(calls: Mapping[str, str]) -> list[dict[str, Any]]:
 
 def done_record(event: Done) -> dict[str, Any]:
     """The last record of a run that ended (not paused); a run with an ``output_type``
-    adds ``output``: its validated answer as JSON (``null`` if it ended without one)."""
+    adds ``output``: its validated answer as JSON (``null`` if it ended without one); a
+    run that handed injected input back unchecked adds ``unchecked_input`` (its blocks as
+    ``input_injected`` shows them: the client sends them again)."""
     record = {"type": "done", **event.to_dict()}
+    if event.result.unchecked_input:
+        record["unchecked_input"] = public_blocks(event.result.unchecked_input)
     output = event.result.output
     if isinstance(output, str) and output == record["text"]:
         return record  # no output type: the output is the text, sent once
