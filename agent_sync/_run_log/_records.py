@@ -93,6 +93,7 @@ __all__ = [
     "resumed_record",
     "closing_record",
     "done_record",
+    "done_summary",
     "error_record",
     "event_id",
     "is_terminal",
@@ -243,14 +244,22 @@ def cancelled_tool_ends(calls: Mapping[str, str]) -> list[dict[str, Any]]:
     ]
 
 
+def done_summary(event: Done) -> dict[str, Any]:
+    """A ``Done`` event as the web sends it (the ``done`` SSE frame, the done record):
+    :meth:`Done.to_dict`, and ``unchecked_input`` when the run handed injected input back
+    (its input guardrails never passed it), as ``input_injected`` shows blocks."""
+    summary = event.to_dict()
+    if event.result.unchecked_input:
+        summary["unchecked_input"] = public_blocks(event.result.unchecked_input)
+    return summary
+
+
 def done_record(event: Done) -> dict[str, Any]:
     """The last record of a run that ended (not paused); a run with an ``output_type``
     adds ``output``: its validated answer as JSON (``null`` if it ended without one); a
-    run that handed injected input back unchecked adds ``unchecked_input`` (its blocks as
-    ``input_injected`` shows them: the client sends them again)."""
-    record = {"type": "done", **event.to_dict()}
-    if event.result.unchecked_input:
-        record["unchecked_input"] = public_blocks(event.result.unchecked_input)
+    run that handed injected input back adds ``unchecked_input`` (:func:`done_summary`:
+    the client sends it again)."""
+    record = {"type": "done", **done_summary(event)}
     output = event.result.output
     if isinstance(output, str) and output == record["text"]:
         return record  # no output type: the output is the text, sent once

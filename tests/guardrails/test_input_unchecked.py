@@ -20,6 +20,7 @@ from agent_sync.result import AgentResult
 from agent_sync.stores import RunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.run_store_contract._signals import _EndHeld
+from agent_sync.web import encode_event
 from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.doubles import BackgroundInvoke
 from tests.run._gates import Gate, gate_call
@@ -96,6 +97,8 @@ def test_input_queued_as_the_run_ends_is_handed_back_never_committed(ending: str
     assert result.stop_reason == stop
     assert "meanwhile" not in repr(agent.messages)  # never committed unchecked
     assert result.unchecked_input == ({"text": QUESTION},)  # nor lost: handed back
+    frame = encode_event(Done(result=result, run_id=result.run_id))  # the web's done frame
+    assert frame is not None and b'"unchecked_input"' in frame and QUESTION.encode() in frame
     assert not any(isinstance(e, InputInjected) for e in events)
     assert validate_history(agent.messages) == []
     assert len(model.calls) == 1  # the model never saw it
