@@ -8,7 +8,8 @@ States: ``queued`` (an inject queued while a cooperative tool runs, input guardr
 the run hands it back instead of committing it), ``queued, no guards`` (the same without
 guardrails: committed, as before), ``check pending`` (a cancel while an inject's block-mode
 check, which ignores its cancel token, runs: abandoned; the baseline dropped the inject).
-Goal (DESIGN 13): a cancel returns as fast with guardrails as without (p50/p99 in ms).
+``bare wake``: an ``Event.set()`` -> waiter running, taken meanwhile (the machine's floor).
+Goal (DESIGN 13): a cancel returns as fast with guardrails as without.
 ``--base``: ``git archive <base> | tar -x -C /tmp/input_base``.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -66,15 +66,18 @@ def _sample(state: str) -> float:
     started = time.perf_counter()
     agent.cancel()
     assert done.wait(30)
-    elapsed = time.perf_counter() - started
+    elapsed = time.perf_counter() - started  # seconds
     assert model.calls and len(model.calls) == 1, "the run went on"
     release.set()
     runner.join(30)
-    return elapsed * 1000
+    return elapsed
 
 
 def _child(runs: int) -> None:
+    from _common import bare_wake
+
     out = {state: [_sample(state) for _ in range(runs)] for state in STATES}
+    out["bare wake"] = [bare_wake() for _ in range(runs)]  # the machine's floor, meanwhile
     print(json.dumps(out))
 
 
@@ -91,15 +94,6 @@ def _batch(tree: Path, runs: int) -> dict[str, list[float]]:
     return data
 
 
-def _row(name: str, values: list[float]) -> str:
-    ordered = sorted(values)
-    p95, p99 = (ordered[min(len(ordered) - 1, int(len(ordered) * q))] for q in (0.95, 0.99))
-    return (
-        f"  {name:<5} p50 {statistics.median(values):6.2f}  p95 {p95:6.2f}  p99 {p99:6.2f}  "
-        f"max {ordered[-1]:6.2f} ms (n={len(values)})"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
@@ -113,15 +107,19 @@ def main() -> None:
     if args.base is None:
         parser.error("--base is required")
     trees = {"base": args.base, "this": ROOT}
-    samples: dict[str, dict[str, list[float]]] = {t: {s: [] for s in STATES} for t in trees}
+    names = (*STATES, "bare wake")
+    samples: dict[str, dict[str, list[float]]] = {t: {s: [] for s in names} for t in trees}
     for _ in range(args.rounds):  # interleaved: base, this, base, this, ...
         for name, tree in trees.items():
             for state, values in _batch(tree, args.runs // args.rounds).items():
                 samples[name][state].extend(values)
-    for state in STATES:
-        print(state)
+    from _common import p99, report
+
+    for state in (*STATES, "bare wake"):
         for name in trees:
-            print(_row(name, samples[name][state]))
+            values = samples[name][state]
+            report(f"{state} [{name}]", values)
+            print(f"{'':<46} p99={p99(values) * 1000:8.2f} ms")
 
 
 if __name__ == "__main__":
