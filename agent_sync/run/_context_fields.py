@@ -284,6 +284,11 @@ class ContextFields:
         return self._prompt_passed
 
     @property
+    def unchecked(self) -> tuple[ContentBlock, ...]:
+        """Injected input the run handed back (``RunContext.hand_back``)."""
+        return tuple(self._unchecked)
+
+    @property
     def input_checked(self) -> bool:
         """Whether the run's input is checked (it has input guardrails): then input is
         committed only once its checks passed it (DESIGN 13)."""

@@ -374,7 +374,9 @@ def _finish_withdrawn(ctx: RunContext) -> None:
 
 def end_failed(ctx: RunContext) -> None:
     """Leave a failed run's history valid, ending with the user's message (so
-    ``invoke()`` with no prompt can try again) with any queued input in it."""
-    add_user_blocks(ctx.messages, ctx.inbox.close())
+    ``invoke()`` with no prompt can try again) with any queued input in it: input checks
+    or not, the next call checks that message as its prompt; a failed run has no result to
+    hand input back in (an inject whose check failed to run included)."""
+    add_user_blocks(ctx.messages, [*ctx.unchecked, *ctx.inbox.close()])
     close_turn(ctx.messages, None)
     ctx.fail()

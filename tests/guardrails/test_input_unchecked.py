@@ -14,6 +14,7 @@ import pytest
 
 from agent_sync import Agent, UsageLimits, validate_history
 from agent_sync._run_log._records import done_record
+from agent_sync.errors import ModelError
 from agent_sync.events import Done, InputInjected
 from agent_sync.guardrails import Guardrail, GuardView, PatternGuard, Trip
 from agent_sync.result import AgentResult
@@ -151,6 +152,26 @@ def test_without_input_checks_queued_input_is_committed_as_before() -> None:
     assert result is not None and result.unchecked_input == ()
     assert {"text": QUESTION} in agent.messages[-2]["content"]  # unchecked: none to pass
     assert validate_history(agent.messages) == []
+
+
+def test_a_failed_runs_queued_input_is_checked_by_the_next_call() -> None:
+    """A failed run has no result to hand input back in: it keeps queued input in its
+    trailing user message (``invoke()`` retries it), which the next call checks as its
+    prompt, so it is never sent unchecked."""
+    gate = Gate()
+    gate.opened.set()
+    model = ScriptedModel([{"tool_calls": [gate_call()]}, {"error": ModelError("down")}])
+    agent = Agent(model, tools=[gate.tool], guardrails=[_checked(mode="block")])
+    with pytest.raises(ModelError), agent.stream("go") as stream:
+        for event in stream:
+            if event.type == "message" and event.message["role"] == "user":
+                stream.inject("an attack, injected")
+    assert {"text": "an attack, injected"} in agent.messages[-1]["content"]
+    assert validate_history(agent.messages) == []
+    result = agent.invoke("again")
+    assert result.stop_reason == "guardrail" and result.guardrail is not None
+    assert result.guardrail.stage == "input"
+    assert len(model.calls) == 2 and "attack" not in repr(model.calls[1].messages)
 
 
 # -- through a store: input it accepted as the run's end was stored --
