@@ -76,6 +76,8 @@ def _sample(state: str) -> float:
 def _child(runs: int) -> None:
     from _common import bare_wake
 
+    for state in STATES:  # warm up: lazy imports, first threads (not what is measured)
+        _sample(state)
     out = {state: [_sample(state) for _ in range(runs)] for state in STATES}
     out["bare wake"] = [bare_wake() for _ in range(runs)]  # the machine's floor, meanwhile
     print(json.dumps(out))
