@@ -85,6 +85,12 @@ class AgentResult:
     guardrail: GuardrailTrip | None = None
     """With ``stop_reason == "guardrail"``: the trip (``name``, ``stage``, ``reason``,
     ``run_id``) of the guardrail that stopped the run; ``None`` otherwise."""
+    unchecked_input: tuple[ContentBlock, ...] = ()
+    """Injected input the run accepted but never committed, because its input guardrails
+    had not passed it when the run ended (a cancel, a stop at a trip or a usage limit, or
+    the input reaching a stopped run through its store): not in the history, never sent
+    to the model. Send it again (a prompt, an inject) to have it checked and answered.
+    Always empty for a run without input guardrails (its history keeps such input)."""
 
     def __post_init__(self) -> None:
         if self.output is TEXT_OUTPUT:

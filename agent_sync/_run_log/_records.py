@@ -41,10 +41,12 @@ Records, in the order a run makes them:
                     ``done`` comes too)
 ``guardrail``       ``{"name", "stage", "reason"}``: a guardrail tripped (``done`` follows)
 ``done``            ``{"run_id", "stop_reason", "cancel_reason", "usage", "text",
-                    "usage_limit"?, "guardrail"?, "output"?}``: last (``usage_limit``: the
-                    limit that stopped a ``"usage_limit"`` run; ``guardrail``: the trip
-                    ``{"name", "stage", "reason", "run_id"}`` of a ``"guardrail"`` run;
-                    ``output``: with an ``output_type``, the validated answer as JSON)
+                    "usage_limit"?, "guardrail"?, "output"?, "unchecked_input"?}``: last
+                    (``usage_limit``: the limit that stopped a ``"usage_limit"`` run;
+                    ``guardrail``: the trip ``{"name", "stage", "reason", "run_id"}`` of a
+                    ``"guardrail"`` run; ``output``: with an ``output_type``, the validated
+                    answer as JSON; ``unchecked_input``: injected input the run handed back,
+                    its input guardrails never passed it, as ``input_injected`` blocks)
 ``error``           ``{"error", "message", "retryable", "status"?, "problems"?}``: last,
                     the run failed (``StoreUnavailable``/``StoreError``: its records could
                     not be stored; ``OutputValidationError``: ``problems``, one line per
@@ -91,6 +93,7 @@ __all__ = [
     "resumed_record",
     "closing_record",
     "done_record",
+    "done_summary",
     "error_record",
     "event_id",
     "is_terminal",
@@ -241,10 +244,22 @@ def cancelled_tool_ends(calls: Mapping[str, str]) -> list[dict[str, Any]]:
     ]
 
 
+def done_summary(event: Done) -> dict[str, Any]:
+    """A ``Done`` event as the web sends it (the ``done`` SSE frame, the done record):
+    :meth:`Done.to_dict`, and ``unchecked_input`` when the run handed injected input back
+    (its input guardrails never passed it), as ``input_injected`` shows blocks."""
+    summary = event.to_dict()
+    if event.result.unchecked_input:
+        summary["unchecked_input"] = public_blocks(event.result.unchecked_input)
+    return summary
+
+
 def done_record(event: Done) -> dict[str, Any]:
     """The last record of a run that ended (not paused); a run with an ``output_type``
-    adds ``output``: its validated answer as JSON (``null`` if it ended without one)."""
-    record = {"type": "done", **event.to_dict()}
+    adds ``output``: its validated answer as JSON (``null`` if it ended without one); a
+    run that handed injected input back adds ``unchecked_input`` (:func:`done_summary`:
+    the client sends it again)."""
+    record = {"type": "done", **done_summary(event)}
     output = event.result.output
     if isinstance(output, str) and output == record["text"]:
         return record  # no output type: the output is the text, sent once

@@ -3,8 +3,9 @@
 A run with a store loads the conversation when it takes the agent, commits its state at
 every step boundary, stores a pause before anyone is told of it, and stores its end, where
 input the store accepted just before the end is answered (one more model call after the
-model's finished turn) or written to the history (any other end, a guardrail's or a usage
-limit's stop among them): nothing injected is lost. A run without a store only records
+model's finished turn, after its input checks) or written to the history (any other end,
+a guardrail's or a usage limit's stop among them; with input checks, handed back in the
+result instead): nothing injected is lost. A run without a store only records
 its pause in the agent's slot. Used by the run's driver, in the loop's thread.
 """
 
@@ -88,10 +89,14 @@ class Commits:
         Input injected through the store that the run has not answered yet (accepted just
         before the end) stops the end of a finished turn (``done``, the model's answer):
         nothing is committed and it is returned, for one more model call
-        (``RunContext.reopen``). Any other end writes it to the history first, its turn
-        closed again as the run closed it (nothing injected is lost): a cancel, a failure,
-        and a stop (a guardrail or a usage limit: ``done``, but it never goes on, or it
-        would answer what its stop refused)."""
+        (``RunContext.reopen``: checked first, with input checks). Any other end writes it
+        to the history first, its turn closed again as the run closed it (nothing injected
+        is lost): a cancel, a failure, and a stop (a guardrail or a usage limit: ``done``,
+        but it never goes on, or it would answer what its stop refused). A cancelled or
+        stopped run with input checks hands it back in its result instead
+        (``RunContext.hand_back``: nothing checks it now, and unchecked input is never
+        committed); a failed one keeps it in its trailing user message, which the next
+        call checks as its prompt."""
         link = self._link
         if link is None or link.ended or ctx.status in ("running", "paused"):
             return []
@@ -107,9 +112,9 @@ class Commits:
                     going_on = True
                     return late
                 if ctx.status == "failed":  # a failed one keeps it as its last user message
-                    add_user_blocks(ctx.messages, late)
-                else:  # cancelled or stopped: it keeps it, its turn closed again
-                    close_cancelled_turn(ctx.messages, queued=late, closing_text=_closing(ctx))
+                    add_user_blocks(ctx.messages, late)  # (the next call checks it: its prompt)
+                elif kept := ctx.hand_back(late):  # cancelled or stopped: unless unchecked,
+                    close_cancelled_turn(ctx.messages, queued=kept, closing_text=_closing(ctx))
         except Exception:
             if strict:
                 raise

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from .._decisions import ApprovalRequest, Approve, Deny
 from .._guardrails._checks import GuardrailTrip
-from .._history import add_user_blocks
 from .._run_state import RunState, RunStatus, Step, StepName
 from ..cancel import CancelledError
 from ..messages import ContentBlock, Message, ToolResult, ToolUse, Usage
@@ -79,13 +78,16 @@ class RunContext(ContextFields):
 
     def reopen(self, blocks: list[ContentBlock]) -> None:
         """A ``done`` run given input the store accepted before its end was stored goes on,
-        as for input queued when the model ends its turn: one more model call answers it."""
-        self._inbox = Inbox()  # the closed one refused local input meanwhile; this takes more
-        add_user_blocks(self._messages, blocks)
+        as for input queued when the model ends its turn (the finish step takes it): one
+        more model call answers it."""
+        # the closed inbox refused local input meanwhile; this one takes more, and holds
+        # ``blocks`` for the finish step, which answers them as input queued at the turn's
+        # end: checked first, in a run with input checks (committed only once they passed)
+        self._inbox = Inbox([blocks])
         self._result = None
         self._stop_reason = None
         self._ended_at = None
-        self._next_step = "model"
+        self._next_step = "finish"
         self._status = "running"
 
     def mark_ended(self) -> None:
@@ -246,6 +248,21 @@ class RunContext(ContextFields):
         self._prompt_passed = True
         self._inbox.open()
 
+    def hand_back(self, blocks: list[ContentBlock]) -> list[ContentBlock]:
+        """Injected input the run took as it ends, that no check will see now (a cancel or
+        a stop never waits for one): returned, to be written to the history with the
+        closing, by a run without input checks; a run with them (:attr:`input_checked`)
+        commits input only once its checks passed it, so it keeps none of it and hands it
+        back in its result's ``unchecked_input`` (and the done record) instead, and
+        returns ``[]``. Called before or after :meth:`finish` (input a store accepted as
+        the run's end was being stored)."""
+        if not blocks or not self.input_checked:
+            return blocks
+        self._unchecked.extend(blocks)
+        if self._result is not None:
+            self._result = replace(self._result, unchecked_input=tuple(self._unchecked))
+        return []
+
     def withdraw_prompt(self) -> None:
         """An input trip: the prompt leaves the history, which is as it was before the call
         (no-op for a run that added none)."""
@@ -314,6 +331,7 @@ class RunContext(ContextFields):
             output=result_output(self),
             usage_limit=self._usage_limit if stop_reason == "usage_limit" else None,
             guardrail=self._guardrail if stop_reason == "guardrail" else None,
+            unchecked_input=tuple(self._unchecked),
         )
         self._pending_tool_ids = ()
         self._phase = "idle"

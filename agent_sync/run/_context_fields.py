@@ -18,7 +18,7 @@ from .._decisions import ApprovalRequest, Approve, Deny
 from .._guardrails._checks import GuardrailTrip
 from .._run_state import RunPhase, RunSnapshot, RunState, RunStatus, Step, StepName
 from ..cancel import CancelMode
-from ..messages import Message, ToolResult, ToolUse, Usage
+from ..messages import ContentBlock, Message, ToolResult, ToolUse, Usage
 from ..models.base import CacheMode
 from ..result import AgentResult
 from ._hooks import NO_HOOKS, HookRunner
@@ -86,6 +86,7 @@ class ContextFields:
         "_subruns",
         "_tool_calls",
         "_tool_time",
+        "_unchecked",
         "_usage",
         "_usage_limit",
         "agent",
@@ -165,6 +166,9 @@ class ContextFields:
         # and the length of the trailing user message it joined (-1: a message of its own)
         self._prompt_undo: tuple[int, int] | None = None
         self._prompt_passed = False  # its input checks passed: a later input trip is an inject's
+        # injected input taken as the run ended, which its input checks never passed: not
+        # committed, handed back in the result (RunContext.hand_back)
+        self._unchecked: list[ContentBlock] = []
         self._retries = 0
         self._model_ids: list[str] = []  # per answered model call (run/_model_step.py)
         self._ended_at: float | None = None
@@ -278,6 +282,18 @@ class ContextFields:
     @property
     def prompt_passed(self) -> bool:
         return self._prompt_passed
+
+    @property
+    def unchecked(self) -> tuple[ContentBlock, ...]:
+        """Injected input the run handed back (``RunContext.hand_back``)."""
+        return tuple(self._unchecked)
+
+    @property
+    def input_checked(self) -> bool:
+        """Whether the run's input is checked (it has input guardrails): then input is
+        committed only once its checks passed it (DESIGN 13)."""
+        guards = self._settings.guardrails
+        return guards is not None and guards.has("input")
 
     @property
     def first_token(self) -> float | None:

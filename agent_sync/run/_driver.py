@@ -283,9 +283,8 @@ class RunDriver:
                     if self._source_tools is not None:
                         source_tools, self._source_tools = self._source_tools, None
                         ctx.use_tools(source_tools(self._scope))
-                    if late:  # answered as input queued at the end is: one more model call
-                        ctx.reopen(late)
-                        yield InputInjected(content=tuple(late), run_id=self.run_id)
+                    if late:  # answered as input queued at the end is (the finish step:
+                        ctx.reopen(late)  # checked, committed, one more model call)
                         step = ctx.next_step
                     while step is not None:
                         ctx.go_to(step)

@@ -71,7 +71,8 @@ def check_inject(
 
     ``blocks`` were taken with the inbox held (``Inbox.take(hold=True)``): more input is
     refused while they are checked and taken again once they passed, so a trip never drops
-    input the run accepted."""
+    input the run accepted. A run that ends while they are checked (a cancel, which never
+    waits for the check) hands them back in its result (``RunContext.hand_back``)."""
     guards = ctx.settings.guardrails
     checks = guards.stage("input") if guards is not None else ()
     if not blocks or not checks:
@@ -79,7 +80,13 @@ def check_inject(
         return blocks
     original = _text(blocks)
     ordered = sorted(checks, key=lambda check: not isinstance(check, PatternGuard))
-    text = yield from _judge(ctx, ordered, original, tuple(ctx.messages))
+    try:
+        text = yield from _judge(ctx, ordered, original, tuple(ctx.messages))
+    except BaseException:  # the run ends: a cancel, another stop, or this input's trip
+        tripped = ctx.guardrail is not None and ctx.guardrail.stage == "input"
+        if not tripped:  # unchecked, not refused: handed back, never dropped
+            ctx.hand_back(blocks)
+        raise
     ctx.inbox.open()  # passed (a trip raised above, the inbox held until the run's close)
     if text == original:
         return blocks

@@ -282,7 +282,7 @@ def max_cycles_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | N
     """The cycle limit was reached before a model call: close the turn and stop."""
     limit = ctx.settings.max_cycles
     logger.debug("max_cycles=<%d> | stopping the loop", limit)
-    add_user_blocks(ctx.messages, ctx.inbox.close())
+    add_user_blocks(ctx.messages, ctx.hand_back(ctx.inbox.close()))  # never checked
     close_turn(ctx.messages, f"Stopped: reached the limit of {limit} model calls (max_cycles).")
     ctx.finish("done", "max_cycles", None)
     yield MessageComplete(message=ctx.messages[-1], run_id=ctx.run_id)
@@ -309,13 +309,17 @@ def end_cancelled(ctx: RunContext) -> list[ContentBlock]:
     stopped (:meth:`RunContext.stop_at_guardrail`) likewise: calls not started answered
     "not run", the turn closed "Stopped by guardrail", ``"guardrail"``, status ``done``.
 
+    Queued input is written to the history, unless the run has input checks: nothing checks
+    it now (a cancel never waits for a check), so it is handed back in the result instead
+    (:meth:`RunContext.hand_back`).
+
     Returns:
         The queued input that was written to the history.
     """
     if ctx.subruns:  # resumed, then cancelled before its paused children went on
         cancel_subruns(ctx.agent, ctx.subruns, ctx.binding, ctx.scope.reason or "cancelled")
     results = ctx.take_round()
-    queued = ctx.inbox.close()
+    queued = ctx.hand_back(ctx.inbox.close())
     if _prompt_unchecked(ctx):  # never committed: the history as before the call
         ctx.withdraw_prompt()  # (the inbox was held until the prompt passed: nothing queued)
         _finish_withdrawn(ctx)
@@ -350,8 +354,7 @@ def _prompt_unchecked(ctx: RunContext) -> bool:
     """Whether the run's prompt is under input checks that have not passed it (a trip, a
     cancel or a usage limit while they were pending): DESIGN 13, an unchecked prompt is not
     committed, or the next call would send it unchecked."""
-    guards = ctx.settings.guardrails
-    return not ctx.prompt_passed and guards is not None and bool(guards.stage("input"))
+    return not ctx.prompt_passed and ctx.input_checked
 
 
 def _finish_withdrawn(ctx: RunContext) -> None:
@@ -371,7 +374,9 @@ def _finish_withdrawn(ctx: RunContext) -> None:
 
 def end_failed(ctx: RunContext) -> None:
     """Leave a failed run's history valid, ending with the user's message (so
-    ``invoke()`` with no prompt can try again) with any queued input in it."""
-    add_user_blocks(ctx.messages, ctx.inbox.close())
+    ``invoke()`` with no prompt can try again) with any queued input in it: input checks
+    or not, the next call checks that message as its prompt; a failed run has no result to
+    hand input back in (an inject whose check failed to run included)."""
+    add_user_blocks(ctx.messages, [*ctx.unchecked, *ctx.inbox.close()])
     close_turn(ctx.messages, None)
     ctx.fail()

@@ -34,6 +34,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
+from .._run_log._records import done_summary
 from .._run_log._stream import DISCONNECT_REASON, RunStream
 from ..errors import ModelError, ModelHTTPError, UsageError
 from ..events import (
@@ -161,7 +162,7 @@ def encode_event(event: AgentEvent) -> bytes | None:
     if isinstance(event, PartialOutput):
         return encode_frame(event.type, {"partial": event.partial})
     if isinstance(event, Done):
-        return encode_frame(event.type, event.to_dict())
+        return encode_frame(event.type, done_summary(event))
     return None
 
 
