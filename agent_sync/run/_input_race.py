@@ -11,10 +11,11 @@ trips records the trip while the run's scope is live, then cancels the scope: th
 stops through the cancel path, and the model step's failure path (:meth:`InputRace.leave`)
 stops the run at the trip (the trip was first: :meth:`RunContext.stop_at_guardrail` with
 ``claimed``). A ``Redact`` discards the call made with the original prompt
-(:class:`InputRedacted`): aborted as the checks settle on it (through :attr:`InputRace.call`,
-the call's own scope), never read on; the model step calls again with the redacted prompt. A check past
-its ``timeout`` trips (or passes, ``on_error="pass"``), and a check still running when the
-run stops waiting for it is abandoned (:class:`~._check_worker.CheckWorker`).
+(:class:`InputRedacted`): aborted as the checks settle on it (through
+:attr:`InputRace.call`, the call's own scope), never read on; the model step calls again
+with the redacted prompt. A check past its ``timeout`` trips (or passes,
+``on_error="pass"``), and a check still running when the run stops waiting for it is
+abandoned (:class:`~._check_worker.CheckWorker`).
 A ``cancel()`` ends the waits at once.
 """
 
