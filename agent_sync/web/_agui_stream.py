@@ -8,10 +8,9 @@ without a value left out, as the models' own serializer leaves them out (the sam
 agree). A message's content events (the bulk of a stream) differ only in their ``delta``, a
 string, which their models accept whatever it holds: the event is validated once, when its
 message opens, with an empty ``delta``, and each piece is written into that frame
-(:class:`_Message`). The last frame a
-record makes carries ``id: <run_id>:<seq>``, so a client reconnects with ``Last-Event-ID``
-as on the native routes; encoding is a pure function of the log, so a replay is the same
-bytes.
+(:class:`_Message`). The last frame a record makes carries ``id: <run_id>:<seq>``, so a
+client reconnects with ``Last-Event-ID`` as on the native routes; encoding is a pure
+function of the log, so a replay is the same bytes.
 
 Mapping (one encoder per response; a response that starts after record ``n`` is first
 fed records ``1..n`` without sending them, so it knows what the client has):
@@ -176,7 +175,7 @@ class AGUIEncoder:
         self._open: _Message | None = None
         self._message_id: str | None = None  # the text message of the open model call
         self._calls: dict[str, _Call] = {}
-        self._interrupts: list[Wire] = []  # RUN_FINISHED's, as its outcome holds them
+        self._interrupts: list[Wire] = []
         self._pause_seq: int | None = None  # the last approval record's
         for event in history:
             self.encode(event.seq, event.data)
