@@ -199,27 +199,30 @@ class RunTracer:
         error_type: str | None = None
         response_model: str | None = None
         try:
+            # one set_attributes for all of them: the SDK takes its lock once per call
+            found: dict[str, Any] = {}
             if event.usage is not None:
-                span.set_attributes(usage_attributes(event.usage, answered.provider))
+                found = usage_attributes(event.usage, answered.provider)
             if response is not None:
                 finish = response.get("providerStopReason") or event.stop_reason
                 response_id = response.get("responseId")
                 if response_id:
-                    span.set_attribute(n.RESPONSE_ID, response_id)
+                    found[n.RESPONSE_ID] = response_id
                 response_model = response.get("responseModel")
                 if response_model:
-                    span.set_attribute(n.RESPONSE_MODEL, response_model)
+                    found[n.RESPONSE_MODEL] = response_model
             else:
                 finish = event.stop_reason
             if finish is not None:
-                span.set_attribute(n.RESPONSE_FINISH_REASONS, [finish])
-            if event.error is not None:
-                error_type = self._fail(span, event.error)
-            elif event.message is not None:
+                found[n.RESPONSE_FINISH_REASONS] = [finish]
+            if event.error is None and event.message is not None:
                 self._last_output = (event.message, event.stop_reason)
                 if self._content:
                     output = output_message(event.message, event.stop_reason)
-                    span.set_attribute(n.OUTPUT_MESSAGES, to_json([output]))
+                    found[n.OUTPUT_MESSAGES] = to_json([output])
+            span.set_attributes(found)
+            if event.error is not None:
+                error_type = self._fail(span, event.error)
         finally:
             span.end()
             self._record_call(answered, event.duration_s, event.usage, error_type, response_model)
@@ -331,16 +334,17 @@ class RunTracer:
         if run is None:
             return
         try:
-            run.set_attributes(usage_attributes(usage, self._provider))
+            found: dict[str, Any] = usage_attributes(usage, self._provider)
             if stop_reason is not None:
-                run.set_attribute("agent_sync.stop_reason", stop_reason)
+                found["agent_sync.stop_reason"] = stop_reason
             if cancel_reason is not None:
-                run.set_attribute("agent_sync.cancel_reason", cancel_reason)
+                found["agent_sync.cancel_reason"] = cancel_reason
+            if error is None and self._content and self._last_output is not None:
+                output = output_message(*self._last_output)
+                found[n.OUTPUT_MESSAGES] = to_json([output])
+            run.set_attributes(found)
             if error is not None:
                 self._fail(run, error)
-            elif self._content and self._last_output is not None:
-                output = output_message(*self._last_output)
-                run.set_attribute(n.OUTPUT_MESSAGES, to_json([output]))
         finally:
             run.end()
 

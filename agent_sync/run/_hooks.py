@@ -171,6 +171,8 @@ class HookRunner:
         ``chat`` span, so that spans a provider's SDK makes nest under it)."""
         if not self._observers:
             return _NO_SCOPE
+        if len(self._observers) == 1:  # the tracer alone (the usual): its own block
+            return self._observers[0].model_call_scope(cycle)
         return _all_scopes(self._observers, cycle)
 
     def model_answered(self, cycle: int, model: object) -> None:
