@@ -30,7 +30,7 @@ from opentelemetry.trace import StatusCode
 from agent_sync import Agent, ModelError, _tracing, tool
 from agent_sync.errors import UsageError
 from agent_sync.hooks import BeforeModelCall
-from agent_sync.models import AnthropicModel, OpenAIModel
+from agent_sync.models import AnthropicModel, FallbackModel, OpenAIModel
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.anthropic_server import AnthropicServer
 from agent_sync.testing.openai_server import OpenAIServer
@@ -454,3 +454,35 @@ def test_without_the_conventions_tracing_is_off_and_says_so() -> None:
     lines = done.stdout.splitlines()
     assert lines[-1:] == ["ok"], done.stderr
     assert sum("tracing is off" in line for line in lines) == 1
+
+
+def test_a_fallback_s_answer_is_traced_as_the_model_that_gave_it(telemetry: Telemetry) -> None:
+    # the primary answers 429, the fallback answers: the call's span and metrics name the
+    # provider and server that produced the response; the request model is what was asked
+    with (
+        AnthropicServer([{"status": 429}]) as primary_server,
+        OpenAIServer(["It is 21 degrees."], model="gpt-test-2025-01-01") as fallback_server,
+    ):
+        primary = AnthropicModel(
+            "claude-x", client_args={"base_url": primary_server.base_url, "api_key": KEY}
+        )
+        fallback = OpenAIModel("gpt-test", base_url=fallback_server.url, api_key=KEY)
+        try:
+            result = Agent(FallbackModel(primary, fallback)).invoke("Weather in Oslo?")
+        finally:
+            primary.close()
+            fallback.close()
+        port = int(fallback_server.url.split(":")[2].split("/")[0])
+    assert result.metrics.model_ids == ("gpt-test",)
+    found = attrs(telemetry.one("chat claude-x"))
+    assert found["gen_ai.request.model"] == "claude-x"
+    assert found["gen_ai.provider.name"] == "openai"
+    assert (found["server.address"], found["server.port"]) == ("127.0.0.1", port)
+    assert found["gen_ai.response.model"] == "gpt-test-2025-01-01"
+    assert found["gen_ai.response.id"].startswith("chatcmpl-")
+    points = telemetry.points("gen_ai.client.operation.duration")
+    assert len(points) == 1
+    for point in points + telemetry.points("gen_ai.client.token.usage"):
+        named = dict(point.attributes or {})
+        assert (named["gen_ai.provider.name"], named["server.port"]) == ("openai", port)
+        assert named["gen_ai.response.model"] == "gpt-test-2025-01-01"

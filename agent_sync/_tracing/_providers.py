@@ -3,18 +3,25 @@ counts map to the GenAI semantic conventions' usage attributes, where it is serv
 (``server.address``/``server.port``, from the model's ``endpoint``) and the request
 parameters it was given.
 
+Who answers a call (:func:`answerer`: its provider and server) is read from the model that
+answered it: the model called, or the member of a chain that answered, once its answer
+began. What was asked (``gen_ai.request.*``) is read from the model called.
+
 Imported only once OpenTelemetry is found (its names come from the semantic conventions).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from . import _names as n
 
 __all__ = [
+    "Answerer",
+    "answerer",
     "provider_name",
     "request_attributes",
     "server_attributes",
@@ -37,6 +44,22 @@ _MAX_TOKENS = ("max_tokens", "maxTokens", "max_completion_tokens", "max_output_t
                "maxOutputTokens")  # fmt: skip
 _TEMPERATURE = ("temperature",)
 _TOP_P = ("top_p", "topP")
+
+
+@dataclass(frozen=True)
+class Answerer:
+    """Who answers a model call, as its span and metrics name it."""
+
+    provider: str
+    """``gen_ai.provider.name`` (how the call's usage is counted too)."""
+    attributes: dict[str, Any]
+    """``gen_ai.provider.name``, ``server.address``, ``server.port``."""
+
+
+def answerer(model: object) -> Answerer:
+    """The provider and server of a call ``model`` answers."""
+    provider = provider_name(model)
+    return Answerer(provider, {n.PROVIDER_NAME: provider, **server_attributes(model)})
 
 
 def provider_name(model: object) -> str:

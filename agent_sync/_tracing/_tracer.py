@@ -27,13 +27,7 @@ from . import _calls
 from . import _names as n
 from ._genai_messages import chat_messages, output_message, result_value, to_json
 from ._metrics import Instruments
-from ._providers import (
-    provider_name,
-    request_attributes,
-    server_attributes,
-    usage_attributes,
-    usage_counts,
-)
+from ._providers import Answerer, answerer, request_attributes, usage_attributes, usage_counts
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -101,14 +95,16 @@ class RunTracer:
         self._content = trace_content
         self._metrics = instruments
         self._agent_name = agent_name
-        self._provider = provider_name(model)
+        self._model = model
+        self._answerer = called = answerer(model)  # a call's, until another model answers it
+        self._provider = called.provider
         model_id = getattr(model, "model_id", None)
         self._model_id = model_id if isinstance(model_id, str) and model_id else None
-        server = server_attributes(model)
         common: dict[str, Any] = {n.PROVIDER_NAME: self._provider}
         if self._model_id is not None:
             common[n.REQUEST_MODEL] = self._model_id
-        self._metric_attributes: dict[str, Any] = {n.OPERATION_NAME: n.CHAT, **common, **server}
+        self._asked: dict[str, Any] = {n.OPERATION_NAME: n.CHAT, **common}
+        self._metric_attributes = {**self._asked, **called.attributes}
         if conversation_id is not None:
             common[n.CONVERSATION_ID] = conversation_id
         common["agent_sync.run_id"] = run_id
@@ -118,7 +114,7 @@ class RunTracer:
             **common,
             n.REQUEST_STREAM: True,
             n.OUTPUT_TYPE: n.OUTPUT_JSON if structured else n.OUTPUT_TEXT,
-            **server,
+            **called.attributes,
             **request_attributes(model, params or {}),
         }
         # the span a child run hangs under: its call's, when a sub-agent's call started
@@ -126,7 +122,8 @@ class RunTracer:
         self._caller: Context | None = _calls.caller()
         self._run: Span | None = None
         self._parent: Context | None = None
-        self._chats: dict[int, tuple[Span, float]] = {}
+        # open chat spans by cycle: the span, its start, who answers the call
+        self._chats: dict[int, tuple[Span, float, Answerer]] = {}
         self._tools: dict[str, Span] = {}  # open tool spans: under the lock (call_context)
         self._tools_lock = threading.Lock()
         self._cycle = 0
@@ -169,7 +166,21 @@ class RunTracer:
         name = f"{n.CHAT} {self._model_id}" if self._model_id else n.CHAT
         kind = self._trace.SpanKind.CLIENT
         span = self._tracer.start_span(name, context=self._parent, kind=kind, attributes=attributes)
-        self._chats[event.cycle] = (span, time.perf_counter())
+        self._chats[event.cycle] = (span, time.perf_counter(), self._answerer)
+
+    @_guarded
+    def model_answered(self, cycle: int, model: object) -> None:
+        """The call's answer began, from ``model``: when that is not the model called (a
+        chain's member), the call's span and metrics name its provider and server."""
+        if model is self._model:
+            return
+        open_call = self._chats.get(cycle)
+        if open_call is None:
+            return
+        span, started, _ = open_call
+        answered = answerer(model)
+        span.set_attributes(answered.attributes)
+        self._chats[cycle] = (span, started, answered)
 
     @_guarded
     def after_model_call(
@@ -184,34 +195,37 @@ class RunTracer:
         open_call = self._chats.pop(event.cycle, None)
         if open_call is None:
             return
-        span = open_call[0]
+        span, _, answered = open_call
         error_type: str | None = None
         response_model: str | None = None
         try:
+            # one set_attributes for all of them: the SDK takes its lock once per call
+            found: dict[str, Any] = {}
             if event.usage is not None:
-                span.set_attributes(usage_attributes(event.usage, self._provider))
+                found = usage_attributes(event.usage, answered.provider)
             if response is not None:
                 finish = response.get("providerStopReason") or event.stop_reason
                 response_id = response.get("responseId")
                 if response_id:
-                    span.set_attribute(n.RESPONSE_ID, response_id)
+                    found[n.RESPONSE_ID] = response_id
                 response_model = response.get("responseModel")
                 if response_model:
-                    span.set_attribute(n.RESPONSE_MODEL, response_model)
+                    found[n.RESPONSE_MODEL] = response_model
             else:
                 finish = event.stop_reason
             if finish is not None:
-                span.set_attribute(n.RESPONSE_FINISH_REASONS, [finish])
-            if event.error is not None:
-                error_type = self._fail(span, event.error)
-            elif event.message is not None:
+                found[n.RESPONSE_FINISH_REASONS] = [finish]
+            if event.error is None and event.message is not None:
                 self._last_output = (event.message, event.stop_reason)
                 if self._content:
                     output = output_message(event.message, event.stop_reason)
-                    span.set_attribute(n.OUTPUT_MESSAGES, to_json([output]))
+                    found[n.OUTPUT_MESSAGES] = to_json([output])
+            span.set_attributes(found)
+            if event.error is not None:
+                error_type = self._fail(span, event.error)
         finally:
             span.end()
-            self._record_call(event.duration_s, event.usage, error_type, response_model)
+            self._record_call(answered, event.duration_s, event.usage, error_type, response_model)
 
     def model_call_scope(self, cycle: int) -> AbstractContextManager[None]:
         """Make the call's ``chat`` span current for a block, so that spans made in it (the
@@ -300,7 +314,7 @@ class RunTracer:
         chats = list(self._chats.values())
         self._chats.clear()
         now = time.perf_counter()
-        for span, started in chats:
+        for span, started, answered in chats:
             error_type: str | None = None
             try:  # one failing span must not leave the others open
                 if error is not None:
@@ -310,7 +324,7 @@ class RunTracer:
                     self._error(span, error_type, error_type)
             finally:
                 span.end()
-                self._record_call(now - started, None, error_type, None)
+                self._record_call(answered, now - started, None, error_type, None)
         for span in tools:
             try:
                 self._error(span, "abandoned", "abandoned")
@@ -320,21 +334,23 @@ class RunTracer:
         if run is None:
             return
         try:
-            run.set_attributes(usage_attributes(usage, self._provider))
+            found: dict[str, Any] = usage_attributes(usage, self._provider)
             if stop_reason is not None:
-                run.set_attribute("agent_sync.stop_reason", stop_reason)
+                found["agent_sync.stop_reason"] = stop_reason
             if cancel_reason is not None:
-                run.set_attribute("agent_sync.cancel_reason", cancel_reason)
+                found["agent_sync.cancel_reason"] = cancel_reason
+            if error is None and self._content and self._last_output is not None:
+                output = output_message(*self._last_output)
+                found[n.OUTPUT_MESSAGES] = to_json([output])
+            run.set_attributes(found)
             if error is not None:
                 self._fail(run, error)
-            elif self._content and self._last_output is not None:
-                output = output_message(*self._last_output)
-                run.set_attribute(n.OUTPUT_MESSAGES, to_json([output]))
         finally:
             run.end()
 
     def _record_call(
         self,
+        answered: Answerer,
         duration_s: float,
         usage: Usage | None,
         error_type: str | None,
@@ -344,9 +360,11 @@ class RunTracer:
         if metrics is None:
             return
         attributes = self._metric_attributes
+        if answered is not self._answerer:
+            attributes = {**self._asked, **answered.attributes}
         if response_model:
             attributes = {**attributes, n.RESPONSE_MODEL: response_model}
-        tokens = usage_counts(usage, self._provider) if usage is not None else (None, None)
+        tokens = usage_counts(usage, answered.provider) if usage is not None else (None, None)
         metrics.record_call(attributes, duration_s=duration_s, tokens=tokens, error_type=error_type)
 
     def _tool_span(self, tool_use: ToolUse, cycle: int, start_time: int | None) -> Span:

@@ -9,7 +9,9 @@ shown to anyone, so an error may still be retried (the step) or handed to the ne
 
 A stream says which model answered with ``modelId`` on its ``messageStart`` (a fallback
 chain sets it to the inner model's id); without one, the model called answered, and its id
-is :func:`model_label`.
+is :func:`model_label`. A stream that delegates to another model's (a chain's) also names
+that model itself, as its ``answering`` attribute once the answer began
+(:func:`answering_model`): what a call's trace describes (its provider, its server).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Iterator, Sequence
 
 from ..messages import StreamEvent
 
-__all__ = ["answered_by", "is_content", "model_label", "read_until_content"]
+__all__ = ["answered_by", "answering_model", "is_content", "model_label", "read_until_content"]
 
 
 def is_content(event: StreamEvent) -> bool:
@@ -55,3 +57,11 @@ def answered_by(head: Sequence[StreamEvent], model: object) -> str | None:
             if isinstance(model_id, str) and model_id:
                 return model_id
     return model_label(model)
+
+
+def answering_model(stream: object, model: object) -> object:
+    """The model whose answer ``stream`` (``model``'s, its head read) carries: the one it
+    names as ``answering`` (a chain's stream: the member that answered, at any depth),
+    else ``model``."""
+    answering = getattr(stream, "answering", None)
+    return model if answering is None else answering

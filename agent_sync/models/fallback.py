@@ -10,7 +10,9 @@ unregistered) and the next model is called at once, with the same request and th
 cancel scope. The first model whose content arrives is the one that answers: its held
 events are yielded (its ``messageStart`` carrying ``modelId``) and then the rest of its
 stream, as it comes. An error after that point is raised as it is: nothing was shown
-twice, and nothing is tried again here.
+twice, and nothing is tried again here. The stream the chain returns names that model
+(``answering``, :func:`~agent_sync.models._answer.answering_model`), so a trace of the call
+describes the model that gave the answer, not the primary.
 
 Retries are not the chain's business: the run's single retry policy (``Agent(retry=)``)
 sees the chain as one model. When every model fails, the last one's error is raised with
@@ -26,14 +28,15 @@ anything, and a callback registered on a cancelled scope runs at once.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from ..cancel import CancelledError, CancelScope
 from ..errors import ModelError, ModelStreamError, UsageError
 from ..messages import StreamEvent
-from ._answer import answered_by, model_label, read_until_content
+from ._answer import answered_by, answering_model, model_label, read_until_content
 from .base import Model, ModelRequest
 
 __all__ = ["FallbackModel"]
@@ -104,15 +107,15 @@ class FallbackModel:
 
     @property
     def model_id(self) -> str:
-        """The id of the model each call asks first (the primary's): tracing's
-        ``gen_ai.request.model``. The model that answered a call is on its ``messageStop``
-        (``responseModel``: ``gen_ai.response.model``) and in ``result.metrics.model_ids``."""
+        """The id of the model each call asks first (the primary's). The model that
+        answered a call is on its ``messageStop`` (``responseModel``), in
+        ``result.metrics.model_ids``, and what the call's trace describes."""
         return model_label(self.models[0])
 
     @property
     def endpoint(self) -> str | None:
-        """Where each call is sent first: the primary's ``endpoint`` (tracing's
-        ``server.address`` and ``server.port``), ``None`` if it has none."""
+        """Where each call is sent first: the primary's ``endpoint``, ``None`` if it has
+        none (a call's trace names the server of the model that answered)."""
         endpoint = getattr(self.models[0], "endpoint", None)
         return endpoint if isinstance(endpoint, str) and endpoint else None
 
@@ -132,6 +135,11 @@ class FallbackModel:
                 (``fallback_errors``: the others), or an error raised after content began.
             agent_sync.cancel.CancelledError: Cancelled between two models.
         """
+        return _ChainStream(functools.partial(self._answer, request, cancel))
+
+    def _answer(
+        self, request: ModelRequest, cancel: CancelScope, chain: _ChainStream
+    ) -> Generator[StreamEvent, None, None]:
         failed: list[ModelError] = []
         for position, model in enumerate(self.models):
             if failed and cancel.cancelled:  # never start the next model after a cancel
@@ -163,6 +171,7 @@ class FallbackModel:
             except BaseException:
                 _close(stream)
                 raise
+            chain.answering = answering_model(stream, model)
             try:
                 label = model_label(model)
                 for event in _marked(head, label):
@@ -180,6 +189,23 @@ class FallbackModel:
         if cancel.cancelled:  # whatever a model raised after an abort is the cancel's
             return False
         return self._fallback_on is None or bool(self._fallback_on(error))
+
+
+class _ChainStream(Iterator[StreamEvent]):
+    """A chain's stream: the answering model's events, and that model (``answering``: set
+    when its answer began; a chain inside a chain names its own member)."""
+
+    __slots__ = ("answering", "events")
+
+    def __init__(self, answer: Callable[[_ChainStream], Generator[StreamEvent, None, None]]):
+        self.answering: object | None = None
+        self.events = answer(self)
+
+    def __next__(self) -> StreamEvent:
+        return next(self.events)
+
+    def close(self) -> None:
+        self.events.close()
 
 
 def _marked(head: list[StreamEvent], model_id: str) -> list[StreamEvent]:

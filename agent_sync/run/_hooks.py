@@ -66,6 +66,8 @@ class RunObserver(Protocol):
 
     def model_call_scope(self, cycle: int) -> AbstractContextManager[None]: ...
 
+    def model_answered(self, cycle: int, model: object) -> None: ...
+
     def tool_started(self, tool_use: ToolUse, cycle: int) -> None: ...
 
     def after_tool_call(self, event: AfterToolCall) -> None: ...
@@ -169,7 +171,15 @@ class HookRunner:
         ``chat`` span, so that spans a provider's SDK makes nest under it)."""
         if not self._observers:
             return _NO_SCOPE
+        if len(self._observers) == 1:  # the tracer alone (the usual): its own block
+            return self._observers[0].model_call_scope(cycle)
         return _all_scopes(self._observers, cycle)
+
+    def model_answered(self, cycle: int, model: object) -> None:
+        """The call's answer began, given by ``model`` (the model called, or the member of a
+        chain that answered: :func:`~agent_sync.models._answer.answering_model`)."""
+        for observer in self._observers:
+            observer.model_answered(cycle, model)
 
     def before_tool_call(
         self, *, run_id: str, cycle: int, tool_use: ToolUse

@@ -24,7 +24,7 @@ from ..cancel import CancelledError, CancelScope
 from ..errors import ContextWindowOverflowError, ModelStreamError
 from ..events import AgentEvent, MessageComplete, ModelRetry
 from ..messages import CANCELLED_TEXT, StreamEvent
-from ..models._answer import answered_by, read_until_content
+from ..models._answer import answered_by, answering_model, read_until_content
 from ..models.base import ModelRequest
 from ._assemble import MessageAssembler
 from ._context import RunContext
@@ -263,6 +263,7 @@ def _open_stream(
             answered = answered_by(head, model)
             if answered is not None:
                 ctx.answered_by(answered)
+                ctx.hooks.model_answered(ctx.cycle, answering_model(stream, model))
             return _chain(head, stream)
     raise AssertionError("unreachable: tenacity either returns or raises")
 

@@ -1,13 +1,16 @@
 """AG-UI events: a run's records as the AG-UI protocol (1.0) streams them over SSE.
 
-Every event is validated by its ``ag_ui.core`` model before it is written (an event the
-protocol's models refuse, or one with a field they do not know, is never sent), as the JSON
-object the model validated (``data: <json>``): the optional fields without a value left out,
-as the models' own serializer leaves them out (the same JSON as ``ag_ui.encoder``'s, without
-its per-event Python serializer: tests/web/_agui.py checks they agree). The last frame a
-record makes carries ``id: <run_id>:<seq>``, so a client reconnects with ``Last-Event-ID``
-as on the native routes; encoding is a pure function of the log, so a replay is the same
-bytes.
+Every event is validated by its ``ag_ui.core`` model as it is made (:func:`_frame`: an
+event the protocol's models refuse, or one with a field they do not know, is never sent),
+and written as the JSON object the model validated (``data: <json>``): the optional fields
+without a value left out, as the models' own serializer leaves them out (the same JSON as
+``ag_ui.encoder``'s, without its per-event Python serializer: tests/web/_agui.py checks they
+agree). A message's content events (the bulk of a stream) differ only in their ``delta``, a
+string, which their models accept whatever it holds: the event is validated once, when its
+message opens, with an empty ``delta``, and each piece is written into that frame
+(:class:`_Message`). The last frame a record makes carries ``id: <run_id>:<seq>``, so a
+client reconnects with ``Last-Event-ID`` as on the native routes; encoding is a pure
+function of the log, so a replay is the same bytes.
 
 Mapping (one encoder per response; a response that starts after record ``n`` is first
 fed records ``1..n`` without sending them, so it knows what the client has):
@@ -122,6 +125,28 @@ _VALIDATORS: Final[dict[str, Callable[[Wire], BaseEvent]]] = {
 _DUMPS: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 State = Literal["idle", "running", "pausing", "interrupted", "ended"]
+_DELTA_END: Final = '""}\n\n'
+"""How a content frame with an empty ``delta`` ends: where each piece goes."""
+
+
+@dataclass(frozen=True)
+class _Message:
+    """An open text or reasoning message, with its content event's frame up to the delta."""
+
+    kind: str  # "text" | "reasoning"
+    id: str
+    content: str  # 'data: {"type":...,"messageId":...,"delta":' (validated in open)
+
+    @classmethod
+    def open(cls, kind: str, message_id: str) -> _Message:
+        """The message, its content event validated once (``delta`` is any string)."""
+        content = "TEXT_MESSAGE_CONTENT" if kind == "text" else "REASONING_MESSAGE_CONTENT"
+        frame = _event(content, messageId=message_id, delta="")
+        return cls(kind, message_id, frame[: -len(_DELTA_END)])
+
+    def frame(self, text: str) -> str:
+        """The content event of one piece: the frame :func:`_frame` would write for it."""
+        return f"{self.content}{_DUMPS(text)}}}\n\n"
 
 
 @dataclass
@@ -147,7 +172,7 @@ class AGUIEncoder:
         self._run_id = run_id
         self._thread_id = thread_id
         self._state: State = "idle"
-        self._open: tuple[str, str] | None = None  # ("text" | "reasoning", message id)
+        self._open: _Message | None = None
         self._message_id: str | None = None  # the text message of the open model call
         self._calls: dict[str, _Call] = {}
         self._interrupts: list[Wire] = []
@@ -172,7 +197,7 @@ class AGUIEncoder:
         if self._state == "ended":
             return b""
         kind = record.get("type")
-        events: list[Wire] = []
+        events: list[str] = []
         if self._state == "pausing" and kind != "approval_required":
             events.append(self._interrupt())  # the run went on before this stream paused
         if self._state in ("idle", "interrupted"):
@@ -229,24 +254,17 @@ class AGUIEncoder:
 
     # -- frames
 
-    def _frames(self, events: list[Wire], seq: int | None) -> bytes:
-        """The events as SSE frames, each validated first (the last with the record's id)."""
-        if not events:
+    def _frames(self, frames: list[str], seq: int | None) -> bytes:
+        """The events' frames as bytes, the last with the record's id."""
+        if not frames:
             return b""
-        frames = []
-        for wire in events:
-            model = _VALIDATORS[wire["type"]](wire)
-            if model.__pydantic_extra__:  # a field the protocol does not know: a bug here
-                unknown = sorted(model.__pydantic_extra__)
-                raise ValueError(f"{wire['type']} has unknown fields {unknown}")
-            frames.append(f"data: {_DUMPS(wire)}\n\n")
         if seq is not None:
             frames[-1] = f"id: {event_id(self._run_id, seq)}\n{frames[-1]}"
         return utf8("".join(frames))
 
     # -- run
 
-    def _start(self) -> list[Wire]:
+    def _start(self) -> list[str]:
         self._state = "running"
         return [
             _event(
@@ -257,7 +275,7 @@ class AGUIEncoder:
             )
         ]
 
-    def _interrupt(self) -> Wire:
+    def _interrupt(self) -> str:
         interrupts, self._interrupts = self._interrupts, []
         self._state = "interrupted"
         return _event(
@@ -293,7 +311,7 @@ class AGUIEncoder:
             },
         )
 
-    def _done(self, events: list[Wire], seq: int, record: Mapping[str, Any]) -> None:
+    def _done(self, events: list[str], seq: int, record: Mapping[str, Any]) -> None:
         stop_reason = record.get("stop_reason")
         if stop_reason == "paused":  # a writer that logs the paused run's Done
             self._close_message(events)
@@ -321,7 +339,7 @@ class AGUIEncoder:
         )
         self._state = "ended"
 
-    def _error(self, events: list[Wire], seq: int, record: Mapping[str, Any]) -> None:
+    def _error(self, events: list[str], seq: int, record: Mapping[str, Any]) -> None:
         message = str(record.get("message") or "the agent failed")
         problems = record.get("problems")
         if isinstance(problems, list) and problems:
@@ -333,13 +351,13 @@ class AGUIEncoder:
 
     # -- messages
 
-    def _write(self, events: list[Wire], kind: str, seq: int, text: str) -> None:
+    def _write(self, events: list[str], kind: str, seq: int, text: str) -> None:
         if not text:
             return
-        if self._open is None or self._open[0] != kind:
+        if self._open is None or self._open.kind != kind:
             self._close_message(events)
             message_id = f"{self._run_id}:{seq}"
-            self._open = (kind, message_id)
+            self._open = _Message.open(kind, message_id)
             if kind == "text":
                 self._message_id = message_id
                 events.append(_event("TEXT_MESSAGE_START", messageId=message_id, role="assistant"))
@@ -348,14 +366,12 @@ class AGUIEncoder:
                 events.append(
                     _event("REASONING_MESSAGE_START", messageId=message_id, role="reasoning")
                 )
-        # the bulk of a stream: its object written out, not through _event
-        content = "TEXT_MESSAGE_CONTENT" if kind == "text" else "REASONING_MESSAGE_CONTENT"
-        events.append({"type": content, "messageId": self._open[1], "delta": text})
+        events.append(self._open.frame(text))
 
-    def _close_message(self, events: list[Wire]) -> None:
+    def _close_message(self, events: list[str]) -> None:
         if self._open is None:
             return
-        kind, message_id = self._open
+        kind, message_id = self._open.kind, self._open.id
         self._open = None
         if kind == "text":
             events.append(_event("TEXT_MESSAGE_END", messageId=message_id))
@@ -365,7 +381,7 @@ class AGUIEncoder:
 
     # -- tool calls
 
-    def _announce(self, events: list[Wire], call_id: str, name: Any, input_: Any) -> None:
+    def _announce(self, events: list[str], call_id: str, name: Any, input_: Any) -> None:
         if call_id in self._calls:
             return
         self._calls[call_id] = _Call()
@@ -380,7 +396,7 @@ class AGUIEncoder:
         events.append(_event("TOOL_CALL_ARGS", toolCallId=call_id, delta=_DUMPS(input_)))
         events.append(_event("TOOL_CALL_END", toolCallId=call_id))
 
-    def _tool_end(self, events: list[Wire], seq: int, record: Mapping[str, Any]) -> None:
+    def _tool_end(self, events: list[str], seq: int, record: Mapping[str, Any]) -> None:
         call_id = str(record.get("id", ""))
         self._announce(events, call_id, record.get("name"), {})  # its step came before us
         self._calls[call_id].answered = True
@@ -396,7 +412,7 @@ class AGUIEncoder:
             )
         )
 
-    def _close_all(self, events: list[Wire], seq: int, error_text: str) -> None:
+    def _close_all(self, events: list[str], seq: int, error_text: str) -> None:
         """End of run: the open message closed, every call left open answered."""
         self._close_message(events)
         for number, (call_id, call) in enumerate(self._calls.items()):
@@ -415,9 +431,18 @@ class AGUIEncoder:
             )
 
 
-def _event(kind: str, **fields: Any) -> Wire:
-    """An event's JSON object: ``type`` first, the fields without a value left out."""
-    return {"type": kind, **_omit_none(**fields)}
+def _event(kind: str, **fields: Any) -> str:
+    """An event's frame: ``type`` first, the fields without a value left out."""
+    return _frame({"type": kind, **_omit_none(**fields)})
+
+
+def _frame(wire: Wire) -> str:
+    """An event's SSE frame, validated by its model first: the rule every frame passes."""
+    model = _VALIDATORS[wire["type"]](wire)
+    if model.__pydantic_extra__:  # a field the protocol does not know: a bug here
+        unknown = sorted(model.__pydantic_extra__)
+        raise ValueError(f"{wire['type']} has unknown fields {unknown}")
+    return f"data: {_DUMPS(wire)}\n\n"
 
 
 def _omit_none(**fields: Any) -> Wire:

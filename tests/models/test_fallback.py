@@ -33,7 +33,7 @@ from agent_sync.errors import (
     UsageError,
 )
 from agent_sync.events import AgentEvent, ModelRetry, TextDelta
-from agent_sync.messages import CANCELLED_TEXT, StreamEvent
+from agent_sync.messages import CANCELLED_TEXT, Message, StreamEvent
 from agent_sync.models import (
     AnthropicModel,
     BedrockModel,
@@ -42,6 +42,7 @@ from agent_sync.models import (
     ModelRequest,
     OpenAIModel,
 )
+from agent_sync.models._answer import answering_model, read_until_content
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.anthropic_server import AnthropicServer
 from agent_sync.testing.bedrock_server import BedrockServer
@@ -455,6 +456,20 @@ def test_a_chain_inside_a_chain_names_the_innermost_model() -> None:
     result = Agent(outer, retry=SLOW_RETRY).invoke("hello")
     assert result.text == "from the inner fallback"
     assert result.metrics.model_ids == ("inner-fallback",)
+
+
+def test_a_chain_s_stream_names_the_model_that_answered_at_any_depth() -> None:
+    # what a trace of the call describes (its provider, its server): that model itself
+    busy = {"error": ModelThrottledError("overloaded", status=529)}
+    answering = ScriptedModel(["from the inner fallback"], model_id="inner-fallback")
+    inner = FallbackModel(ScriptedModel([busy]), answering)
+    outer = FallbackModel(ScriptedModel([busy]), inner)
+    hello: list[Message] = [{"role": "user", "content": [{"text": "hello"}]}]
+    stream = outer.stream(ModelRequest(messages=hello), cancel=CancelScope())
+    assert answering_model(stream, outer) is outer  # nothing answered yet
+    read_until_content(stream)
+    assert answering_model(stream, outer) is answering
+    stream.close()  # type: ignore[attr-defined]
 
 
 class EndsBeforeItsAnswer:

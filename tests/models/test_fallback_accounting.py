@@ -128,13 +128,14 @@ def test_a_call_through_the_chain_names_its_models_and_server(models: list[Any])
             models.append(answering)
             chain = FallbackModel(_anthropic(failing, "claude-primary", models), answering)
             Agent(chain).invoke("hi")
-            port = int(failing.base_url.rstrip("/").rsplit(":", 1)[1])
+            port = int(bedrock.base_url.rstrip("/").rsplit(":", 1)[1])
     finally:
         _tracing.use_provider(None)
     (chat,) = [span for span in exporter.get_finished_spans() if span.name.startswith("chat")]
     found = dict(chat.attributes or {})
     assert chat.name == "chat claude-primary"
     assert found["gen_ai.request.model"] == "claude-primary"  # asked first
-    assert found["gen_ai.response.model"] == "bedrock-test-model"  # answered
-    assert found["gen_ai.provider.name"] == "anthropic"
+    # who answered: the model, its provider and its server
+    assert found["gen_ai.response.model"] == "bedrock-test-model"
+    assert found["gen_ai.provider.name"] == "aws.bedrock"
     assert (found["server.address"], found["server.port"]) == ("127.0.0.1", port)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 
 from agent_sync.stores import RunEvent
-from agent_sync.web._agui_stream import AGUIEncoder
+from agent_sync.web._agui_stream import AGUIEncoder, _frame
 
 from ._agui import AGUIFrame, check_order, parse
 from ._client import _parse
@@ -91,8 +92,26 @@ def test_a_stream_after_the_pause_starts_the_run_again_and_announces_nothing_twi
 
 
 def test_an_event_its_model_refuses_or_with_an_unknown_field_is_never_written() -> None:
-    encoder = AGUIEncoder(RUN, "c1")
     with pytest.raises(ValidationError):
-        encoder._frames([{"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": 3}], None)
+        _frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": 3})
     with pytest.raises(ValueError, match="unknown fields"):
-        encoder._frames([{"type": "TEXT_MESSAGE_END", "messageId": "m", "msgId": "m"}], None)
+        _frame({"type": "TEXT_MESSAGE_END", "messageId": "m", "msgId": "m"})
+
+
+PIECES = ['say "hi" \\ there', "line\nbreak\r\n\n\ndata: x", "\x00\x1f\x7f", "\u2028\u2029",
+          "é 😀 </script>", '}\n\n', " ", "x" * 5000]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["text", "reasoning"])
+def test_a_message_s_content_frames_are_the_protocol_s_own_bytes(kind: str) -> None:
+    # content frames are written into a frame validated once per message: each piece,
+    # whatever it holds, must still be the event its model validates, written byte for
+    # byte as ag_ui's EventEncoder writes that event
+    encoder = AGUIEncoder(RUN, "c1")
+    records = [{"type": "run", "run_id": RUN}] + [{"type": kind, "text": p} for p in PIECES]
+    data = b"".join(encoder.encode(e.seq, e.data) for e in _log(records))
+    content = [f for f in _frames(data) if f.type.value.endswith("_MESSAGE_CONTENT")]
+    assert [f.event.delta for f in content] == PIECES
+    for frame in content:
+        written = frame.raw.split(b"\n", 1)[1] + b"\n\n"  # the id line off
+        assert written == EventEncoder().encode(frame.event).encode()
