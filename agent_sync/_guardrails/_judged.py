@@ -1,4 +1,4 @@
-"""The judges' part of the output gate: one text block's text, already passed by the patterns
+"""The judges' part of the output gate: one message's text, already passed by the patterns
 and the loop's checks, released only as far as every ``every=N`` judge passed it (DESIGN 13).
 
 Design. The text comes in as the :class:`~._release.OutputGate` releases it (final: no later
@@ -13,14 +13,20 @@ replacement it would cut (a replacement is released whole, or not at all). Repla
 two judges that overlap and differ cannot both hold: :meth:`JudgedText.redact` says so, and
 the caller trips (fail closed: neither judge saw the other's text).
 
+The text is the message's across its blocks, as the gate releases it (:mod:`._blocks`):
+a checkpoint may cover the end of one block and the start of the next, and what is released
+goes back to the blocks it came from (a replacement to the block its segment starts in).
+
 The verdicts reach this object in the loop's thread, through the run's judge lanes; one
-object serves one block, in the loop's thread only (no lock).
+object serves one message, in the loop's thread only (no lock).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from ._blocks import BlockMarks, split_spans
 
 __all__ = ["Checkpoint", "JudgedText"]
 
@@ -36,13 +42,16 @@ class Checkpoint:
 
 
 class JudgedText:
-    """One block's text, released only where every judge passed it.
+    """One message's text, released only where every judge passed it.
 
     Args:
         everies: Each judge's ``every`` (characters between its checkpoints), in order.
     """
 
-    __slots__ = ("_base", "_done", "_ends", "_everies", "_passed", "_replaced", "_text")
+    __slots__ = (
+        "_base", "_blocks", "_done", "_ends", "_everies", "_marks", "_passed", "_replaced",
+        "_text",
+    )  # fmt: skip
 
     def __init__(self, everies: Sequence[int]) -> None:
         self._everies = tuple(everies)
@@ -52,11 +61,17 @@ class JudgedText:
         self._passed = [0] * len(self._everies)  # each judge's passed position
         self._replaced: dict[int, tuple[int, str]] = {}  # start -> (end, replacement)
         self._done: list[str] = []
+        self._marks = BlockMarks()  # the block of each character of _text
+        self._blocks: dict[int, list[str]] = {}  # each block's released text
 
     @property
     def released_text(self) -> str:
         """Everything released (replacements applied)."""
         return "".join(self._done)
+
+    def released_of(self, block: int) -> str:
+        """What was released of ``block`` (replacements applied)."""
+        return "".join(self._blocks.get(block, ()))
 
     @property
     def complete(self) -> bool:
@@ -75,8 +90,10 @@ class JudgedText:
         text = self.released_text + self._text[: checkpoint.end - self._base]
         return text, text[len(text) - (checkpoint.end - checkpoint.start) :]
 
-    def add(self, text: str) -> list[Checkpoint]:
-        """Take text the patterns and loop checks passed: the checkpoints now due."""
+    def add(self, text: str, block: int = 0) -> list[Checkpoint]:
+        """Take text the patterns and loop checks passed, of content block ``block``: the
+        checkpoints now due."""
+        self._marks.grow(len(self._text), block)
         self._text += text
         due: list[Checkpoint] = []
         for judge, every in enumerate(self._everies):
@@ -112,27 +129,33 @@ class JudgedText:
         self.passed(checkpoint)
         return True
 
-    def release(self) -> str:
-        """Release what every judge passed: the text released now (may be empty)."""
+    def release(self) -> list[tuple[int, str]]:
+        """Release what every judge passed: the pieces released now, ``(block, text)`` in
+        order (may be none)."""
         point = min(self._passed, default=self.received)
         for start, (end, _) in self._replaced.items():
             if start < point < end:
                 point = start  # a replacement goes out whole
         if point <= self._base:
-            return ""
-        pieces: list[str] = []
-        at = self._base
-        for start in sorted(s for s in self._replaced if self._base <= s < point):
+            return []
+        base = self._base
+        spans = self._marks.cut(point - base)
+        pieces: list[tuple[int, str]] = []
+        at = base
+        for start in sorted(s for s in self._replaced if base <= s < point):
             end, text = self._replaced.pop(start)
-            pieces += [self._text[at - self._base : start - self._base], text]
+            pieces += split_spans(self._text[at - base : start - base], spans, at - base)
+            if text:  # the replacement goes to the block its segment starts in
+                block = next(b for b, first, last in spans if first <= start - base < last)
+                pieces.append((block, text))
             at = end
-        pieces.append(self._text[at - self._base : point - self._base])
-        released = "".join(pieces)
-        self._text = self._text[point - self._base :]
+        pieces += split_spans(self._text[at - base : point - base], spans, at - base)
+        self._text = self._text[point - base :]
         self._base = point
-        if released:
-            self._done.append(released)
-        return released
+        for block, piece in pieces:
+            self._done.append(piece)
+            self._blocks.setdefault(block, []).append(piece)
+        return pieces
 
     def _checkpoint(self, judge: int, end: int) -> Checkpoint:
         checkpoint = Checkpoint(judge=judge, start=self._ends[judge], end=end)

@@ -75,9 +75,8 @@ class TripClaim:
 
 @dataclass(eq=False)
 class Job:
-    """One checkpoint of one block, for its judge."""
+    """One checkpoint of the message's text, for its judge."""
 
-    block: int
     checkpoint: Checkpoint
     view: GuardView
 
