@@ -75,8 +75,9 @@ class TripClaim:
 
 @dataclass(eq=False)
 class Job:
-    """One checkpoint of the message's text, for its judge."""
+    """One checkpoint of one of the message's texts, for its judge."""
 
+    text: int  # which text: the answer or the reasoning (run._guard_output)
     checkpoint: Checkpoint
     view: GuardView
 

@@ -2,16 +2,22 @@
 through one :class:`~agent_sync._guardrails._release.OutputGate`, and only what it released
 reaches the events, the history and the hooks.
 
-What the output checks see (the rule, here only): the message's text is every block that
-streams text, joined in the order it streamed: the answer's text blocks, the reasoning
-blocks, and the input JSON of the output tool (structured output, DESIGN 10: that input is
-the answer). So a match split across two blocks (text, a toolUse or reasoning, more text) is
-caught as one split across chunks; the hold-back runs on across a block's end. What is
-released goes back to its block (:mod:`~agent_sync._guardrails._blocks`): text as
-:class:`TextDelta`, reasoning as :class:`ReasoningDelta`, the output tool's input only in
-the finished message; the history's blocks hold exactly the released text (a reasoning
-block whose text was redacted loses its signature, so no provider is sent it back). Other
-tools' input is the tool_call stage's.
+What the output checks see (the rule, here only): a message streams two texts, each
+checked as a whole, as it streams (its own gate, hold-back and judges' checkpoints):
+
+* the answer: its text blocks and the input JSON of the output tool (structured output,
+  DESIGN 10: that input is the answer), joined in the order they streamed;
+* the reasoning: its reasoning blocks' text, joined in the order it streamed.
+
+So a match split across two blocks (text, then a toolUse or reasoning, then more text) is
+caught as one split across two chunks: the hold-back runs on across a block's end into the
+next block of its text, and is released when more of that text comes or the message ends.
+A check's ``view.text`` is the text (answer or reasoning) so far. What is released goes
+back to its block (:mod:`~agent_sync._guardrails._blocks`): text as :class:`TextDelta`,
+reasoning as :class:`ReasoningDelta`, the output tool's input only in the finished message;
+the history's blocks hold exactly the released text (a reasoning block whose text was
+redacted loses its signature, so no provider is sent it back). Other tools' input is the
+tool_call stage's.
 
 The model step holds an :class:`OutputGuard` only when the run has output guardrails (else
 ``None``: nothing is added per chunk but one ``if``). Per stream event it feeds the checked
@@ -55,6 +61,8 @@ from ._guard_tools import guardrail_tripped
 
 __all__ = ["OutputGuard", "output_guard", "stop_at_output_trip"]
 
+ANSWER, REASONING = 0, 1  # the two texts of a message (the module docstring)
+
 Kind = Literal["text", "reasoning", "output"]
 """A block whose text the output checks see: the answer's text, the reasoning, or the input
 JSON of the output tool (structured output, DESIGN 10)."""
@@ -76,7 +84,7 @@ class OutputGuard:
     come from their threads (:class:`~._guard_judges.JudgeLanes`)."""
 
     __slots__ = (
-        "_checks", "_claim", "_ctx", "_ended", "_gate", "_judged", "_judges", "_kinds",
+        "_checks", "_claim", "_ctx", "_ended", "_gates", "_judged", "_judges", "_kinds",
         "_lanes", "_output_tool", "_patterns", "_token", "_unshown", "_view_messages",
     )  # fmt: skip
 
@@ -92,14 +100,17 @@ class OutputGuard:
         self._checks = checks
         self._judges = judges
         self._view_messages = tuple(ctx.messages)  # the history before this call
-        self._gate = OutputGate(patterns, checks, self._view if checks else None)
+        view = self._view if checks else None
+        # one gate (and JudgedText) per text: ANSWER and REASONING
+        self._gates = (OutputGate(patterns, checks, view), OutputGate(patterns, checks, view))
         # the checks' and judges' token: cancelled at the trip, and when the call is over
         self._token = CancelToken()
         self._claim = TripClaim()
         self._lanes = (
             JudgeLanes(judges, ctx.scope, self._claim, self._token, ctx.run_id) if judges else None
         )
-        self._judged = JudgedText([judge.every or 1 for judge in judges]) if judges else None
+        everies = [judge.every or 1 for judge in judges]
+        self._judged = (JudgedText(everies), JudgedText(everies)) if judges else None
         output = ctx.settings.output
         self._output_tool = None if output is None else output.name  # its input is the answer
         self._kinds: dict[int, Kind] = {}  # each block whose text is checked, by index
@@ -126,7 +137,8 @@ class OutputGuard:
             index = delta_event["contentBlockIndex"]
             text = self._checked_text(index, delta_event["delta"])
             if text:
-                self._take(self._gate.feed(clean_text(text), index))
+                text_of = self._text_of(index)
+                self._take(text_of, self._gates[text_of].feed(clean_text(text), index))
                 return self._show()
         if self._lanes is not None:
             self._drain()  # verdicts that came meanwhile
@@ -156,13 +168,15 @@ class OutputGuard:
         by their timeout; a cancel or a judge's trip raises :class:`CancelledError`), and
         put each block's released text in the assembler's block; yields the deltas still
         to show (none after a trip)."""
-        self._take(self._gate.finish())
-        if self.trip is not None:
-            return
+        for text_of, gate in enumerate(self._gates):
+            self._take(text_of, gate.finish())
+            if self.trip is not None:
+                return
         lanes, judged = self._lanes, self._judged
         if lanes is not None and judged is not None:
-            for checkpoint in judged.end():
-                self._submit(checkpoint)
+            for text_of, text in enumerate(judged):
+                for checkpoint in text.end():
+                    self._submit(text_of, checkpoint)
             self._ended = True
             self._drain()
             while self.trip is None and lanes.outstanding:
@@ -208,10 +222,15 @@ class OutputGuard:
         content.append({"text": closing_text})
         return {"role": "assistant", "content": content}
 
+    def _text_of(self, index: int) -> int:
+        """Which text block ``index`` is part of: ANSWER or REASONING."""
+        return REASONING if self._kinds.get(index) == "reasoning" else ANSWER
+
     def _released_text(self, index: int) -> str:
+        text_of = self._text_of(index)
         if self._judged is None:
-            return self._gate.released_of(index)
-        return self._judged.released_of(index)
+            return self._gates[text_of].released_of(index)
+        return self._judged[text_of].released_of(index)
 
     def _view(self, text: str, pending: str) -> GuardView:
         ctx = self._ctx
@@ -224,30 +243,30 @@ class OutputGuard:
             cancel_token=self._token,
         )
 
-    def _take(self, step: GateStep) -> None:
-        """What the gate let out: released, or (with judges) judged first."""
+    def _take(self, text_of: int, step: GateStep) -> None:
+        """What a text's gate let out: released, or (with judges) judged first."""
         if step.tripped is not None:
             self._trip_here(step.tripped.name, step.reason or "tripped")
             return
-        judged = self._judged
-        if judged is None:
+        if self._judged is None:
             self._unshown += step.pieces
             return
+        judged = self._judged[text_of]
         for block, piece in step.pieces:
             for checkpoint in judged.add(piece, block):
-                self._submit(checkpoint)
+                self._submit(text_of, checkpoint)
         self._drain()
 
-    def _submit(self, checkpoint: Checkpoint) -> None:
+    def _submit(self, text_of: int, checkpoint: Checkpoint) -> None:
         assert self._lanes is not None and self._judged is not None
-        text, pending = self._judged.view_of(checkpoint)
-        self._lanes.submit(Job(checkpoint, self._view(text, pending)))
+        text, pending = self._judged[text_of].view_of(checkpoint)
+        self._lanes.submit(Job(text_of, checkpoint, self._view(text, pending)))
 
     def _drain(self) -> None:
         """Apply the judges' verdicts that came, then release what every judge passed."""
         assert self._lanes is not None and self._judged is not None
-        judged = self._judged
         for job, verdict in self._lanes.take():
+            judged = self._judged[job.text]
             if verdict is None:
                 judged.passed(job.checkpoint)
                 continue
@@ -258,7 +277,8 @@ class OutputGuard:
             if not judged.redact(job.checkpoint, replacement):
                 self._trip_here(name, f"guardrail {name}: conflicting redactions")
                 break
-        self._unshown += judged.release()
+        for judged in self._judged:
+            self._unshown += judged.release()
 
     def _scanned(self, text: str) -> str | None:
         """A judge's replacement, through the patterns (a whole text): ``None`` at a trip."""
