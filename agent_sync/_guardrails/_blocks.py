@@ -66,6 +66,15 @@ class BlockMarks:
         self._marks = rest
         return spans
 
+    def holds(self, block: int, length: int) -> bool:
+        """Whether any of the text, ``length`` characters long, is ``block``'s."""
+        marks = self._marks
+        for position, (offset, owner) in enumerate(marks):
+            end = marks[position + 1][0] if position + 1 < len(marks) else length
+            if owner == block and offset < min(end, length):
+                return True
+        return False
+
     def _put(self, offset: int, block: int) -> None:
         marks = self._marks
         if marks and marks[-1][0] == offset:

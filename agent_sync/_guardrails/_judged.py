@@ -49,7 +49,7 @@ class JudgedText:
     """
 
     __slots__ = (
-        "_base", "_blocks", "_done", "_ends", "_everies", "_marks", "_passed", "_replaced",
+        "_base", "_done", "_ends", "_everies", "_marks", "_passed", "_replaced",
         "_text",
     )  # fmt: skip
 
@@ -62,16 +62,15 @@ class JudgedText:
         self._replaced: dict[int, tuple[int, str]] = {}  # start -> (end, replacement)
         self._done: list[str] = []
         self._marks = BlockMarks()  # the block of each character of _text
-        self._blocks: dict[int, list[str]] = {}  # each block's released text
 
     @property
     def released_text(self) -> str:
         """Everything released (replacements applied)."""
         return "".join(self._done)
 
-    def released_of(self, block: int) -> str:
-        """What was released of ``block`` (replacements applied)."""
-        return "".join(self._blocks.get(block, ()))
+    def holds(self, block: int) -> bool:
+        """Whether any of ``block``'s text is not released yet."""
+        return self._marks.holds(block, len(self._text))
 
     @property
     def complete(self) -> bool:
@@ -152,9 +151,7 @@ class JudgedText:
         pieces += split_spans(self._text[at - base : point - base], spans, at - base)
         self._text = self._text[point - base :]
         self._base = point
-        for block, piece in pieces:
-            self._done.append(piece)
-            self._blocks.setdefault(block, []).append(piece)
+        self._done += (piece for _, piece in pieces)
         return pieces
 
     def _checkpoint(self, judge: int, end: int) -> Checkpoint:

@@ -71,7 +71,7 @@ class OutputGate:
     """
 
     __slots__ = (
-        "_blocks", "_checks", "_context", "_done", "_hold", "_make_view", "_marks", "_patterns",
+        "_checks", "_context", "_done", "_hold", "_make_view", "_marks", "_patterns",
         "_pending", "_tail", "_trip",
     )  # fmt: skip
 
@@ -94,7 +94,6 @@ class OutputGate:
         self._tail = ""
         self._pending = ""  # at most the hold and a match waiting for its reach
         self._marks = BlockMarks()  # the block of each pending character
-        self._blocks: dict[int, list[str]] = {}  # each block's released text
         self._trip: GateStep | None = None
 
     @property
@@ -102,9 +101,9 @@ class OutputGate:
         """Everything released so far, every block's (in the order it streamed)."""
         return "".join(self._done)
 
-    def released_of(self, block: int) -> str:
-        """What was released of ``block``: what the history's block holds."""
-        return "".join(self._blocks.get(block, ()))
+    def holds(self, block: int) -> bool:
+        """Whether any of ``block``'s text is still pending."""
+        return self._marks.holds(block, len(self._pending))
 
     @property
     def pending(self) -> str:
@@ -142,8 +141,6 @@ class OutputGate:
         self._done.append(released)
         self._tail = (self._tail + released)[-self._context :] if self._context else ""
         pieces = split_spans(released, self._marks.cut(judged))
-        for block, piece in pieces:
-            self._blocks.setdefault(block, []).append(piece)
         return GateStep(released, pieces=tuple(pieces))
 
     def _judge(self, final: bool) -> GateStep | int:

@@ -41,13 +41,12 @@ model's: the released text of its text blocks, then "Stopped by guardrail".
 from __future__ import annotations
 
 from collections.abc import Generator
-from itertools import groupby
-from operator import itemgetter
 from typing import Any, Literal, cast
 
 from .._encodable import clean_text
 from .._guardrails._checks import Guardrail, GuardrailTrip, GuardView
 from .._guardrails._judged import Checkpoint, JudgedText
+from .._guardrails._order import InOrder
 from .._guardrails._pattern import PatternGuard
 from .._guardrails._release import GateStep, OutputGate
 from .._guardrails._set import STOPPED_TEXT, GuardrailSet
@@ -84,8 +83,8 @@ class OutputGuard:
     come from their threads (:class:`~._guard_judges.JudgeLanes`)."""
 
     __slots__ = (
-        "_checks", "_claim", "_ctx", "_ended", "_gates", "_judged", "_judges", "_kinds",
-        "_lanes", "_output_tool", "_patterns", "_token", "_unshown", "_view_messages",
+        "_checks", "_claim", "_ctx", "_gates", "_judged", "_judges", "_kinds", "_lanes",
+        "_order", "_output_tool", "_patterns", "_token", "_view_messages",
     )  # fmt: skip
 
     def __init__(
@@ -114,8 +113,7 @@ class OutputGuard:
         output = ctx.settings.output
         self._output_tool = None if output is None else output.name  # its input is the answer
         self._kinds: dict[int, Kind] = {}  # each block whose text is checked, by index
-        self._ended = False  # the message ended (the judges' last checkpoints are due)
-        self._unshown: list[tuple[int, str]] = []  # released, not handed out yet
+        self._order = InOrder()  # released text, shown in the order it streamed
 
     @property
     def trip(self) -> GuardrailTrip | None:
@@ -132,10 +130,12 @@ class OutputGuard:
             if start is not None:
                 tool = start["start"].get("toolUse")
                 if tool is not None and tool.get("name") == self._output_tool:
-                    self._kinds[start["contentBlockIndex"]] = "output"
+                    self._register(start["contentBlockIndex"], "output")
         else:
             index = delta_event["contentBlockIndex"]
             text = self._checked_text(index, delta_event["delta"])
+            if self.trip is not None:
+                return ()
             if text:
                 text_of = self._text_of(index)
                 self._take(text_of, self._gates[text_of].feed(clean_text(text), index))
@@ -150,34 +150,51 @@ class OutputGuard:
         (a signature, another tool's input: the tool_call stage checks that)."""
         text = delta.get("text")
         if text is not None:
-            self._kinds.setdefault(index, "text")
+            self._register(index, "text")
             return cast(str, text)
         reasoning = delta.get("reasoningContent")
         if reasoning is not None:
             if "text" not in reasoning:
                 return None
-            self._kinds.setdefault(index, "reasoning")
+            self._register(index, "reasoning")
             return cast(str, reasoning["text"])
         tool = delta.get("toolUse")
         if tool is not None and self._kinds.get(index) == "output":
             return cast(str, tool.get("input", ""))
         return None
 
+    def _register(self, index: int, kind: Kind) -> None:
+        """Block ``index`` started streaming checked text. An answer's block settles the
+        reasoning before it (as at the message's end): the model moved on from thinking, so
+        a match never runs on from the reasoning over the answer into later reasoning, and
+        the answer is not held back behind the reasoning's hold-back."""
+        if index in self._kinds:
+            return
+        self._kinds[index] = kind
+        self._order.start(index)
+        if kind != "reasoning":
+            self._settle(REASONING)
+
+    def _settle(self, text_of: int) -> None:
+        """Settle one text as it stands: every match in it, the rest released; with judges,
+        each judge's checkpoint at its end (more of the text may come after)."""
+        self._take(text_of, self._gates[text_of].finish())
+        if self._judged is not None and self.trip is None:
+            for checkpoint in self._judged[text_of].end():
+                self._submit(text_of, checkpoint)
+
     def finish(self, assembler: MessageAssembler) -> Generator[TextDelta | ReasoningDelta]:
         """The stream ended: settle the gate, wait for the judges' last checkpoints (bounded
         by their timeout; a cancel or a judge's trip raises :class:`CancelledError`), and
         put each block's released text in the assembler's block; yields the deltas still
         to show (none after a trip)."""
-        for text_of, gate in enumerate(self._gates):
-            self._take(text_of, gate.finish())
+        self._order.end()
+        for text_of in (ANSWER, REASONING):
+            self._settle(text_of)
             if self.trip is not None:
                 return
-        lanes, judged = self._lanes, self._judged
-        if lanes is not None and judged is not None:
-            for text_of, text in enumerate(judged):
-                for checkpoint in text.end():
-                    self._submit(text_of, checkpoint)
-            self._ended = True
+        lanes = self._lanes
+        if lanes is not None:
             self._drain()
             while self.trip is None and lanes.outstanding:
                 yield from self._show()
@@ -227,10 +244,14 @@ class OutputGuard:
         return REASONING if self._kinds.get(index) == "reasoning" else ANSWER
 
     def _released_text(self, index: int) -> str:
+        return self._order.shown_of(index)
+
+    def _holds(self, index: int) -> bool:
+        """Whether the checks of ``index``'s text still hold some of its text back."""
         text_of = self._text_of(index)
-        if self._judged is None:
-            return self._gates[text_of].released_of(index)
-        return self._judged[text_of].released_of(index)
+        if self._gates[text_of].holds(index):
+            return True
+        return self._judged is not None and self._judged[text_of].holds(index)
 
     def _view(self, text: str, pending: str) -> GuardView:
         ctx = self._ctx
@@ -249,7 +270,7 @@ class OutputGuard:
             self._trip_here(step.tripped.name, step.reason or "tripped")
             return
         if self._judged is None:
-            self._unshown += step.pieces
+            self._order.put(step.pieces)
             return
         judged = self._judged[text_of]
         for block, piece in step.pieces:
@@ -278,7 +299,7 @@ class OutputGuard:
                 self._trip_here(name, f"guardrail {name}: conflicting redactions")
                 break
         for judged in self._judged:
-            self._unshown += judged.release()
+            self._order.put(judged.release())
 
     def _scanned(self, text: str) -> str | None:
         """A judge's replacement, through the patterns (a whole text): ``None`` at a trip."""
@@ -302,16 +323,16 @@ class OutputGuard:
         return self._deltas()
 
     def _deltas(self) -> tuple[TextDelta | ReasoningDelta, ...]:
-        """The released text not handed out yet, as deltas: one per run of a block's text
-        (the output tool's input is never a delta: it is shown in the finished message)."""
-        pieces, self._unshown = self._unshown, []
+        """The released text that may be shown now (in the order it streamed), as deltas:
+        one per block (the output tool's input is never a delta: the finished message
+        shows it)."""
+        pieces = self._order.take(self._holds)
         if not pieces or not self._ctx.emit_deltas:
             return ()
         deltas: list[TextDelta | ReasoningDelta] = []
         run_id = self._ctx.run_id
-        for index, group in groupby(pieces, key=itemgetter(0)):
-            kind = self._kinds.get(index)
-            text = "".join(piece for _, piece in group)
+        for index, text in pieces:
+            kind = self._kinds[index]
             if kind == "text":
                 deltas.append(TextDelta(text=text, run_id=run_id))
             elif kind == "reasoning":

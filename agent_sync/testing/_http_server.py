@@ -58,7 +58,7 @@ class ServerTurn:
         reasoning: Reasoning text streamed before the answer, if the protocol has it.
         blocks: The streamed answer's content blocks in order, instead of ``reasoning``
             then ``text`` then the tool calls: ``("text", str)``, ``("reasoning", str)``
-            (each in ``chunk_size`` pieces) or ``("tool", n)`` for ``tool_calls[n]`` (calls
+            or ``("tool", n)`` for ``tool_calls[n]``, each in ``chunk_size`` pieces (calls
             not named come last; OpenAI's chat stream sends every call last). Streaming
             answers of the Anthropic, Bedrock and OpenAI servers.
         raw_tool_input: Per tool call index, the exact JSON text to send instead of

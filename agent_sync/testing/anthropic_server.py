@@ -175,8 +175,8 @@ class AnthropicServer(ScriptedServer):
         if extra.redacted_thinking is not None:
             blocks.append(({"type": "redacted_thinking", "data": extra.redacted_thinking}, []))
         for kind, value in turn.layout():
+            size = max(1, turn.chunk_size) if turn.blocks else 16 if kind == "reasoning" else 12
             if kind == "reasoning":
-                size = max(1, turn.chunk_size) if turn.blocks else 16
                 deltas = [{"type": "thinking_delta", "thinking": p} for p in _pieces(value, size)]
                 deltas.append({"type": "signature_delta", "signature": extra.signature})
                 blocks.append(({"type": "thinking", "thinking": ""}, deltas))
@@ -189,7 +189,7 @@ class AnthropicServer(ScriptedServer):
                 start = {"type": "tool_use", "id": tool_id, "name": call["name"], "input": {}}
                 deltas = [
                     {"type": "input_json_delta", "partial_json": piece}
-                    for piece in _pieces(turn.tool_input_json(value), 12)
+                    for piece in _pieces(turn.tool_input_json(value), size)
                 ]
                 blocks.append((start, deltas))
         for index, (start, deltas) in enumerate(blocks):
