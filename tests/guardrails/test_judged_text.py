@@ -47,3 +47,15 @@ def test_a_replacement_goes_out_whole_and_overlaps_refuse() -> None:
 
 def _text(pieces: list[tuple[int, str]]) -> str:
     return "".join(piece for _, piece in pieces)
+
+
+def test_release_gives_each_block_its_text_and_a_replacement_to_its_first_block() -> None:
+    judged = JudgedText([4])
+    due = judged.add("abc", 0) + judged.add("def", 3) + judged.add("gh", 5)
+    assert [(c.start, c.end) for c in due] == [(0, 4), (4, 8)]
+    judged.passed(due[0])
+    assert judged.release() == [(0, "abc"), (3, "d")]
+    assert judged.holds(3) and not judged.holds(0)
+    assert judged.redact(due[1], "[x]")  # "efgh": the rest of block 3 and block 5's
+    assert judged.release() == [(3, "[x]")]
+    assert not judged.holds(3) and not judged.holds(5) and judged.complete

@@ -185,3 +185,35 @@ def test_a_chunk_check_that_raises_trips_the_message() -> None:
     check = Guardrail(broken, stage="output")
     step = OutputGate([], [check], view_of).feed("anything")
     assert step.tripped is check and step.reason == "guardrail broken failed: KeyError"
+
+
+def _by_block(pieces: list[tuple[int, str]]) -> dict[int, str]:
+    texts: dict[int, str] = {}
+    for block, piece in pieces:
+        texts[block] = texts.get(block, "") + piece
+    return texts
+
+
+@pytest.mark.parametrize("split", range(1, len(SECRET)))
+def test_a_match_across_two_blocks_is_redacted_in_the_block_it_starts_in(split: int) -> None:
+    """The gate's text runs on over a block's end: the match is seen whole, its replacement
+    goes to the block it starts in, and each block gets back the rest of its own text."""
+    gate = OutputGate([PatternGuard(KEY, action="redact", max_match=20)])
+    pieces: list[tuple[int, str]] = []
+    for block, chunk in ((0, "a " + SECRET[:split]), (2, SECRET[split:] + " b"), (5, " c")):
+        pieces += gate.feed(chunk, block).pieces
+    pieces += gate.finish().pieces
+    assert _by_block(pieces) == {0: "a [redacted]", 2: " b", 5: " c"}
+    assert [block for block, _ in pieces] == sorted(block for block, _ in pieces)
+
+
+def test_a_checks_redaction_of_pending_text_across_blocks_goes_to_the_first() -> None:
+    @guardrail(stage="output")
+    def no_plans(view: GuardView) -> Redact | None:
+        return Redact("[plans]") if "plan" in view.text and "plan" in view.pending else None
+
+    gate = OutputGate([PatternGuard("zzzz", max_match=4)], [no_plans], view_of)
+    pieces = list(gate.feed("Hi. The pl", 0).pieces) + list(gate.feed("an is", 1).pieces)
+    pieces += gate.feed(" done", 1).pieces + gate.finish().pieces
+    # " plan is" (" pl" of block 0, "an is" of block 1) became "[plans]": block 0's
+    assert _by_block(pieces) == {0: "Hi. The[plans]", 1: " done"}

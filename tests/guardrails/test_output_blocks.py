@@ -1,0 +1,237 @@
+"""What the output checks see across a message's blocks (DESIGN 13), on the three wires: the
+answer's text blocks are one text (a secret split across two of them, with reasoning or a
+toolUse between, is caught), the reasoning is one text (checked and held back as the answer
+is), and the output tool's input JSON is the answer (structured output). For every split
+of the secret at every chunk boundary: no byte of it, nor of what follows, reaches an event,
+the history, the store or the SSE body; the history replays through the server, which
+refuses what the real API refuses, and the next invoke works.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import flask
+import pydantic
+import pytest
+
+from agent_sync import Agent, tool, validate_history
+from agent_sync.events import AgentEvent, Done, ReasoningDelta, TextDelta
+from agent_sync.guardrails import STOPPED_TEXT, PatternGuard
+from agent_sync.messages import Message
+from agent_sync.stores import SQLiteRunStore
+from agent_sync.web.flask import chat_blueprint
+from tests.guardrails._wires import Wire
+from tests.web._client import SSEConnection, frames_until, request_json, serve
+
+SECRET = "sk-" + "Z9y8X7w6V5u4T3s2R1q0P"
+TAIL = " TAILMARK"  # what follows the secret: never released either
+BEFORE = "Hello. "
+GUARD = PatternGuard(r"sk-[A-Za-z0-9]{20,}", max_match=40)
+
+
+@tool
+def lookup(city: str) -> str:
+    """Look a city up.
+
+    Args:
+        city: The city.
+    """
+    raise AssertionError("a tripped message's call never runs")
+
+
+class Note(pydantic.BaseModel):
+    """A note on a city."""
+
+    city: str
+    note: str
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLiteRunStore]:
+    opened = SQLiteRunStore(str(tmp_path / "runs.db"))
+    yield opened
+    opened.close()
+
+
+def _stored(tmp_path: Path) -> bytes:
+    """Every byte the store wrote (the database and its journals)."""
+    return b"".join(path.read_bytes() for path in sorted(tmp_path.glob("runs.db*")))
+
+
+def _shown(events: list[AgentEvent], kind: type[TextDelta | ReasoningDelta]) -> str:
+    return "".join(event.text for event in events if type(event) is kind)
+
+
+def _assert_nothing_tripped_left(events: list[AgentEvent], messages: list[Message]) -> None:
+    done = events[-1]
+    assert isinstance(done, Done) and done.result.stop_reason == "guardrail"
+    shown = repr(events) + repr(messages)
+    assert "sk-" not in shown and "TAILMARK" not in shown
+    assert messages[-1]["content"][-1] == {"text": STOPPED_TEXT}
+    assert validate_history(messages) == []
+
+
+def _replay(server: Any, agent: Agent, tmp_path: Path) -> None:
+    """The whole history, trips and all, goes through the provider's rules; nothing tripped
+    was stored."""
+    server.add_turns("all good")
+    result = agent.invoke("replay")
+    assert result.stop_reason == "end_turn" and result.text == "all good"
+    assert "sk-" not in repr(server.requests[-1].body)
+    stored = _stored(tmp_path)
+    assert b"sk-" not in stored and b"TAILMARK" not in stored
+
+
+@pytest.mark.parametrize(
+    ("kind", "between"),
+    [("text", "reasoning"), ("text", "tool"), ("reasoning", "tool")],
+)
+def test_a_secret_split_across_two_blocks_never_leaves(
+    wire: Wire, store: SQLiteRunStore, tmp_path: Path, kind: str, between: str
+) -> None:
+    """Two blocks of one text (the answer's, or the reasoning's) with another block between
+    them: the secret split at each of its characters, streamed in chunks of 1 and 5."""
+    server, model = wire
+    agent = Agent(model, tools=[lookup], guardrails=[GUARD], store=store, conversation_id="c")
+    middle: tuple[str, Any] = ("tool", 0) if between == "tool" else (between, "Let me see.")
+    shown_as = TextDelta if kind == "text" else ReasoningDelta
+    for chunk_size in (1, 5):
+        for split in range(1, len(SECRET)):
+            blocks = [(kind, BEFORE + SECRET[:split]), middle, (kind, SECRET[split:] + TAIL)]
+            server.add_turns(
+                {
+                    "blocks": blocks,
+                    "tool_calls": [{"name": "lookup", "input": {"city": "Oslo"}}],
+                    "chunk_size": chunk_size,
+                }
+            )
+            events = list(agent.stream("go"))
+            assert BEFORE.startswith(_shown(events, shown_as)), (chunk_size, split)
+            _assert_nothing_tripped_left(events, agent.messages)
+            # what streamed after the tripped text is never shown, in either text
+            assert "Let me see" not in repr(events) + repr(agent.messages)
+    _replay(server, agent, tmp_path)
+
+
+def test_a_secret_in_the_reasoning_never_leaves(
+    wire: Wire, store: SQLiteRunStore, tmp_path: Path
+) -> None:
+    """Reasoning is output text: held back and checked as the answer is."""
+    server, model = wire
+    agent = Agent(model, guardrails=[GUARD], store=store, conversation_id="c")
+    for chunk_size in (1, 4, 7, 25):
+        for offset in (0, 3, 10):
+            before = "a" * offset
+            reasoning = ("reasoning", before + SECRET + TAIL)
+            server.add_turns(
+                {"blocks": [reasoning, ("text", "The answer.")], "chunk_size": chunk_size}
+            )
+            events = list(agent.stream("go"))
+            assert before.startswith(_shown(events, ReasoningDelta)), (chunk_size, offset)
+            assert _shown(events, TextDelta) == ""  # the answer after it never leaves either
+            _assert_nothing_tripped_left(events, agent.messages)
+    _replay(server, agent, tmp_path)
+
+
+def test_a_secret_in_the_output_tools_input_never_leaves(
+    wire: Wire, store: SQLiteRunStore, tmp_path: Path
+) -> None:
+    """The output tool's input JSON is the answer: checked before it is released (in the
+    message, the result's output) or committed."""
+    server, model = wire
+    agent = Agent(model, output_type=Note, guardrails=[GUARD], store=store, conversation_id="c")
+    for chunk_size in (1, 4, 7, 25):
+        for offset in (0, 3, 10):
+            note = "a" * offset + SECRET + TAIL
+            call = {"name": "final_result", "input": {"city": "Oslo", "note": note}}
+            server.add_turns(
+                {"blocks": [("tool", 0)], "tool_calls": [call], "chunk_size": chunk_size}
+            )
+            events = list(agent.stream("go"))
+            done = events[-1]
+            assert isinstance(done, Done) and done.result.output is None, (chunk_size, offset)
+            _assert_nothing_tripped_left(events, agent.messages)
+    # a clean answer still comes through the tool
+    server.add_turns(
+        {"tool_calls": [{"name": "final_result", "input": {"city": "Oslo", "note": "ok"}}]}
+    )
+    assert agent.invoke("again").output == Note(city="Oslo", note="ok")
+    server.add_turns("all good")
+    assert agent.invoke("replay", output_type=None).text == "all good"
+    assert "sk-" not in repr(server.requests[-1].body)
+    assert b"sk-" not in _stored(tmp_path)
+
+
+def test_a_redaction_across_two_blocks_goes_to_the_block_it_starts_in(wire: Wire) -> None:
+    """What is released is exactly the history's text, block by block: a match that spans
+    two text blocks is replaced in the first, the second keeps what follows it; redacted
+    reasoning keeps its place without its signature (no provider is sent it back)."""
+    server, model = wire
+    redact = PatternGuard(r"sk-[A-Za-z0-9]{20,}", action="redact", max_match=40)
+    agent = Agent(model, guardrails=[redact])
+    split = 9
+    server.add_turns(
+        {
+            "blocks": [
+                ("reasoning", "I hold " + SECRET + "."),
+                ("text", BEFORE + SECRET[:split]),
+                ("reasoning", "More."),
+                ("text", SECRET[split:] + " bye"),
+            ],
+            "chunk_size": 3,
+        }
+    )
+    events = list(agent.stream("go"))
+    assert _shown(events, TextDelta) == BEFORE + "[redacted] bye"
+    assert _shown(events, ReasoningDelta) == "I hold [redacted].More."
+    message = agent.messages[-1]
+    texts = [block["text"] for block in message["content"] if "text" in block]
+    assert texts == [BEFORE + "[redacted]", " bye"]
+    reasoning = [
+        block["reasoningContent"] for block in message["content"] if "reasoningContent" in block
+    ]
+    assert reasoning[0]["reasoningText"] == {"text": "I hold [redacted]."}  # unsigned now
+    assert "sk-" not in repr(events) + repr(agent.messages)
+    server.add_turns("all good")
+    assert agent.invoke("replay").text == "all good"
+    assert "sk-" not in repr(server.requests[-1].body)
+
+
+def test_the_sse_body_and_the_store_hold_nothing_tripped(
+    wire: Wire, store: SQLiteRunStore, tmp_path: Path
+) -> None:
+    server, model = wire
+
+    def make_agent(cid: str) -> Agent:
+        return Agent(model, store=store, conversation_id=cid, guardrails=[GUARD])
+
+    app = flask.Flask(__name__)
+    app.register_blueprint(
+        chat_blueprint(make_agent, store=store, authorize=lambda request, cid: True),
+        url_prefix="/api",
+    )
+    turns = [
+        {"blocks": [("text", BEFORE + "sk-Z9"), ("reasoning", "Hm."), ("text", SECRET[5:] + TAIL)]},
+        {"blocks": [("reasoning", "I see " + SECRET + TAIL), ("text", "The answer.")]},
+    ]
+    with serve(app) as web:
+        for turn in turns:
+            server.add_turns({**turn, "chunk_size": 2})
+            body = {"conversation_id": "c1", "message": "hi"}
+            conn = SSEConnection(web.server_port, "/api/chat", body)
+            try:
+                frames = frames_until(conn, "done")
+            finally:
+                conn.drop()
+            raw = b"".join(frame.raw for frame in frames)
+            assert b"sk-" not in raw and b"TAILMARK" not in raw
+            assert frames[-1].data["stop_reason"] == "guardrail"
+        status, history = request_json(web.server_port, "GET", "/api/history?conversation_id=c1")
+        assert status == 200 and validate_history(history["messages"]) == []
+        assert "sk-" not in json.dumps(history)
+    stored = _stored(tmp_path)
+    assert b"sk-" not in stored and b"TAILMARK" not in stored
