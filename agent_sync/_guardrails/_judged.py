@@ -1,5 +1,6 @@
-"""The judges' part of the output gate: one message's text, already passed by the patterns
-and the loop's checks, released only as far as every ``every=N`` judge passed it (DESIGN 13).
+"""The judges' part of the output gate: one text of a message (its answer or reasoning),
+already passed by the patterns and the loop's checks, released only as far as every
+``every=N`` judge passed it (DESIGN 13).
 
 Design. The text comes in as the :class:`~._release.OutputGate` releases it (final: no later
 chunk changes it). Each judge has its own checkpoints, at each ``every`` characters of that
@@ -13,12 +14,12 @@ replacement it would cut (a replacement is released whole, or not at all). Repla
 two judges that overlap and differ cannot both hold: :meth:`JudgedText.redact` says so, and
 the caller trips (fail closed: neither judge saw the other's text).
 
-The text is the message's across its blocks, as the gate releases it (:mod:`._blocks`):
+The text runs across its blocks, as the gate releases it (:mod:`._blocks`):
 a checkpoint may cover the end of one block and the start of the next, and what is released
 goes back to the blocks it came from (a replacement to the block its segment starts in).
 
 The verdicts reach this object in the loop's thread, through the run's judge lanes; one
-object serves one message, in the loop's thread only (no lock).
+object serves one text of one message, in the loop's thread only (no lock).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Checkpoint:
 
 
 class JudgedText:
-    """One message's text, released only where every judge passed it.
+    """One text of a message, released only where every judge passed it.
 
     Args:
         everies: Each judge's ``every`` (characters between its checkpoints), in order.
@@ -101,7 +102,8 @@ class JudgedText:
         return due
 
     def end(self) -> list[Checkpoint]:
-        """The block ended: each judge's last checkpoint, at its end (if any text is left)."""
+        """The text ended (for now): each judge's checkpoint at its end (if any text came
+        after its last one)."""
         end = self.received
         return [
             self._checkpoint(judge, end) for judge in range(len(self._everies))

@@ -25,11 +25,13 @@ Checks with ``every`` (judges, on worker threads) come after the gate: what it r
 final, and only then judged (:mod:`._judged`), so the release point is the least of what
 the patterns and loop checks passed and what every judge passed.
 
-The text is the whole message's, across its blocks (:mod:`._blocks`): each chunk says
-which block it is from, so the hold-back and the matches run on over a block's end into
-the next block's text, and what is released comes back as pieces of their blocks.
+The text is one text of the message (its answer, or its reasoning) across its blocks
+(:mod:`._blocks`): each chunk says which block it is from, so the hold-back and the matches
+run on over a block's end into the next block of the text, and what is released comes back
+as pieces of their blocks. :meth:`OutputGate.finish` settles the text as it stands; more
+may follow (a match never spans that point).
 
-One gate serves one message, in the loop's thread only (no lock).
+One gate serves one text of one message, in the loop's thread only (no lock).
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ class OutputGate:
         return self._advance(final=False)
 
     def finish(self) -> GateStep:
-        """The message ended: settle every match and release the rest."""
+        """The text ended (for now): settle every match and release the rest."""
         if self._trip is not None:
             return self._trip
         return self._advance(final=True)

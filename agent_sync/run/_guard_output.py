@@ -1,28 +1,34 @@
 """The output stage of a run's guardrails (DESIGN 13): one model call's streamed output goes
-through one :class:`~agent_sync._guardrails._release.OutputGate`, and only what it released
-reaches the events, the history and the hooks.
+through output gates (:mod:`~agent_sync._guardrails._release`) and judges, and only what
+they released reaches the events, the history and the hooks.
 
-What the output checks see (the rule, here only): a message streams two texts, each
-checked as a whole, as it streams (its own gate, hold-back and judges' checkpoints):
+What the output checks see (the rule, here only). A message streams two texts, each
+checked as a whole as it streams (its own gate, hold-back and judges' checkpoints):
 
 * the answer: its text blocks and the input JSON of the output tool (structured output,
   DESIGN 10: that input is the answer), joined in the order they streamed;
-* the reasoning: its reasoning blocks' text, joined in the order it streamed.
+* the reasoning: its reasoning blocks' text, joined in the order it streamed. An answer
+  block settles the reasoning before it (as the message's end would): the model moved on
+  from thinking, and the answer is not held back behind the reasoning's hold-back.
 
-So a match split across two blocks (text, then a toolUse or reasoning, then more text) is
-caught as one split across two chunks: the hold-back runs on across a block's end into the
-next block of its text, and is released when more of that text comes or the message ends.
-A check's ``view.text`` is the text (answer or reasoning) so far. What is released goes
-back to its block (:mod:`~agent_sync._guardrails._blocks`): text as :class:`TextDelta`,
-reasoning as :class:`ReasoningDelta`, the output tool's input only in the finished message;
-the history's blocks hold exactly the released text (a reasoning block whose text was
-redacted loses its signature, so no provider is sent it back). Other tools' input is the
-tool_call stage's.
+So a match split across two blocks of a text (text, then a toolUse or reasoning, then more
+text) is caught as one split across two chunks: the hold-back runs on across a block's end
+into the next block of its text. A check's ``view.text`` is its text (answer or reasoning)
+so far. Other tools' input is the tool_call stage's.
+
+What is released goes back to its block (:mod:`~agent_sync._guardrails._blocks`) and is
+shown in the order it streamed (:mod:`~agent_sync._guardrails._order`): a block's text
+only once every block before it is complete, so nothing that streamed after a tripped text
+leaves, in either text. Text as :class:`TextDelta`, reasoning as :class:`ReasoningDelta`,
+the output tool's input only in the finished message. The history's blocks hold exactly
+what was shown (a reasoning block whose text was redacted loses its signature, so no
+provider is sent it back).
 
 The model step holds an :class:`OutputGuard` only when the run has output guardrails (else
 ``None``: nothing is added per chunk but one ``if``). Per stream event it feeds the checked
-text to the gate and hands back the released text as the deltas to show; at the stream's
-end it settles the gate and writes the released text into the assembler's blocks. A toolUse
+text to its text's gate and hands back the released text as the deltas to show; at the
+stream's end it settles both texts and writes the released text into the assembler's
+blocks. A toolUse
 block is only ever released in the finished message, after the text before it; a trip drops
 the message's toolUses (never run).
 
