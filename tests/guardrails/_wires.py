@@ -1,19 +1,36 @@
 """The three wires of the output-stage tests: the real anthropic, boto3 and openai clients
 against the local wire servers of :mod:`agent_sync.testing` (which refuse what the real
-APIs refuse, so a history replayed through them is valid for that provider)."""
+APIs refuse, so a history replayed through them is valid for that provider); and what
+those tests share: the secret, its pattern, a tool a tripped message's call names."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from agent_sync import tool
+from agent_sync.guardrails import PatternGuard
 from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel
 from agent_sync.testing.anthropic_server import AnthropicServer
 from agent_sync.testing.bedrock_server import BedrockServer
 from agent_sync.testing.openai_server import OpenAIServer
 from tests.models._bedrock_fixtures import aws_session
 
-__all__ = ["WIRES", "Wire"]
+__all__ = ["GUARD", "SECRET", "WIRES", "Wire", "lookup"]
+
+SECRET = "sk-" + "Z9y8X7w6V5u4T3s2R1q0P"
+GUARD = PatternGuard(r"sk-[A-Za-z0-9]{20,}", max_match=40)
+
+
+@tool
+def lookup(city: str) -> str:
+    """Look a city up.
+
+    Args:
+        city: The city.
+    """
+    raise AssertionError("a tripped message's call never runs")
+
 
 Wire = tuple[Any, Any]
 """``(server, model)``."""

@@ -10,37 +10,23 @@ refuses what the real API refuses, and the next invoke works.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import flask
 import pydantic
 import pytest
 
-from agent_sync import Agent, tool, validate_history
+from agent_sync import Agent, validate_history
 from agent_sync.events import AgentEvent, Done, ReasoningDelta, TextDelta
 from agent_sync.guardrails import STOPPED_TEXT, PatternGuard
 from agent_sync.messages import Message
 from agent_sync.stores import SQLiteRunStore
-from agent_sync.web.flask import chat_blueprint
-from tests.guardrails._wires import Wire
-from tests.web._client import SSEConnection, frames_until, request_json, serve
+from tests.guardrails._chat import chat, chat_server
+from tests.guardrails._wires import GUARD, SECRET, Wire, lookup
+from tests.web._client import request_json
 
-SECRET = "sk-" + "Z9y8X7w6V5u4T3s2R1q0P"
 TAIL = " TAILMARK"  # what follows the secret: never released either
 BEFORE = "Hello. "
-GUARD = PatternGuard(r"sk-[A-Za-z0-9]{20,}", max_match=40)
-
-
-@tool
-def lookup(city: str) -> str:
-    """Look a city up.
-
-    Args:
-        city: The city.
-    """
-    raise AssertionError("a tripped message's call never runs")
 
 
 class Note(pydantic.BaseModel):
@@ -48,13 +34,6 @@ class Note(pydantic.BaseModel):
 
     city: str
     note: str
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteRunStore]:
-    opened = SQLiteRunStore(str(tmp_path / "runs.db"))
-    yield opened
-    opened.close()
 
 
 def _stored(tmp_path: Path) -> bytes:
@@ -209,28 +188,18 @@ def test_the_sse_body_and_the_store_hold_nothing_tripped(
     def make_agent(cid: str) -> Agent:
         return Agent(model, store=store, conversation_id=cid, guardrails=[GUARD])
 
-    app = flask.Flask(__name__)
-    app.register_blueprint(
-        chat_blueprint(make_agent, store=store, authorize=lambda request, cid: True),
-        url_prefix="/api",
-    )
     turns = [
         {"blocks": [("text", BEFORE + "sk-Z9"), ("reasoning", "Hm."), ("text", SECRET[5:] + TAIL)]},
         {"blocks": [("reasoning", "I see " + SECRET + TAIL), ("text", "The answer.")]},
     ]
-    with serve(app) as web:
+    with chat_server(make_agent, store) as port:
         for turn in turns:
             server.add_turns({**turn, "chunk_size": 2})
-            body = {"conversation_id": "c1", "message": "hi"}
-            conn = SSEConnection(web.server_port, "/api/chat", body)
-            try:
-                frames = frames_until(conn, "done")
-            finally:
-                conn.drop()
+            frames = chat(port, "c1", "hi")
             raw = b"".join(frame.raw for frame in frames)
             assert b"sk-" not in raw and b"TAILMARK" not in raw
             assert frames[-1].data["stop_reason"] == "guardrail"
-        status, history = request_json(web.server_port, "GET", "/api/history?conversation_id=c1")
+        status, history = request_json(port, "GET", "/api/history?conversation_id=c1")
         assert status == 200 and validate_history(history["messages"]) == []
         assert "sk-" not in json.dumps(history)
     stored = _stored(tmp_path)

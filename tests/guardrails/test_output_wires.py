@@ -7,23 +7,10 @@ the real API refuses, and the next invoke works.
 
 from __future__ import annotations
 
-from agent_sync import Agent, tool, validate_history
+from agent_sync import Agent, validate_history
 from agent_sync.events import Done, TextDelta
-from agent_sync.guardrails import STOPPED_TEXT, PatternGuard
-from tests.guardrails._wires import Wire
-
-SECRET = "sk-" + "Z9y8X7w6V5u4T3s2R1q0P"
-GUARD = PatternGuard(r"sk-[A-Za-z0-9]{20,}", max_match=40)
-
-
-@tool
-def lookup(city: str) -> str:
-    """Look a city up.
-
-    Args:
-        city: The city.
-    """
-    raise AssertionError("a tripped message's call never runs")
+from agent_sync.guardrails import STOPPED_TEXT
+from tests.guardrails._wires import GUARD, SECRET, Wire, lookup
 
 
 def test_a_split_secret_never_leaves_and_the_history_replays(wire: Wire) -> None:
