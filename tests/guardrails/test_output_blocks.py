@@ -18,7 +18,7 @@ import pytest
 
 from agent_sync import Agent, validate_history
 from agent_sync.events import AgentEvent, Done, ReasoningDelta, TextDelta
-from agent_sync.guardrails import STOPPED_TEXT, PatternGuard
+from agent_sync.guardrails import STOPPED_TEXT, GuardView, PatternGuard, Redact, guardrail
 from agent_sync.messages import Message
 from agent_sync.stores import SQLiteRunStore
 from tests.guardrails._chat import chat, chat_server
@@ -204,3 +204,29 @@ def test_the_sse_body_and_the_store_hold_nothing_tripped(
         assert "sk-" not in json.dumps(history)
     stored = _stored(tmp_path)
     assert b"sk-" not in stored and b"TAILMARK" not in stored
+
+
+def test_a_judges_checkpoint_spans_two_blocks_of_the_answer(wire: Wire) -> None:
+    """A judge's checkpoints count the answer's text across its blocks: one covers the end
+    of the first text block and the start of the second (the reasoning between is its own
+    text), and its replacement goes to the block the segment starts in."""
+    server, model = wire
+    pendings: list[str] = []
+
+    @guardrail(stage="output", every=4)
+    def no_x(view: GuardView) -> Redact | None:
+        pendings.append(view.pending)
+        return Redact("[r]") if "X" in view.pending else None
+
+    agent = Agent(model, guardrails=[no_x])
+    blocks = [("text", "abcdeX"), ("reasoning", "think"), ("text", "ghijkl")]
+    server.add_turns({"blocks": blocks, "chunk_size": 2})
+    events = list(agent.stream("go"))
+    assert "eXgh" in pendings  # the checkpoint across the two text blocks
+    assert _shown(events, TextDelta) == "abcd[r]ijkl"
+    assert _shown(events, ReasoningDelta) == "think"
+    content = agent.messages[-1]["content"]
+    assert [block["text"] for block in content if "text" in block] == ["abcd[r]", "ijkl"]
+    assert validate_history(agent.messages) == []
+    server.add_turns("all good")
+    assert agent.invoke("replay").text == "all good"
