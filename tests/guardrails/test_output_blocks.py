@@ -10,6 +10,7 @@ refuses what the real API refuses, and the next invoke works.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,16 @@ def _assert_nothing_tripped_left(events: list[AgentEvent], messages: list[Messag
     assert validate_history(messages) == []
 
 
+def _logged(caplog: pytest.LogCaptureFixture) -> str:
+    """What the run logged, every level, the model clients' own lines too (the wire
+    server's are left out: it sends the secret)."""
+    return "\n".join(
+        f"{record.getMessage()} {record.exc_text or ''}"
+        for record in caplog.records
+        if not record.name.startswith("agent_sync.testing")
+    )
+
+
 def _replay(server: Any, agent: Agent, tmp_path: Path) -> None:
     """The whole history, trips and all, goes through the provider's rules; nothing tripped
     was stored."""
@@ -70,10 +81,16 @@ def _replay(server: Any, agent: Agent, tmp_path: Path) -> None:
     [("text", "reasoning"), ("text", "tool"), ("reasoning", "tool")],
 )
 def test_a_secret_split_across_two_blocks_never_leaves(
-    wire: Wire, store: SQLiteRunStore, tmp_path: Path, kind: str, between: str
+    wire: Wire,
+    store: SQLiteRunStore,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
+    between: str,
 ) -> None:
     """Two blocks of one text (the answer's, or the reasoning's) with another block between
     them: the secret split at each of its characters, streamed in chunks of 1 and 5."""
+    caplog.set_level(logging.DEBUG)
     server, model = wire
     agent = Agent(model, tools=[lookup], guardrails=[GUARD], store=store, conversation_id="c")
     middle: tuple[str, Any] = ("tool", 0) if between == "tool" else (between, "Let me see.")
@@ -94,6 +111,7 @@ def test_a_secret_split_across_two_blocks_never_leaves(
             # what streamed after the tripped text is never shown, in either text
             assert "Let me see" not in repr(events) + repr(agent.messages)
     _replay(server, agent, tmp_path)
+    assert "sk-" not in _logged(caplog)
 
 
 def test_a_secret_in_the_reasoning_never_leaves(
