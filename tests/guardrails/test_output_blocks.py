@@ -19,9 +19,17 @@ import pytest
 
 from agent_sync import Agent, validate_history
 from agent_sync.events import AgentEvent, Done, ReasoningDelta, TextDelta
-from agent_sync.guardrails import STOPPED_TEXT, GuardView, PatternGuard, Redact, guardrail
+from agent_sync.guardrails import (
+    STOPPED_TEXT,
+    Guardrail,
+    GuardView,
+    PatternGuard,
+    Redact,
+    guardrail,
+)
 from agent_sync.messages import Message
 from agent_sync.stores import SQLiteRunStore
+from agent_sync.testing import ScriptedModel
 from tests.guardrails._chat import chat, chat_server
 from tests.guardrails._wires import GUARD, SECRET, Wire, lookup
 from tests.web._client import request_json
@@ -248,3 +256,33 @@ def test_a_judges_checkpoint_spans_two_blocks_of_the_answer(wire: Wire) -> None:
     assert validate_history(agent.messages) == []
     server.add_turns("all good")
     assert agent.invoke("replay").text == "all good"
+
+
+def test_reasoning_is_held_back_as_the_answer_is_and_shown_in_order() -> None:
+    """The reasoning's hold-back is released when the answer starts, in the same step as
+    the answer's first released text: both are shown, in the order they streamed, also
+    while a race-mode input check holds the events."""
+
+    @guardrail(stage="input")  # mode="race": the call's events are held until it passed
+    def fine(view: GuardView) -> None:
+        return None
+
+    turn = {"reasoning": "r" * 60, "text": "t" * 60, "chunk_size": 50}
+    model = ScriptedModel([turn], repeat=True)
+    setups: list[list[Guardrail | PatternGuard]] = [[GUARD], [GUARD, fine]]
+    for guardrails in setups:
+        events = list(Agent(model, guardrails=guardrails).stream("go"))
+        shown = [
+            (type(event).__name__, event.text)
+            for event in events
+            if isinstance(event, (TextDelta, ReasoningDelta))
+        ]
+        # the hold-back is 39 characters (max_match 40)
+        assert shown == [
+            ("ReasoningDelta", "r" * 11),
+            ("ReasoningDelta", "r" * 10),
+            ("ReasoningDelta", "r" * 39),
+            ("TextDelta", "t" * 11),
+            ("TextDelta", "t" * 10),
+            ("TextDelta", "t" * 39),
+        ]
