@@ -1,8 +1,10 @@
 """Guardrail benchmarks on ScriptedModel (offline): trip -> invoke() returned, per state;
 a PatternGuard's CPU per chunk; the loop's per-event cost without guardrails against a
-baseline tree (interleaved, one sitting).
+baseline tree, and a streamed answer's cost per chunk with one output PatternGuard against
+it (interleaved, one sitting).
 
     python bench/bench_guardrails.py [--runs 100] [--races 500] [--base /tmp/base-guard]
+        [--compare-only]
 
 Trip latency is from the moment a check returns its ``Trip`` (stamped in the check) to the
 moment ``invoke()`` returns. States: streaming (an output check trips mid-answer), tool
@@ -203,18 +205,40 @@ def per_event_us(chunks: int = 2000, repeats: int = 30) -> tuple[float, float]:
     return (loop - raw) / events * 1e6, marginal * 1e6
 
 
-def _per_event_in(tree: Path) -> tuple[float, float]:
+def guarded_per_chunk_us(chunks: int = 2000, repeats: int = 15) -> float:
+    """A streamed answer's cost per chunk with one output PatternGuard (the run, its gate,
+    its release order), of the tree on sys.path: the median over ``repeats`` runs."""
+    from agent_sync import Agent
+    from agent_sync.guardrails import PatternGuard
+    from agent_sync.testing import ScriptedModel
+
+    text = ("lorem ipsum dolor sit amet " * (chunks * 8 // 27 + 1))[: chunks * 8]
+    guard = PatternGuard(r"sk-[A-Za-z0-9]{20,}", max_match=64)
+    model = ScriptedModel([{"text": text, "chunk_size": 8}], repeat=True)
+    agent = Agent(model, guardrails=[guard])
+    times = []
+    for _ in range(repeats):
+        agent.messages = []
+        start = time.perf_counter()
+        for _event in agent.stream("go"):
+            pass
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) / chunks * 1e6
+
+
+def _per_event_in(tree: Path, measure: str = "per_event_us") -> tuple[float, ...]:
+    """``measure`` run in a fresh process on ``tree``: its figure, or figures."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2]);"
-        "import bench_guardrails as b; print(*b.per_event_us())"
+        f"import bench_guardrails as b; r = b.{measure}();"
+        "print(*(r if isinstance(r, tuple) else (r,)))"
     )
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(
         [sys.executable, "-c", code, str(tree), str(ROOT / "bench")],
         env=env, capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
-    plain, marginal = done.stdout.strip().splitlines()[-1].split()
-    return float(plain), float(marginal)
+    return tuple(float(x) for x in done.stdout.strip().splitlines()[-1].split())
 
 
 def main() -> None:
@@ -225,40 +249,68 @@ def main() -> None:
     parser.add_argument("--base", type=Path, default=None, help="the baseline tree")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--races", type=int, default=500, help="randomized input races")
+    parser.add_argument(
+        "--compare-only", action="store_true", help="only the comparisons with --base"
+    )
     args = parser.parse_args()
+    if not args.compare_only:
+        _measure(args.runs, args.races)
+    if args.base is not None:
+        _compare(args.base, args.rounds)
+
+
+def _measure(runs: int, races: int) -> None:
     from _common import p99
 
-    print(f"== trip -> invoke() returned ({args.runs} runs per state)")
-    for state, values in _trip_samples(args.runs).items():
+    print(f"== trip -> invoke() returned ({runs} runs per state)")
+    for state, values in _trip_samples(runs).items():
         print(
             f"  {state:16s} p50 {statistics.median(values) * 1000:7.3f} ms"
             f"   p99 {p99(values) * 1000:7.3f} ms   max {max(values) * 1000:7.3f} ms"
         )
     from _input_race import race_count, release_delays
 
-    delays, wakes = release_delays(args.runs)
+    delays, wakes = release_delays(runs)
     print("== race-mode input check: first released token - max(check end, model's first token)")
     for label, values in (("race check", delays), ("bare thread wake", wakes)):
         print(
             f"  {label:16s} p50 {statistics.median(values) * 1000:7.3f} ms"
             f"   p99 {p99(values) * 1000:7.3f} ms   max {max(values) * 1000:7.3f} ms"
         )
-    counts = race_count(args.races)
+    counts = race_count(races)
     print(f"== randomized input races: {counts}")
     print("== PatternGuard CPU per 8-character chunk (median)")
     for size in (10_000, 100_000):
         print(f"  {size:>7} characters: {_pattern_cpu(size) * 1e6:7.2f} us")
-    if args.base is not None:
-        print(f"== loop per-event cost, no guardrails: this tree vs {args.base} (interleaved)")
-        ours: list[tuple[float, float]] = []
-        base: list[tuple[float, float]] = []
-        for _ in range(args.rounds):
-            base.append(_per_event_in(args.base))
-            ours.append(_per_event_in(ROOT))
-        for i, figure in enumerate(("2000 events (bench_core's)", "marginal, per added event")):
+
+
+def _compare(tree: Path, rounds: int) -> None:
+    """This tree against the baseline ``tree``, interleaved rounds in one sitting."""
+    for measure, label, figures, unit in (
+        (
+            "per_event_us",
+            "loop per-event cost, no guardrails",
+            ("2000 events (bench_core's)", "marginal, per added event"),
+            "us/event",
+        ),
+        (
+            "guarded_per_chunk_us",
+            "streamed answer per chunk, one output PatternGuard",
+            ("per chunk",),
+            "us/chunk",
+        ),
+    ):
+        print(f"== {label}: this tree vs {tree} (interleaved)")
+        ours: list[tuple[float, ...]] = []
+        base: list[tuple[float, ...]] = []
+        for _ in range(rounds):
+            base.append(_per_event_in(tree, measure))
+            ours.append(_per_event_in(ROOT, measure))
+        for i, figure in enumerate(figures):
             b = statistics.median(x[i] for x in base)
             o = statistics.median(x[i] for x in ours)
-            print(f"  {figure}: baseline {b:6.3f} us   this tree {o:6.3f} us   ratio {o / b:.3f}")
+            print(f"  {figure}: baseline {b:6.3f} {unit}   this tree {o:6.3f} {unit}   "
+                  f"ratio {o / b:.3f}")  # fmt: skip
             print(f"    rounds: baseline {[round(x[i], 3) for x in base]}")
             print(f"            this tree {[round(x[i], 3) for x in ours]}")
 

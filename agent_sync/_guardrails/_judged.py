@@ -1,5 +1,6 @@
-"""The judges' part of the output gate: one text block's text, already passed by the patterns
-and the loop's checks, released only as far as every ``every=N`` judge passed it (DESIGN 13).
+"""The judges' part of the output gate: one text of a message (its answer or reasoning),
+already passed by the patterns and the loop's checks, released only as far as every
+``every=N`` judge passed it (DESIGN 13).
 
 Design. The text comes in as the :class:`~._release.OutputGate` releases it (final: no later
 chunk changes it). Each judge has its own checkpoints, at each ``every`` characters of that
@@ -13,14 +14,20 @@ replacement it would cut (a replacement is released whole, or not at all). Repla
 two judges that overlap and differ cannot both hold: :meth:`JudgedText.redact` says so, and
 the caller trips (fail closed: neither judge saw the other's text).
 
+The text runs across its blocks, as the gate releases it (:mod:`._blocks`):
+a checkpoint may cover the end of one block and the start of the next, and what is released
+goes back to the blocks it came from (a replacement to the block its segment starts in).
+
 The verdicts reach this object in the loop's thread, through the run's judge lanes; one
-object serves one block, in the loop's thread only (no lock).
+object serves one text of one message, in the loop's thread only (no lock).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from ._blocks import BlockMarks, split_spans
 
 __all__ = ["Checkpoint", "JudgedText"]
 
@@ -36,13 +43,16 @@ class Checkpoint:
 
 
 class JudgedText:
-    """One block's text, released only where every judge passed it.
+    """One text of a message, released only where every judge passed it.
 
     Args:
         everies: Each judge's ``every`` (characters between its checkpoints), in order.
     """
 
-    __slots__ = ("_base", "_done", "_ends", "_everies", "_passed", "_replaced", "_text")
+    __slots__ = (
+        "_base", "_done", "_ends", "_everies", "_marks", "_passed", "_replaced",
+        "_text",
+    )  # fmt: skip
 
     def __init__(self, everies: Sequence[int]) -> None:
         self._everies = tuple(everies)
@@ -52,11 +62,16 @@ class JudgedText:
         self._passed = [0] * len(self._everies)  # each judge's passed position
         self._replaced: dict[int, tuple[int, str]] = {}  # start -> (end, replacement)
         self._done: list[str] = []
+        self._marks = BlockMarks()  # the block of each character of _text
 
     @property
     def released_text(self) -> str:
         """Everything released (replacements applied)."""
         return "".join(self._done)
+
+    def holds(self, block: int) -> bool:
+        """Whether any of ``block``'s text is not released yet."""
+        return self._marks.holds(block, len(self._text))
 
     @property
     def complete(self) -> bool:
@@ -75,8 +90,10 @@ class JudgedText:
         text = self.released_text + self._text[: checkpoint.end - self._base]
         return text, text[len(text) - (checkpoint.end - checkpoint.start) :]
 
-    def add(self, text: str) -> list[Checkpoint]:
-        """Take text the patterns and loop checks passed: the checkpoints now due."""
+    def add(self, text: str, block: int = 0) -> list[Checkpoint]:
+        """Take text the patterns and loop checks passed, of content block ``block``: the
+        checkpoints now due."""
+        self._marks.grow(len(self._text), block)
         self._text += text
         due: list[Checkpoint] = []
         for judge, every in enumerate(self._everies):
@@ -85,7 +102,8 @@ class JudgedText:
         return due
 
     def end(self) -> list[Checkpoint]:
-        """The block ended: each judge's last checkpoint, at its end (if any text is left)."""
+        """The text ended (for now): each judge's checkpoint at its end (if any text came
+        after its last one)."""
         end = self.received
         return [
             self._checkpoint(judge, end) for judge in range(len(self._everies))
@@ -112,27 +130,31 @@ class JudgedText:
         self.passed(checkpoint)
         return True
 
-    def release(self) -> str:
-        """Release what every judge passed: the text released now (may be empty)."""
+    def release(self) -> list[tuple[int, str]]:
+        """Release what every judge passed: the pieces released now, ``(block, text)`` in
+        order (may be none)."""
         point = min(self._passed, default=self.received)
         for start, (end, _) in self._replaced.items():
             if start < point < end:
                 point = start  # a replacement goes out whole
         if point <= self._base:
-            return ""
-        pieces: list[str] = []
-        at = self._base
-        for start in sorted(s for s in self._replaced if self._base <= s < point):
+            return []
+        base = self._base
+        spans = self._marks.cut(point - base)
+        pieces: list[tuple[int, str]] = []
+        at = base
+        for start in sorted(s for s in self._replaced if base <= s < point):
             end, text = self._replaced.pop(start)
-            pieces += [self._text[at - self._base : start - self._base], text]
+            pieces += split_spans(self._text[at - base : start - base], spans, at - base)
+            if text:  # the replacement goes to the block its segment starts in
+                block = next(b for b, first, last in spans if first <= start - base < last)
+                pieces.append((block, text))
             at = end
-        pieces.append(self._text[at - self._base : point - self._base])
-        released = "".join(pieces)
-        self._text = self._text[point - self._base :]
+        pieces += split_spans(self._text[at - base : point - base], spans, at - base)
+        self._text = self._text[point - base :]
         self._base = point
-        if released:
-            self._done.append(released)
-        return released
+        self._done += (piece for _, piece in pieces)
+        return pieces
 
     def _checkpoint(self, judge: int, end: int) -> Checkpoint:
         checkpoint = Checkpoint(judge=judge, start=self._ends[judge], end=end)

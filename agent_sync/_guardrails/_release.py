@@ -25,7 +25,13 @@ Checks with ``every`` (judges, on worker threads) come after the gate: what it r
 final, and only then judged (:mod:`._judged`), so the release point is the least of what
 the patterns and loop checks passed and what every judge passed.
 
-One gate serves one message, in the loop's thread only (no lock).
+The text is one text of the message (its answer, or its reasoning) across its blocks
+(:mod:`._blocks`): each chunk says which block it is from, so the hold-back and the matches
+run on over a block's end into the next block of the text, and what is released comes back
+as pieces of their blocks. :meth:`OutputGate.finish` settles the text as it stands; more
+may follow (a match never spans that point).
+
+One gate serves one text of one message, in the loop's thread only (no lock).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ._blocks import BlockMarks, split_spans
 from ._checks import Guardrail, GuardView, Redact, Trip
 from ._pattern import PatternGuard
 
@@ -50,6 +57,8 @@ class GateStep:
     """The pattern or check that tripped: nothing more of this message is released."""
     reason: str | None = None
     """Why, with ``tripped`` (never the tripped text)."""
+    pieces: tuple[tuple[int, str], ...] = ()
+    """``released`` cut into the pieces of its blocks: ``(block, text)``, in order."""
 
 
 class OutputGate:
@@ -64,8 +73,8 @@ class OutputGate:
     """
 
     __slots__ = (
-        "_checks", "_context", "_done", "_hold", "_make_view", "_patterns", "_pending", "_tail",
-        "_trip",
+        "_checks", "_context", "_done", "_hold", "_make_view", "_marks", "_patterns",
+        "_pending", "_tail", "_trip",
     )  # fmt: skip
 
     def __init__(
@@ -86,12 +95,17 @@ class OutputGate:
         self._done: list[str] = []
         self._tail = ""
         self._pending = ""  # at most the hold and a match waiting for its reach
+        self._marks = BlockMarks()  # the block of each pending character
         self._trip: GateStep | None = None
 
     @property
     def released_text(self) -> str:
-        """Everything released so far: what the history's assistant text is."""
+        """Everything released so far, every block's (in the order it streamed)."""
         return "".join(self._done)
+
+    def holds(self, block: int) -> bool:
+        """Whether any of ``block``'s text is still pending."""
+        return self._marks.holds(block, len(self._pending))
 
     @property
     def pending(self) -> str:
@@ -103,15 +117,17 @@ class OutputGate:
         """The pattern or check that tripped, if one did."""
         return self._trip.tripped if self._trip is not None else None
 
-    def feed(self, chunk: str) -> GateStep:
-        """Take the next chunk of the message's text; return what may be released now."""
+    def feed(self, chunk: str, block: int = 0) -> GateStep:
+        """Take the next chunk of the message's text, from its content block ``block``;
+        return what may be released now."""
         if self._trip is not None:
             return self._trip
+        self._marks.grow(len(self._pending), block)
         self._pending += chunk
         return self._advance(final=False)
 
     def finish(self) -> GateStep:
-        """The message ended: settle every match and release the rest."""
+        """The text ended (for now): settle every match and release the rest."""
         if self._trip is not None:
             return self._trip
         return self._advance(final=True)
@@ -122,10 +138,12 @@ class OutputGate:
             self._trip = judged
             return judged
         released, self._pending = self._pending[:judged], self._pending[judged:]
-        if released:
-            self._done.append(released)
-            self._tail = (self._tail + released)[-self._context :] if self._context else ""
-        return GateStep(released)
+        if not released:
+            return GateStep("")
+        self._done.append(released)
+        self._tail = (self._tail + released)[-self._context :] if self._context else ""
+        pieces = split_spans(released, self._marks.cut(judged))
+        return GateStep(released, pieces=tuple(pieces))
 
     def _judge(self, final: bool) -> GateStep | int:
         """Patterns, then checks (then patterns again over what a check redacted): the
@@ -145,6 +163,7 @@ class OutputGate:
             if isinstance(verdict, Trip):
                 return GateStep("", check, verdict.reason)
             if isinstance(verdict, Redact):
+                self._marks.replace(0, len(self._pending), len(verdict.text))
                 self._pending = verdict.text
                 redacted = True
         if redacted:
@@ -178,6 +197,9 @@ class OutputGate:
                     if pattern.action == "trip":
                         return pattern, 0
                     window = window[: match.start] + pattern.replacement + window[match.end :]
+                    self._marks.replace(
+                        match.start - base, match.end - base, len(pattern.replacement)
+                    )
                     at = match.start + len(pattern.replacement)
                     changed_by = pattern
             if changed_by is None:

@@ -200,11 +200,16 @@ class MessageAssembler:
         )
 
     def set_text(self, index: int, text: str) -> None:
-        """Replace the text of text block ``index`` (the output guardrails' released text,
-        before :meth:`finish`: the history keeps only what they released)."""
+        """Replace what block ``index`` streamed (the output guardrails' released text,
+        before :meth:`finish`: the history keeps only what they released): a text block's
+        text, a reasoning block's text, a tool's input JSON. Reasoning whose text changed
+        loses its signature (it no longer signs that text: the providers drop it)."""
         block = self._blocks.get(index)
-        if block is not None and block.kind == "text":
-            block.parts = [text]
+        if block is None:
+            return
+        if block.kind == "reasoning" and "".join(block.parts) != text:
+            block.signature = None
+        block.parts = [text]
 
     def partial(self, closing_text: str) -> Message:
         """The message so far, for a cancelled call, ending with ``closing_text``.

@@ -83,9 +83,9 @@ class TripClaim:
 
 @dataclass(eq=False)
 class Job:
-    """One checkpoint of one block, for its judge."""
+    """One checkpoint of one of the message's texts, for its judge."""
 
-    block: int
+    text: int  # which text: the answer or the reasoning (run._guard_output)
     checkpoint: Checkpoint
     view: GuardView
 

@@ -93,9 +93,15 @@ def model_step(
                 for event in stream:
                     delta = add(event)
                     if guard is not None:  # the seam where the answer is released
-                        delta = guard.feed(event, delta)
+                        shown = guard.feed(event)
                         if guard.trip is not None:
                             break
+                        delta = shown[-1] if shown else None
+                        for earlier in shown[:-1]:  # released text of two blocks at once
+                            if held is None:
+                                yield earlier
+                                continue
+                            held = yield from race.hold(held, earlier)  # type: ignore[union-attr]
                     if held is not None:  # input checks pending (race): held back, in order
                         held = yield from race.hold(held, delta)  # type: ignore[union-attr]
                     elif delta is not None:

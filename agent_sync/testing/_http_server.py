@@ -56,6 +56,11 @@ class ServerTurn:
         text: The assistant's text, streamed in ``chunk_size`` pieces.
         tool_calls: ``[{"name": ..., "input": {...}}]`` (an ``"id"`` key is optional).
         reasoning: Reasoning text streamed before the answer, if the protocol has it.
+        blocks: The streamed answer's content blocks in order, instead of ``reasoning``
+            then ``text`` then the tool calls: ``("text", str)``, ``("reasoning", str)``
+            or ``("tool", n)`` for ``tool_calls[n]``, each in ``chunk_size`` pieces (calls
+            not named come last; OpenAI's chat stream sends every call last). Streaming
+            answers of the Anthropic, Bedrock and OpenAI servers.
         raw_tool_input: Per tool call index, the exact JSON text to send instead of
             ``json.dumps(input)`` (to script invalid JSON).
         chunk_size: Characters per text delta.
@@ -77,6 +82,7 @@ class ServerTurn:
     text: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     reasoning: str | None = None
+    blocks: list[tuple[str, Any]] = field(default_factory=list)
     raw_tool_input: dict[int, str] = field(default_factory=dict)
     chunk_size: int = 8
     chunk_delay: float = 0.0
@@ -104,8 +110,27 @@ class ServerTurn:
 
     def text_chunks(self) -> list[str]:
         """The text split into ``chunk_size`` pieces."""
+        return self.pieces(self.text)
+
+    def layout(self) -> list[tuple[str, Any]]:
+        """The streamed content blocks in order (see ``blocks``): ``("reasoning", text)``
+        (also when empty), ``("text", text)`` (only when not empty), ``("tool", n)``."""
+        if self.blocks:
+            named = [tuple(block) for block in self.blocks]
+            tools = {value for kind, value in named if kind == "tool"}
+            rest = [("tool", n) for n in range(len(self.tool_calls)) if n not in tools]
+            return [*named, *rest]
+        layout: list[tuple[str, Any]] = []
+        if self.reasoning is not None:
+            layout.append(("reasoning", self.reasoning))
+        if self.text:
+            layout.append(("text", self.text))
+        return layout + [("tool", n) for n in range(len(self.tool_calls))]
+
+    def pieces(self, text: str) -> list[str]:
+        """``text`` split into ``chunk_size`` pieces."""
         size = max(1, self.chunk_size)
-        return [self.text[i : i + size] for i in range(0, len(self.text), size)]
+        return [text[i : i + size] for i in range(0, len(text), size)]
 
     def tool_input_json(self, index: int) -> str:
         """The JSON text sent for tool call ``index``."""

@@ -174,24 +174,24 @@ class AnthropicServer(ScriptedServer):
         blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
         if extra.redacted_thinking is not None:
             blocks.append(({"type": "redacted_thinking", "data": extra.redacted_thinking}, []))
-        if turn.reasoning is not None:
-            deltas = [
-                {"type": "thinking_delta", "thinking": piece}
-                for piece in _pieces(turn.reasoning, 16)
-            ]
-            deltas.append({"type": "signature_delta", "signature": extra.signature})
-            blocks.append(({"type": "thinking", "thinking": ""}, deltas))
-        if turn.text:
-            deltas = [{"type": "text_delta", "text": piece} for piece in turn.text_chunks()]
-            blocks.append(({"type": "text", "text": ""}, deltas))
-        for position, call in enumerate(turn.tool_calls):
-            tool_id = call.get("id") or f"toolu_{uuid.uuid4().hex[:20]}"
-            start = {"type": "tool_use", "id": tool_id, "name": call["name"], "input": {}}
-            deltas = [
-                {"type": "input_json_delta", "partial_json": piece}
-                for piece in _pieces(turn.tool_input_json(position), 12)
-            ]
-            blocks.append((start, deltas))
+        for kind, value in turn.layout():
+            size = max(1, turn.chunk_size) if turn.blocks else 16 if kind == "reasoning" else 12
+            if kind == "reasoning":
+                deltas = [{"type": "thinking_delta", "thinking": p} for p in _pieces(value, size)]
+                deltas.append({"type": "signature_delta", "signature": extra.signature})
+                blocks.append(({"type": "thinking", "thinking": ""}, deltas))
+            elif kind == "text":
+                deltas = [{"type": "text_delta", "text": piece} for piece in turn.pieces(value)]
+                blocks.append(({"type": "text", "text": ""}, deltas))
+            else:
+                call = turn.tool_calls[value]
+                tool_id = call.get("id") or f"toolu_{uuid.uuid4().hex[:20]}"
+                start = {"type": "tool_use", "id": tool_id, "name": call["name"], "input": {}}
+                deltas = [
+                    {"type": "input_json_delta", "partial_json": piece}
+                    for piece in _pieces(turn.tool_input_json(value), size)
+                ]
+                blocks.append((start, deltas))
         for index, (start, deltas) in enumerate(blocks):
             frames += _block(index, start, deltas)
         if extra.ping and len(frames) > 1:

@@ -151,29 +151,25 @@ class BedrockServer(ScriptedServer):
     def render_frames(self, turn: ServerTurn, request: Any, path: str) -> Sequence[bytes]:
         """messageStart, reasoning, text, tool calls, messageStop, metadata."""
         frames = [_event("messageStart", {"role": "assistant"})]
-        index = 0
-        if turn.reasoning:
-            size = max(1, turn.chunk_size)
-            for i in range(0, len(turn.reasoning), size):
-                delta = {"reasoningContent": {"text": turn.reasoning[i : i + size]}}
-                frames.append(_delta(index, delta))
-            signature = getattr(turn, "signature", "sig-0")
-            frames.append(_delta(index, {"reasoningContent": {"signature": signature}}))
+        for index, (kind, value) in enumerate(
+            block for block in turn.layout() if block[0] != "reasoning" or block[1]
+        ):
+            if kind == "reasoning":
+                for piece in turn.pieces(value):
+                    frames.append(_delta(index, {"reasoningContent": {"text": piece}}))
+                signature = getattr(turn, "signature", "sig-0")
+                frames.append(_delta(index, {"reasoningContent": {"signature": signature}}))
+            elif kind == "text":
+                frames.extend(_delta(index, {"text": piece}) for piece in turn.pieces(value))
+            else:
+                call = turn.tool_calls[value]
+                start = {"toolUse": {"toolUseId": _tool_id(call, value), "name": call["name"]}}
+                frames.append(
+                    _event("contentBlockStart", {"contentBlockIndex": index, "start": start})
+                )
+                for piece in turn.pieces(turn.tool_input_json(value)):
+                    frames.append(_delta(index, {"toolUse": {"input": piece}}))
             frames.append(_event("contentBlockStop", {"contentBlockIndex": index}))
-            index += 1
-        if turn.text:
-            frames.extend(_delta(index, {"text": chunk}) for chunk in turn.text_chunks())
-            frames.append(_event("contentBlockStop", {"contentBlockIndex": index}))
-            index += 1
-        for number, call in enumerate(turn.tool_calls):
-            start = {"toolUse": {"toolUseId": _tool_id(call, number), "name": call["name"]}}
-            frames.append(_event("contentBlockStart", {"contentBlockIndex": index, "start": start}))
-            text = turn.tool_input_json(number)
-            size = max(1, turn.chunk_size)
-            for i in range(0, len(text), size):
-                frames.append(_delta(index, {"toolUse": {"input": text[i : i + size]}}))
-            frames.append(_event("contentBlockStop", {"contentBlockIndex": index}))
-            index += 1
         frames.append(_event("messageStop", {"stopReason": _stop_reason(turn)}))
         frames.append(_event("metadata", {"usage": _usage(turn), "metrics": {"latencyMs": 42}}))
         exception_type = getattr(turn, "exception_type", None)

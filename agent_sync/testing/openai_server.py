@@ -173,11 +173,10 @@ class OpenAIServer(ScriptedServer):
 
         frames: list[bytes] = [b": keep-alive\n\n"] if self.comments else []
         frames.append(chunk({"role": "assistant", "content": "", "refusal": None}))
-        size = max(1, turn.chunk_size)
-        if turn.reasoning:
-            for i in range(0, len(turn.reasoning), size):
-                frames.append(chunk({"reasoning_content": turn.reasoning[i : i + size]}))
-        frames.extend(chunk({"content": piece}) for piece in turn.text_chunks())
+        for kind, value in turn.layout():  # the tool calls come last, whatever the layout
+            if kind in ("reasoning", "text"):
+                key = "reasoning_content" if kind == "reasoning" else "content"
+                frames.extend(chunk({key: piece}) for piece in turn.pieces(value))
         frames.extend(chunk({"tool_calls": [part]}) for part in self._tool_call_parts(turn))
         if turn.error_type is not None:
             frames.append(_sse({"error": _error_object(turn)}))

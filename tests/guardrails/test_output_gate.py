@@ -185,3 +185,77 @@ def test_a_chunk_check_that_raises_trips_the_message() -> None:
     check = Guardrail(broken, stage="output")
     step = OutputGate([], [check], view_of).feed("anything")
     assert step.tripped is check and step.reason == "guardrail broken failed: KeyError"
+
+
+def _by_block(pieces: list[tuple[int, str]]) -> dict[int, str]:
+    texts: dict[int, str] = {}
+    for block, piece in pieces:
+        texts[block] = texts.get(block, "") + piece
+    return texts
+
+
+@pytest.mark.parametrize("split", range(1, len(SECRET)))
+def test_a_match_across_two_blocks_is_redacted_in_the_block_it_starts_in(split: int) -> None:
+    """The gate's text runs on over a block's end: the match is seen whole, its replacement
+    goes to the block it starts in, and each block gets back the rest of its own text."""
+    gate = OutputGate([PatternGuard(KEY, action="redact", max_match=20)])
+    pieces: list[tuple[int, str]] = []
+    for block, chunk in ((0, "a " + SECRET[:split]), (2, SECRET[split:] + " b"), (5, " c")):
+        pieces += gate.feed(chunk, block).pieces
+    pieces += gate.finish().pieces
+    assert _by_block(pieces) == {0: "a [redacted]", 2: " b", 5: " c"}
+    assert [block for block, _ in pieces] == sorted(block for block, _ in pieces)
+
+
+def test_a_checks_redaction_of_pending_text_across_blocks_goes_to_the_first() -> None:
+    @guardrail(stage="output")
+    def no_plans(view: GuardView) -> Redact | None:
+        return Redact("[plans]") if "plan" in view.text and "plan" in view.pending else None
+
+    gate = OutputGate([PatternGuard("zzzz", max_match=4)], [no_plans], view_of)
+    pieces = list(gate.feed("Hi. The pl", 0).pieces) + list(gate.feed("an is", 1).pieces)
+    pieces += gate.feed(" done", 1).pieces + gate.finish().pieces
+    # " plan is" (" pl" of block 0, "an is" of block 1) became "[plans]": block 0's
+    assert _by_block(pieces) == {0: "Hi. The[plans]", 1: " done"}
+
+
+def _attributed(text: str, owners: list[int], guard: PatternGuard) -> dict[int, str]:
+    """The rule, on the whole text at once: each character goes to its block, a match's
+    replacement to the block the match starts in."""
+    texts: dict[int, str] = {}
+    at = 0
+    while at < len(text):
+        match = guard.first_match(text, at)
+        if match is not None and match.start == at:
+            texts[owners[at]] = texts.get(owners[at], "") + guard.replacement
+            at = match.end
+            continue
+        texts[owners[at]] = texts.get(owners[at], "") + text[at]
+        at += 1
+    return texts
+
+
+@given(
+    text=st.text(alphabet="sk-AB9 .x", max_size=60),
+    block_cuts=st.lists(st.integers(min_value=0, max_value=60), max_size=5),
+    chunk_cuts=st.lists(st.integers(min_value=0, max_value=60), max_size=12),
+)
+def test_any_blocks_and_chunking_give_each_block_its_own_text(
+    text: str, block_cuts: list[int], chunk_cuts: list[int]
+) -> None:
+    """Whatever the blocks and the chunks, the released text is what the whole text gives,
+    and each block gets back its own characters and the replacements of the matches that
+    start in it."""
+    guard = PatternGuard(r"sk-[AB9]{3,}", action="redact", replacement="#", max_match=8)
+    block_bounds = sorted({0, len(text), *(cut for cut in block_cuts if cut <= len(text))})
+    owners = [0] * len(text)
+    for block, (a, b) in enumerate(pairwise(block_bounds)):
+        owners[a:b] = [block] * (b - a)
+    bounds = sorted({*block_bounds, *(cut for cut in chunk_cuts if cut <= len(text))})
+    gate = OutputGate([guard])
+    pieces: list[tuple[int, str]] = []
+    for a, b in pairwise(bounds):
+        pieces += gate.feed(text[a:b], owners[a]).pieces
+    pieces += gate.finish().pieces
+    assert "".join(piece for _, piece in pieces) == guard.scan(text)
+    assert _by_block(pieces) == _attributed(text, owners, guard)

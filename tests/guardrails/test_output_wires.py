@@ -7,73 +7,10 @@ the real API refuses, and the next invoke works.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
-
-import pytest
-
-from agent_sync import Agent, tool, validate_history
+from agent_sync import Agent, validate_history
 from agent_sync.events import Done, TextDelta
-from agent_sync.guardrails import STOPPED_TEXT, PatternGuard
-from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel
-from agent_sync.testing.anthropic_server import AnthropicServer
-from agent_sync.testing.bedrock_server import BedrockServer
-from agent_sync.testing.openai_server import OpenAIServer
-from tests.models._bedrock_fixtures import aws_session
-
-SECRET = "sk-" + "Z9y8X7w6V5u4T3s2R1q0P"
-GUARD = PatternGuard(r"sk-[A-Za-z0-9]{20,}", max_match=40)
-
-
-@tool
-def lookup(city: str) -> str:
-    """Look a city up.
-
-    Args:
-        city: The city.
-    """
-    raise AssertionError("a tripped message's call never runs")
-
-
-Wire = tuple[Any, Any]
-
-
-def _anthropic() -> Iterator[Wire]:
-    with AnthropicServer() as server:
-        model = AnthropicModel(
-            "claude-test", client_args={"base_url": server.base_url, "api_key": "guard-key"}
-        )
-        yield server, model
-        model.close()
-
-
-def _bedrock() -> Iterator[Wire]:
-    with BedrockServer() as server:
-        session = aws_session("AKIDGUARDTEST", "guard-secret")
-        model = BedrockModel(
-            "test-model", endpoint_url=server.base_url, boto_session=session, read_timeout=60
-        )
-        yield server, model
-        model.close()
-
-
-def _openai() -> Iterator[Wire]:
-    with OpenAIServer() as server:
-        model = OpenAIModel("gpt-test", base_url=server.url, api_key="guard-key", timeout=(5, 30))
-        yield server, model
-        model.close()
-
-
-WIRES: dict[str, Callable[[], Iterator[Wire]]] = {
-    "anthropic": _anthropic,
-    "bedrock": _bedrock,
-    "openai": _openai,
-}
-
-
-@pytest.fixture(params=sorted(WIRES))
-def wire(request: pytest.FixtureRequest) -> Iterator[Wire]:
-    yield from WIRES[request.param]()
+from agent_sync.guardrails import STOPPED_TEXT
+from tests.guardrails._wires import GUARD, SECRET, Wire, lookup
 
 
 def test_a_split_secret_never_leaves_and_the_history_replays(wire: Wire) -> None:

@@ -6,11 +6,6 @@ the SSE stream has a ``guardrail`` frame, the AI SDK stream ends with ``finishRe
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
-
-import flask
-import pytest
 
 from agent_sync import Agent, validate_history
 from agent_sync._run_log._records import done_record, records_of, run_record
@@ -19,19 +14,12 @@ from agent_sync.guardrails import STOPPED_TEXT, GuardrailTrip, PatternGuard
 from agent_sync.stores import SQLiteRunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.web._ui_stream import UIStreamEncoder
-from agent_sync.web.flask import chat_blueprint
-from tests.web._client import SSEConnection, frames_until, request_json, serve
+from tests.guardrails._chat import chat, chat_server
+from tests.web._client import request_json
 from tests.web._ui_parts import DONE, parse_frames
 
 SECRET = "sk-" + "Q1w2E3r4T5y6U7i8O9p0A"
 GUARD = PatternGuard(r"sk-[A-Za-z0-9]{20,}", max_match=40, name="keys")
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteRunStore]:
-    opened = SQLiteRunStore(str(tmp_path / "runs.db"))
-    yield opened
-    opened.close()
 
 
 def test_a_trip_through_the_routes_and_a_sqlite_store(store: SQLiteRunStore) -> None:
@@ -40,18 +28,8 @@ def test_a_trip_through_the_routes_and_a_sqlite_store(store: SQLiteRunStore) -> 
     def make_agent(cid: str) -> Agent:
         return Agent(model, store=store, conversation_id=cid, guardrails=[GUARD])
 
-    app = flask.Flask(__name__)
-    app.register_blueprint(
-        chat_blueprint(make_agent, store=store, authorize=lambda request, cid: True),
-        url_prefix="/api",
-    )
-    with serve(app) as server:
-        port = server.server_port
-        conn = SSEConnection(port, "/api/chat", {"conversation_id": "c1", "message": "hi"})
-        try:
-            frames = frames_until(conn, "done")
-        finally:
-            conn.drop()
+    with chat_server(make_agent, store) as port:
+        frames = chat(port, "c1", "hi")
         raw = b"".join(frame.raw for frame in frames)
         assert b"sk-" not in raw and b"more" not in raw
         trip = [f for f in frames if f.event == "guardrail"]
