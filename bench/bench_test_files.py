@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +43,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started in the background (``cmd &``): the tests' processes would inherit an
+        # ignored SIGINT, and those that send themselves a Ctrl-C would wait out their bounds
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     trees = [HERE, *(Path(t).resolve() for t in args.trees.split(",") if t)]
     seconds: dict[tuple[str, Path], list[float]] = {}
     passed: dict[tuple[str, Path], bool] = {}
