@@ -343,7 +343,9 @@ def timed_call_in_another_thread():
     stalled = {"text": "...", "stall_after": 1}
     def work():
         done.append(timed_invoke("fine").text)
-        stuck = Agent(ScriptedModel([stalled])).invoke("question", timeout=0.05)
+        # Due at once: schedule() still hands it to the scheduler thread, which must end
+        # it; a longer timeout only made each of the ~80 points wait it out.
+        stuck = Agent(ScriptedModel([stalled])).invoke("question", timeout=0.001)
         done.append(f"{stuck.stop_reason}: {stuck.cancel_reason}")
     thread = threading.Thread(target=work, daemon=True)
     thread.start()

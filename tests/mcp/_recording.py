@@ -146,7 +146,12 @@ class RecordingProxy(_Messages):
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # close() waits for the loop to see shutdown: at its default 0.5 s poll, every test
+        # with a proxy paid up to half a second in its teardown
+        serve = {"poll_interval": 0.05}
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs=serve, daemon=True
+        )
         self._thread.start()
 
     @property

@@ -104,7 +104,8 @@ def test_a_call_never_answered_times_out_and_the_server_is_told(recorder: TeeRec
 def test_a_server_that_never_starts_is_an_error_and_leaves_no_process(
     recorder: TeeRecorder,
 ) -> None:
-    server = MCPServer.stdio(recorder.wrap(own("mute")), startup_timeout=1.0, name="mute")
+    # deaf: it does not even see its stdin close, so only the kill ends it
+    server = MCPServer.stdio(recorder.wrap(own("deaf")), startup_timeout=1.0, name="mute")
     agent = Agent(ScriptedModel(["never"]), tools=[server])
     with pytest.raises(MCPError, match=r"'mute' could not be started: .*1 s \(startup_timeout\)"):
         agent.invoke("go")
