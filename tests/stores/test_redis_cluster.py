@@ -199,3 +199,58 @@ def test_a_conversations_values_live_in_its_slot_one_script_each(
     (values,) = [key for key in keys if key.endswith("conv:c1:values")]
     assert values == log[: -len("log")] + "values"  # the same hash tag: the same slot
     assert sorted(keys) == sorted([log, values])
+
+
+def _move_slot(ports: list[int], slot: int, from_port: int, to_port: int) -> None:
+    """Move ``slot`` and its keys from the master on ``from_port`` to the one on ``to_port``
+    as ``redis-cli --cluster reshard`` does: IMPORTING, MIGRATING, MIGRATE, then SETSLOT NODE
+    on every master."""
+    nodes = {port: redis.Redis(port=port, decode_responses=True) for port in ports}
+    try:
+        ids = {port: node.execute_command("CLUSTER", "MYID") for port, node in nodes.items()}
+        target, source = nodes[to_port], nodes[from_port]
+        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[from_port])
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to_port])
+        keys = source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+        if keys:
+            source.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
+        for node in (target, source, *nodes.values()):
+            node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[to_port])
+    finally:
+        for node in nodes.values():
+            node.close()
+
+
+def _rejected(port: int) -> int:
+    """The scripts the master on ``port`` refused so far (a ``MOVED`` among them)."""
+    node = redis.Redis(port=port)
+    stats = node.info("commandstats").get("cmdstat_evalsha", {})
+    node.close()
+    return int(stats.get("rejected_calls", 0))
+
+
+def test_a_shard_moved_to_another_master_is_followed(tmp_path: Path) -> None:
+    """A script goes straight to the master of its slot by the client's slot table; when the
+    slot moved (a reshard, a failover), the script refused there (``MOVED``) goes through the
+    cluster client, which follows it and refreshes its table: the store goes on, and the
+    next script goes to the new master at once."""
+    if redis_server_binary() is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    with RedisCluster.start(tmp_path / "cluster", masters=2) as cluster:
+        client = ClusterClient(host="127.0.0.1", port=cluster.ports[0])
+        store = RedisRunStore(client, prefix="m:")
+        state = make_state()
+        store.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+        shard = store._keys.conversation("c1")
+        old = client.get_node_from_key(shard).port
+        (new,) = [port for port in cluster.ports if port != old]
+        _move_slot(cluster.ports, client.keyslot(shard), old, new)
+        before = _rejected(old)
+        assert store.commit(state, owner="o", version=1) == 2  # refused there, then followed
+        moved = _rejected(old)
+        assert moved > before
+        assert store.commit(_done(state), owner="o", version=2) == 3
+        assert store.load("c1").run is None
+        assert _rejected(old) == moved  # straight to the new master
+        store.close()
+        client.close()
