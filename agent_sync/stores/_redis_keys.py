@@ -16,7 +16,10 @@ ranges, as ``redis-cli --cluster create`` makes them).
   the global sets (``lost_runs``, ``prune``) read every shard.
 * A run is found by its id alone (``cancel(run_id)`` from anywhere), so its *home* key, in
   the shard its id hashes to (:meth:`KeyLayout.by_id`), names its conversation's shard; it is
-  written before the run begins and read once per process (it never changes).
+  written before the run begins and read once per process (it never changes). It is kept
+  as long as the run's entry in its shard's set of finished runs, until ``prune`` deletes
+  both: giving it its state's expiry cost a round trip at each run's end, and a home whose
+  run expired only leads to "no such run".
 * A run's event log (and its complete mark) lives in the shard its id hashes to: a follower
   needs no look-up, and a process's waiting readers are grouped per shard, one blocked
   ``XREAD`` for the streams of each shard (``XREAD`` itself refuses streams of several
@@ -154,13 +157,6 @@ class RunHomes:
         home = self._layout.home(run_id)
         with translated():
             self._routed(self._layout.by_id(run_id), lambda c: c.delete(home))
-
-    def ended(self, run_id: str, ttl_s: int) -> None:
-        """The run is over: its home expires with its state (``ttl_s``; 0: kept)."""
-        if self._layout.sharded and ttl_s > 0:
-            home = self._layout.home(run_id)
-            with translated():
-                self._routed(self._layout.by_id(run_id), lambda c: c.expire(home, ttl_s))
 
     def pruned(self, run_ids: Sequence[str]) -> None:
         """The runs are gone: delete what of theirs lives by id (home, event log)."""

@@ -147,12 +147,12 @@ def test_one_server_keeps_its_key_names(redis_server: RedisServer) -> None:
     client.close()
 
 
-def test_a_run_on_a_cluster_costs_one_round_trip_more_at_each_end(
+def test_a_run_on_a_cluster_costs_one_round_trip_more_as_it_begins(
     redis_cluster: RedisCluster,
 ) -> None:
     """On a cluster a run's home (its id -> its conversation's shard) is written when it
-    begins and given its state's expiry when it ends: nothing else is added to the one script
-    per verb. Another process finds the home through the conversation if it loaded it (no
+    begins, and kept when it ends (``prune`` deletes it): nothing else is added to the one
+    script per verb. Another process finds the home through the conversation if it loaded it (no
     read of the home), else reads it once."""
     prefix = f"r{uuid.uuid4().hex[:12]}:"
     store, other, third = (_open(redis_cluster.ports[0], prefix) for _ in range(3))
@@ -172,7 +172,7 @@ def test_a_run_on_a_cluster_costs_one_round_trip_more_at_each_end(
     assert sent(lambda: other.cancel(state.run_id, mode="after_turn")) == ["signal"]
     assert sent(lambda: third.get(state.run_id)) == ["GET", "read"]
     assert sent(lambda: third.get(state.run_id)) == ["read"]
-    assert sent(lambda: store.commit(_done(state), owner="o", version=2)) == ["write", "EXPIRE"]
+    assert sent(lambda: store.commit(_done(state), owner="o", version=2)) == ["write"]
 
 
 def test_a_conversations_values_live_in_its_slot_one_script_each(
@@ -254,3 +254,37 @@ def test_a_shard_moved_to_another_master_is_followed(tmp_path: Path) -> None:
         assert _rejected(old) == moved  # straight to the new master
         store.close()
         client.close()
+
+
+def test_a_finished_runs_home_is_kept_until_prune(redis_cluster: RedisCluster) -> None:
+    """A run's home outlives its end (no round trip to give it an expiry) and goes with the
+    run's entry in the set of finished runs, which ``prune`` deletes: then no key of the run
+    is left on any master, and its id is unknown again."""
+    prefix = f"h{uuid.uuid4().hex[:12]}:"
+    store = _open(redis_cluster.ports[0], prefix)
+    state = make_state()
+    store.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+    store.commit(_done(state), owner="o", version=1)
+
+    def keys() -> list[str]:
+        found = []
+        for port in redis_cluster.ports:
+            node = redis.Redis(port=port, decode_responses=True)
+            found += list(node.scan_iter(match=f"{prefix}*{state.run_id}*", count=1000))
+            node.close()
+        return found
+
+    (home,) = [key for key in keys() if "home:" in key]
+    node = redis.Redis(port=_open_port_of(redis_cluster, home))
+    assert node.ttl(home) == -1  # kept
+    node.close()
+    assert store.prune(older_than=0) == 1
+    assert keys() == []
+    assert store.get(state.run_id) is None
+    assert store.cancel(state.run_id) is False
+
+
+def _open_port_of(cluster: RedisCluster, key: str) -> int:
+    client = ClusterClient(host="127.0.0.1", port=cluster.ports[0])
+    _CLIENTS.append(client)
+    return int(client.get_node_from_key(key).port)
