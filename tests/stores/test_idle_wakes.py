@@ -175,6 +175,36 @@ def test_a_cancel_sent_while_the_pubsub_connection_was_down_still_arrives(
         server.kill()
 
 
+@pytest.mark.usefixtures("hour_long_waits")
+def test_a_run_registering_wakes_the_redis_watcher_without_a_command(
+    redis_server: RedisServer,
+) -> None:
+    """The registration wakes the process's waiting listener locally: the take that looks at
+    the new run's signals is all it sends (a ``PUBLISH`` to itself was a round trip from the
+    waker, and on a Redis Cluster a message every master relays)."""
+    import redis
+
+    from agent_sync.stores import RedisRunStore
+    from tests.stores.redis_monitor import RoundTrips
+
+    prefix = f"wake{uuid.uuid4().hex[:10]}:"
+    store = RedisRunStore(redis.Redis(port=redis_server.port), prefix=prefix)
+    other = RedisRunStore(redis.Redis(port=redis_server.port), prefix=prefix)
+    watcher = _watcher.watch(store)
+    first, first_run = _Recorder(), _begin(store)
+    watcher.add(first_run, first, owner="me", lease_s=HOUR)
+    assert other.cancel(first_run, "the listener is subscribed")
+    assert first.cancelled.wait(30)
+    second, second_run = _Recorder(), _begin(store)
+    assert other.cancel(second_run, "sent before the owner watched it")
+    with RoundTrips([redis_server.port], prefix) as trips:
+        watcher.add(second_run, second, owner="me", lease_s=HOUR)
+        assert second.cancelled.wait(30)  # woken: it took the signal
+    assert "take" in trips.names
+    assert "PUBLISH" not in trips.names
+    _stop_watcher(store)
+
+
 def _append_in_child(path: str, run_id: str) -> None:
     SQLiteRunStore(path).append_events(run_id, [{"from": "child"}], after=1)
 
