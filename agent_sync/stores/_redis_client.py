@@ -105,15 +105,7 @@ def translated() -> Iterator[None]:
 
 
 def text(value: Any) -> str:
-    """A reply item as text, whatever the client's ``decode_responses``.
-
-    On a Redis Cluster a script is sent straight to the master of its one key's slot (the slot
-    of a shard's prefix is known, and its master is in the client's own slot table): redis-py's
-    ``RedisCluster`` would find the slot again for each command (parse the command for its keys,
-    hash them, look the node up), about 25 us of CPU a command, a third of a round trip's. A
-    redirect (``MOVED``, ``ASK``), a cluster that is down or a node that does not answer sends
-    the script through ``RedisCluster`` instead, which follows the redirect, retries and
-    refreshes its slot table: the next script goes to the master that table names."""
+    """A reply item as text, whatever the client's ``decode_responses``."""
     if value is None:
         return ""
     if isinstance(value, bytes):
