@@ -156,8 +156,8 @@ class RedisRunStore(RedisEventLog, RedisValues, Recoverable):
         self.lease_s = lease_s
         self._ttl = 0 if finished_ttl_s is None else int(finished_ttl_s)
         self._keys = KeyLayout(prefix, sharded=sharded, shards=shards)
-        self._homes = RunHomes(client, self._keys)
         scripts = RedisScripts(client)
+        self._homes = RunHomes(client, self._keys, scripts)
         self._runs = RedisRuns(scripts, self._homes, ttl_s=self._ttl)
         super().__init__(client, scripts, layout=self._keys, ttl_s=self._ttl)  # its event log
         self._signals = RedisSignals(client, scripts, prefix=prefix, homes=self._homes)

@@ -16,7 +16,10 @@ ranges, as ``redis-cli --cluster create`` makes them).
   the global sets (``lost_runs``, ``prune``) read every shard.
 * A run is found by its id alone (``cancel(run_id)`` from anywhere), so its *home* key, in
   the shard its id hashes to (:meth:`KeyLayout.by_id`), names its conversation's shard; it is
-  written before the run begins and read once per process (it never changes).
+  written before the run begins and read once per process (it never changes). It is kept
+  as long as the run's entry in its shard's set of finished runs, until ``prune`` deletes
+  both: giving it its state's expiry cost a round trip at each run's end, and a home whose
+  run expired only leads to "no such run".
 * A run's event log (and its complete mark) lives in the shard its id hashes to: a follower
   needs no look-up, and a process's waiting readers are grouped per shard, one blocked
   ``XREAD`` for the streams of each shard (``XREAD`` itself refuses streams of several
@@ -34,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ._redis_client import text, translated
+from ._redis_client import RedisScripts, text, translated
 
 __all__ = ["SLOTS", "KeyLayout", "RunHomes", "shard_tags", "slot_of"]
 
@@ -97,9 +100,10 @@ class RunHomes:
     cluster read from the run's home key (once per process: it never changes) and written
     when the run begins. Thread-safe (a dict, whole values)."""
 
-    def __init__(self, client: Any, layout: KeyLayout) -> None:
+    def __init__(self, client: Any, layout: KeyLayout, scripts: RedisScripts) -> None:
         self._client = client
         self._layout = layout
+        self._routed = scripts.routed  # a home's command, straight to its master
         self._known: dict[str, str] = {}
 
     def of(self, run_id: str) -> str | None:
@@ -109,8 +113,9 @@ class RunHomes:
         known = self._known.get(run_id)
         if known is not None:
             return known
+        home = self._layout.home(run_id)
         with translated():
-            found = self._client.get(self._layout.home(run_id))
+            found = self._routed(self._layout.by_id(run_id), lambda c: c.get(home))
         if found is None:
             return None
         return self._remember(run_id, text(found))
@@ -136,8 +141,11 @@ class RunHomes:
         taken)."""
         if not self._layout.sharded:
             return False
+        home = self._layout.home(run_id)
         with translated():
-            before = self._client.set(self._layout.home(run_id), prefix, nx=True, get=True)
+            before = self._routed(
+                self._layout.by_id(run_id), lambda c: c.set(home, prefix, nx=True, get=True)
+            )
         if before is None:
             self._remember(run_id, prefix)
             return True
@@ -146,14 +154,9 @@ class RunHomes:
     def release(self, run_id: str) -> None:
         """Undo a :meth:`claim` that wrote the home of a run that did not begin."""
         self._known.pop(run_id, None)
+        home = self._layout.home(run_id)
         with translated():
-            self._client.delete(self._layout.home(run_id))
-
-    def ended(self, run_id: str, ttl_s: int) -> None:
-        """The run is over: its home expires with its state (``ttl_s``; 0: kept)."""
-        if self._layout.sharded and ttl_s > 0:
-            with translated():
-                self._client.expire(self._layout.home(run_id), ttl_s)
+            self._routed(self._layout.by_id(run_id), lambda c: c.delete(home))
 
     def pruned(self, run_ids: Sequence[str]) -> None:
         """The runs are gone: delete what of theirs lives by id (home, event log)."""

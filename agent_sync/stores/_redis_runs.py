@@ -94,8 +94,6 @@ class RedisRuns:
         )
         outcome = text(reply[0])
         if outcome == "ok":
-            if state.status in FINAL_STATUSES:
-                self._homes.ended(state.run_id, self._ttl)
             return int(reply[1])
         if outcome == "unknown":
             raise stale_write(state.run_id, "unknown run")

@@ -9,11 +9,14 @@ hands it to the new owner if the one that took it died first. While one thread o
 listens, the others poll every :data:`_POLL_S`. A forked child opens its own pub/sub
 connection.
 
-Waking: the listener also subscribes to a channel of its own (``{prefix}wake:<random>``):
-:meth:`RedisSignals.wake` publishes there, which ends the listening wait at once (the store
-watcher, when a run registers). A subscribe confirmation makes the listener take again, so a
-connection redis-py re-established (and subscribed again) by itself loses no signal queued
-while it was down: the listener needs no polling to stay exact.
+Waking: the listener waits for its pub/sub socket or for a local socket pair, whichever is
+readable first; :meth:`RedisSignals.wake` writes a byte to the pair, which ends the listening
+wait at once (the store watcher, when a run registers, once per run). A wake is this
+process's business, so it costs no command: a ``PUBLISH`` on a channel of the listener's own
+was a round trip from the waker, a message to read for the listener, and on a Redis Cluster a
+message every master passes on over the cluster bus. A subscribe confirmation makes the
+listener take again, so a connection redis-py re-established (and subscribed again) by itself
+loses no signal queued while it was down: the listener needs no polling to stay exact.
 
 On a Redis Cluster the lists live in their runs' shards (:mod:`._redis_keys`): a take runs
 once per shard of the runs asked for, and signals of runs of different shards are in order
@@ -24,10 +27,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import socket
 import threading
 import time
-import uuid
-from collections.abc import Collection
+import weakref
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreUnavailableError
@@ -58,8 +63,9 @@ class RedisSignals:
         """The channel the ``signal`` script publishes a run's id on."""
         self._listener_lock = threading.Lock()
         self._pubsub: Any = None
+        self._waker: tuple[socket.socket, socket.socket] | None = None  # with the pub/sub
+        self._close_waker: Callable[[], object] = lambda: None
         self._pid = os.getpid()
-        self._wake_channel = f"{prefix}wake:{uuid.uuid4().hex}"  # this object's, this process's
         self._wake_pending = False  # wake() was called: the listener's wait returns
 
     def close(self) -> None:
@@ -73,7 +79,7 @@ class RedisSignals:
         deadline = time.monotonic() + max(0.0, timeout)
         if self._pid != os.getpid():  # forked: the parent's pub/sub and lock are not ours
             self._listener_lock, self._pubsub, self._pid = threading.Lock(), None, os.getpid()
-            self._wake_channel = f"{self._prefix}wake:{uuid.uuid4().hex}"
+            self._waker = None  # the parent's: its wakes are not ours
         if not self._listener_lock.acquire(blocking=False):
             return self._poll_signals(run_ids, deadline)  # another thread listens
         try:
@@ -85,6 +91,7 @@ class RedisSignals:
                 remaining = deadline - time.monotonic()
                 if self._wake_pending:  # a wake() before this wait began, or unheard yet
                     self._wake_pending = False
+                    self._drain_wakes()
                     woken = True
                 if taken or remaining <= 0 or woken:
                     return taken
@@ -94,13 +101,16 @@ class RedisSignals:
 
     def wake(self) -> None:
         """End the listening thread's running or next wait (after one more take): a flag it
-        reads after each take, and one ``PUBLISH`` that only this object's listener hears
-        (none before it subscribed: it reads the flag after that)."""
+        reads after each take, and a byte on the local socket pair it waits on (none before
+        it subscribed: it reads the flag after that). No command."""
         self._wake_pending = True  # one store: signal-safe in a caller's thread
-        if self._pid != os.getpid() or self._pubsub is None:
+        waker = self._waker
+        if self._pid != os.getpid() or waker is None:
             return
-        with translated():
-            self._client.publish(self._wake_channel, "")
+        try:
+            waker[1].send(b"w")
+        except OSError:  # full (a wake is pending anyway), or closed with the listener
+            pass
 
     def take(self, run_ids: list[str]) -> list[RunSignal]:
         """Take the signals queued for these runs that their owners have not taken yet,
@@ -147,8 +157,14 @@ class RedisSignals:
             client: Any = self._client  # redis-py's pubsub() is untyped
             pubsub = client.pubsub()  # subscribe confirmations too: see the module docstring
             with translated():
-                pubsub.subscribe(self.channel, self._wake_channel)
-            self._pubsub = pubsub
+                pubsub.subscribe(self.channel)
+            reader, writer = socket.socketpair()
+            reader.setblocking(False)
+            writer.setblocking(False)
+            self._pubsub, self._waker = pubsub, (reader, writer)
+            # Closed with the listener, or when this object is collected: before the garbage
+            # it was part of is finalized (whose order would leave the sockets unclosed).
+            self._close_waker = weakref.finalize(self, _close_all, pubsub, reader, writer)
         return self._pubsub
 
     def _wait_for(self, listener: Any, wanted: Collection[str], deadline: float) -> bool:
@@ -160,23 +176,58 @@ class RedisSignals:
                 return False
             try:
                 with translated():
-                    message = listener.get_message(timeout=remaining)
+                    message = listener.get_message(timeout=0)  # read, or one at hand
             except StoreUnavailableError:
                 self._drop_listener()
                 raise
             if message is None:
+                if self._sleep(listener, remaining):
+                    return True
                 continue
             if message.get("type") != "message":  # (re)subscribed: look again
                 return False
-            if text(message.get("channel")) == self._wake_channel:
-                return True
             if text(message.get("data")) in wanted:
                 return False
 
-    def _drop_listener(self) -> None:
-        if self._pubsub is not None:
-            try:
-                self._pubsub.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection
+    def _sleep(self, listener: Any, timeout: float) -> bool:
+        """Wait until the pub/sub socket is readable, a :meth:`wake`, or ``timeout``;
+        ``True`` if woken. The pub/sub connection is redis-py's: its socket is ``_sock``,
+        connected by the ``get_message`` before this (a socket of another kind, or none:
+        a short wait on redis-py's side instead, whose next look reads the wake flag)."""
+        assert self._waker is not None  # created with the listener
+        sock = getattr(listener.connection, "_sock", None)
+        if not isinstance(sock, socket.socket):
+            listener.connection.can_read(timeout=min(timeout, _POLL_S))
+            return self._wake_pending
+        if getattr(sock, "pending", lambda: 0)():  # TLS: decrypted bytes already read in
+            return False
+        readable, _, _ = select.select([sock, self._waker[0]], [], [], timeout)
+        if self._waker[0] in readable:
+            self._drain_wakes()
+            return True
+        return False
+
+    def _drain_wakes(self) -> None:
+        """Read the wakes' bytes (they are one flag: :attr:`_wake_pending`)."""
+        waker = self._waker
+        if waker is None:
+            return
+        try:
+            while waker[0].recv(4096):
                 pass
-            self._pubsub = None
+        except OSError:  # nothing left (or closed)
+            pass
+
+    def _drop_listener(self) -> None:
+        self._pubsub = self._waker = None
+        self._close_waker()
+
+
+def _close_all(pubsub: Any, *sockets: socket.socket) -> None:
+    """Close a listener: its pub/sub connection and its wake socket pair."""
+    try:
+        pubsub.close()
+    except Exception:  # noqa: BLE001 - closing a broken connection
+        pass
+    for end in sockets:
+        end.close()

@@ -7,11 +7,11 @@ ends. The thread loops on ``store.wait_signals(owned, timeout)``: the store bloc
 renewed every third of its length.
 
 How long one wait lasts: a store that can be woken has ``_wake_watcher()``, which ends the
-running ``wait_signals`` early (the Redis store publishes on a channel only this process
-hears, the memory store notifies its condition). It is woken when a run registers, so a
-signal queued for a run before it was registered is taken at once and a short lease's first
-renewal is not missed; its waits last until the next lease renewal is due, at most
-:data:`IDLE_S` (a safety poll: an idle Redis owner costs about one command a second, not
+running ``wait_signals`` early (the Redis store writes to a local socket pair its listener
+waits on beside its pub/sub, the memory store notifies its condition). It is woken when a run
+registers, so a signal queued for a run before it was registered is taken at once and a short
+lease's first renewal is not missed; its waits last until the next lease renewal is due, at
+most :data:`IDLE_S` (a safety poll: an idle Redis owner costs about one command a second, not
 twenty takes). Any other store (SQLite, whose wait polls the database anyway) waits at most
 :data:`TICK_S`, which bounds how late a newly registered run is first watched.
 Polls: a part above the stores may have the watcher call a function every so often while

@@ -146,23 +146,32 @@ def test_a_short_lease_registered_during_a_long_wait_is_renewed_in_time(
     assert not store.renewed[long_run].is_set()
 
 
+def _listening(port: int, prefix: str) -> tuple[RunStore, RunStore, Any]:
+    """A Redis store whose watcher listens (a first run registered, its cancel from another
+    store object heard), that other store object, and the watcher."""
+    import redis
+
+    from agent_sync.stores import RedisRunStore
+
+    store = RedisRunStore(redis.Redis(port=port), prefix=prefix)
+    other = RedisRunStore(redis.Redis(port=port), prefix=prefix)
+    watcher = _watcher.watch(store)
+    first, first_run = _Recorder(), _begin(store)
+    watcher.add(first_run, first, owner="me", lease_s=HOUR)
+    assert other.cancel(first_run, "the listener is subscribed")
+    assert first.cancelled.wait(30)
+    return store, other, watcher
+
+
 @pytest.mark.usefixtures("hour_long_waits")
 def test_a_cancel_sent_while_the_pubsub_connection_was_down_still_arrives(
     tmp_path: Path,
 ) -> None:
     import redis
 
-    from agent_sync.stores import RedisRunStore
-
     server = RedisServer.start(tmp_path)  # its own server: the test kills its connections
     try:
-        store = RedisRunStore(redis.Redis(port=server.port), prefix="killed:")
-        other = RedisRunStore(redis.Redis(port=server.port), prefix="killed:")
-        watcher = _watcher.watch(store)
-        first, first_run = _Recorder(), _begin(store)
-        watcher.add(first_run, first, owner="me", lease_s=HOUR)
-        assert other.cancel(first_run, "the listener is subscribed")
-        assert first.cancelled.wait(30)
+        store, other, watcher = _listening(server.port, "killed:")
         second, second_run = _Recorder(), _begin(store)
         watcher.add(second_run, second, owner="me", lease_s=HOUR)
         admin = redis.Redis(port=server.port)
@@ -173,6 +182,27 @@ def test_a_cancel_sent_while_the_pubsub_connection_was_down_still_arrives(
         _stop_watcher(store)
     finally:
         server.kill()
+
+
+@pytest.mark.usefixtures("hour_long_waits")
+def test_a_run_registering_wakes_the_redis_watcher_without_a_command(
+    redis_server: RedisServer,
+) -> None:
+    """The registration wakes the process's waiting listener locally: the take that looks at
+    the new run's signals is all it sends (a ``PUBLISH`` to itself was a round trip from the
+    waker, and on a Redis Cluster a message every master relays)."""
+    from tests.stores.redis_monitor import RoundTrips
+
+    prefix = f"wake{uuid.uuid4().hex[:10]}:"
+    store, other, watcher = _listening(redis_server.port, prefix)
+    second, second_run = _Recorder(), _begin(store)
+    assert other.cancel(second_run, "sent before the owner watched it")
+    with RoundTrips([redis_server.port], prefix) as trips:
+        watcher.add(second_run, second, owner="me", lease_s=HOUR)
+        assert second.cancelled.wait(30)  # woken: it took the signal
+    assert "take" in trips.names
+    assert "PUBLISH" not in trips.names
+    _stop_watcher(store)
 
 
 def _append_in_child(path: str, run_id: str) -> None:

@@ -147,12 +147,12 @@ def test_one_server_keeps_its_key_names(redis_server: RedisServer) -> None:
     client.close()
 
 
-def test_a_run_on_a_cluster_costs_one_round_trip_more_at_each_end(
+def test_a_run_on_a_cluster_costs_one_round_trip_more_as_it_begins(
     redis_cluster: RedisCluster,
 ) -> None:
     """On a cluster a run's home (its id -> its conversation's shard) is written when it
-    begins and given its state's expiry when it ends: nothing else is added to the one script
-    per verb. Another process finds the home through the conversation if it loaded it (no
+    begins, and kept when it ends (``prune`` deletes it): nothing else is added to the one
+    script per verb. Another process finds the home through the conversation if it loaded it (no
     read of the home), else reads it once."""
     prefix = f"r{uuid.uuid4().hex[:12]}:"
     store, other, third = (_open(redis_cluster.ports[0], prefix) for _ in range(3))
@@ -172,7 +172,7 @@ def test_a_run_on_a_cluster_costs_one_round_trip_more_at_each_end(
     assert sent(lambda: other.cancel(state.run_id, mode="after_turn")) == ["signal"]
     assert sent(lambda: third.get(state.run_id)) == ["GET", "read"]
     assert sent(lambda: third.get(state.run_id)) == ["read"]
-    assert sent(lambda: store.commit(_done(state), owner="o", version=2)) == ["write", "EXPIRE"]
+    assert sent(lambda: store.commit(_done(state), owner="o", version=2)) == ["write"]
 
 
 def test_a_conversations_values_live_in_its_slot_one_script_each(
@@ -199,3 +199,92 @@ def test_a_conversations_values_live_in_its_slot_one_script_each(
     (values,) = [key for key in keys if key.endswith("conv:c1:values")]
     assert values == log[: -len("log")] + "values"  # the same hash tag: the same slot
     assert sorted(keys) == sorted([log, values])
+
+
+def _move_slot(ports: list[int], slot: int, from_port: int, to_port: int) -> None:
+    """Move ``slot`` and its keys from the master on ``from_port`` to the one on ``to_port``
+    as ``redis-cli --cluster reshard`` does: IMPORTING, MIGRATING, MIGRATE, then SETSLOT NODE
+    on every master."""
+    nodes = {port: redis.Redis(port=port, decode_responses=True) for port in ports}
+    try:
+        ids = {port: node.execute_command("CLUSTER", "MYID") for port, node in nodes.items()}
+        target, source = nodes[to_port], nodes[from_port]
+        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[from_port])
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to_port])
+        keys = source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+        if keys:
+            source.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
+        for node in (target, source, *nodes.values()):
+            node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[to_port])
+    finally:
+        for node in nodes.values():
+            node.close()
+
+
+def _rejected(port: int) -> int:
+    """The scripts the master on ``port`` refused so far (a ``MOVED`` among them)."""
+    node = redis.Redis(port=port)
+    stats = node.info("commandstats").get("cmdstat_evalsha", {})
+    node.close()
+    return int(stats.get("rejected_calls", 0))
+
+
+def test_a_shard_moved_to_another_master_is_followed(tmp_path: Path) -> None:
+    """A script goes straight to the master of its slot by the client's slot table; when the
+    slot moved (a reshard, a failover), the script refused there (``MOVED``) goes through the
+    cluster client, which follows it and refreshes its table: the store goes on, and the
+    next script goes to the new master at once."""
+    if redis_server_binary() is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    with RedisCluster.start(tmp_path / "cluster", masters=2) as cluster:
+        client = ClusterClient(host="127.0.0.1", port=cluster.ports[0])
+        store = RedisRunStore(client, prefix="m:")
+        state = make_state()
+        store.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+        shard = store._keys.conversation("c1")
+        old = client.get_node_from_key(shard).port
+        (new,) = [port for port in cluster.ports if port != old]
+        _move_slot(cluster.ports, client.keyslot(shard), old, new)
+        before = _rejected(old)
+        assert store.commit(state, owner="o", version=1) == 2  # refused there, then followed
+        moved = _rejected(old)
+        assert moved > before
+        assert store.commit(_done(state), owner="o", version=2) == 3
+        assert store.load("c1").run is None
+        assert _rejected(old) == moved  # straight to the new master
+        store.close()
+        client.close()
+
+
+def test_a_finished_runs_home_is_kept_until_prune(redis_cluster: RedisCluster) -> None:
+    """A run's home outlives its end (no round trip to give it an expiry) and goes with the
+    run's entry in the set of finished runs, which ``prune`` deletes: then no key of the run
+    is left on any master, and its id is unknown again."""
+    prefix = f"h{uuid.uuid4().hex[:12]}:"
+    store = _open(redis_cluster.ports[0], prefix)
+    state = make_state()
+    store.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+    store.commit(_done(state), owner="o", version=1)
+
+    def keys() -> list[str]:
+        found = []
+        for port in redis_cluster.ports:
+            node = redis.Redis(port=port, decode_responses=True)
+            found += list(node.scan_iter(match=f"{prefix}*{state.run_id}*", count=1000))
+            node.close()
+        return found
+
+    (home,) = [key for key in keys() if "home:" in key]
+    node = redis.Redis(port=_open_port_of(redis_cluster, home))
+    assert node.ttl(home) == -1  # kept
+    node.close()
+    assert store.prune(older_than=0) == 1
+    assert keys() == []
+    assert store.get(state.run_id) is None
+    assert store.cancel(state.run_id) is False
+
+
+def _open_port_of(cluster: RedisCluster, key: str) -> int:
+    client = ClusterClient(host="127.0.0.1", port=cluster.ports[0])
+    _CLIENTS.append(client)
+    return int(client.get_node_from_key(key).port)
