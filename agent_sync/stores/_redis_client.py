@@ -83,11 +83,14 @@ class RedisScripts:
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = cluster.keyslot(key)
-        nodes = cluster.nodes_manager.slots_cache.get(slot)
-        if not nodes:
+        try:  # redis-py's own table: a version that keeps it elsewhere routes as before
+            nodes = cluster.nodes_manager.slots_cache.get(slot)
+            if not nodes:
+                return None
+            node = nodes[0]  # its master, then its replicas
+            return node.redis_connection or cluster.get_redis_connection(node)
+        except AttributeError:
             return None
-        node = nodes[0]  # its master, then its replicas
-        return node.redis_connection or cluster.get_redis_connection(node)
 
 
 @contextmanager
