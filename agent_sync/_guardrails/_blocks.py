@@ -1,7 +1,8 @@
 """Which content block each character of a message's output text belongs to (DESIGN 13).
 
-The output checks see one text per assistant message: every text, reasoning and output-tool
-block's text joined in the order it streamed, so that a match split across two blocks is
+The output checks see two texts per assistant message (:mod:`agent_sync.run._guard_output`):
+the answer (its text blocks and the output tool's input JSON) and the reasoning, each its
+blocks' text joined in the order it streamed, so that a match split across two blocks is
 caught like one split across two chunks. What they release goes back to the block it came
 from, so the history's blocks hold exactly the released text. :class:`BlockMarks` keeps
 that attribution beside a text while the text grows at its end, is rewritten (a redaction)
