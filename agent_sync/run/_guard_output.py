@@ -25,7 +25,7 @@ what was shown (a reasoning block whose text was redacted loses its signature, s
 provider is sent it back).
 
 The model step holds an :class:`OutputGuard` only when the run has output guardrails (else
-``None``: nothing is added per chunk but one ``if``). Per stream event it feeds the checked
+``None``, and a call nothing gates streams through a loop of its own: nothing per chunk). Per stream event it feeds the checked
 text to its text's gate and hands back the released text as the deltas to show; at the
 stream's end it settles both texts and writes the released text into the assembler's
 blocks. A toolUse
