@@ -25,12 +25,12 @@ what was shown (a reasoning block whose text was redacted loses its signature, s
 provider is sent it back).
 
 The model step holds an :class:`OutputGuard` only when the run has output guardrails (else
-``None``, and a call nothing gates streams through a loop of its own: nothing per chunk). Per stream event it feeds the checked
-text to its text's gate and hands back the released text as the deltas to show; at the
-stream's end it settles both texts and writes the released text into the assembler's
-blocks. A toolUse
-block is only ever released in the finished message, after the text before it; a trip drops
-the message's toolUses (never run).
+``None``, and a call nothing gates streams through a loop of its own: nothing per chunk).
+Per stream event it feeds the checked text to its text's gate and hands back the released
+text as the deltas to show; at the stream's end it settles both texts and writes the
+released text into the assembler's blocks. A toolUse block is only ever released in the
+finished message, after the text before it; a trip drops the message's toolUses (never
+run).
 
 Judges (output checks with ``every=N``) judge the text after the gate passed it, on worker
 threads (:mod:`._guard_judges`): the text goes on to the events only as far as every judge
