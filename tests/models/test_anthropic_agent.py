@@ -188,18 +188,26 @@ def test_many_agents_on_one_model_with_random_cancels(
     failures: list[str] = []
     stop_reasons: list[str] = []
 
-    def run(cancel_at: int) -> None:
+    def run(cancel_at: int, hold: bool) -> None:
+        # hold: the stream waits at cancel_at until the cancel was called (one agent does,
+        # so that a cancel lands whatever the machine's speed; the others race theirs)
         agent = Agent(model, retry=FAST_RETRY)
-        reached = threading.Event()
-        canceller = threading.Thread(
-            target=lambda: reached.wait(HANG_BOUND) and agent.cancel(), name="canceller"
-        )
+        reached, called = threading.Event(), threading.Event()
+
+        def cancel() -> None:
+            if reached.wait(HANG_BOUND):
+                agent.cancel()
+            called.set()
+
+        canceller = threading.Thread(target=cancel, name="canceller")
         canceller.start()
         barrier.wait(HANG_BOUND)
         with agent.stream("go") as stream:
             for count, _ in enumerate(stream):
                 if count == cancel_at:
                     reached.set()
+                    if hold:
+                        called.wait(HANG_BOUND)
         assert stream.result is not None
         stop_reasons.append(stream.result.stop_reason)
         reached.set()  # the run may have ended before the cancel point: release the canceller
@@ -209,8 +217,10 @@ def test_many_agents_on_one_model_with_random_cancels(
         if problems or after.stop_reason != "end_turn":
             failures.append(f"cancel_at={cancel_at}: {problems} {after.stop_reason}")
 
-    workers = [
-        threading.Thread(target=run, args=(rng.randrange(0, 80),), name=f"agent-{i}")
+    workers = [  # the held one's cancel point is inside its answer (about 64 events)
+        threading.Thread(
+            target=run, args=(rng.randrange(0, 40 if i == 0 else 80), i == 0), name=f"agent-{i}"
+        )
         for i in range(agents)
     ]
     for worker in workers:
