@@ -29,6 +29,10 @@ from tenacity.wait import wait_base
 from .cancel import CancelScope
 from .errors import ModelError, UsageError
 
+_JITTER = random.Random()
+"""The back-off jitter's own generator: a library never draws from the global ``random``
+state, which an application (or a property test) may have seeded, from its run threads."""
+
 __all__ = ["RetryPolicy"]
 
 
@@ -63,7 +67,7 @@ class RetryPolicy:
         """Seconds to wait before retry number ``retry_number`` (1-based) after ``error``."""
         delay = self.initial_delay * 2.0 ** (retry_number - 1)
         if self.jitter:
-            delay += random.uniform(0, self.jitter)
+            delay += _JITTER.uniform(0, self.jitter)
         retry_after: object = getattr(error, "retry_after", None)
         if isinstance(retry_after, (int, float)) and retry_after > delay:
             delay = float(retry_after)

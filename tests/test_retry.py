@@ -109,3 +109,17 @@ def test_plain_model_errors_are_not_retryable_by_default() -> None:
     assert ModelThrottledError().retryable is True
     assert ModelHTTPError("x", status=500).retryable is True
     assert ModelHTTPError("x", status=401).retryable is False
+
+
+def test_a_jittered_back_off_never_draws_from_the_global_random_state() -> None:
+    """An application (or a property test) may seed ``random``; a run's back-off, in its
+    thread, must not move that state (Hypothesis reported another test's retry as "the
+    random module used inside strategies")."""
+    import random
+
+    random.seed(42)
+    state = random.getstate()
+    model = ScriptedModel([{"error": ModelThrottledError("429")}, "after one retry"])
+    jittered = RetryPolicy(initial_delay=0.001, max_delay=0.01, jitter=0.001)
+    assert Agent(model, retry=jittered).invoke("go").text == "after one retry"
+    assert random.getstate() == state
