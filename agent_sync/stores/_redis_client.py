@@ -39,10 +39,17 @@ class RedisScripts:
     """The store's scripts, registered on ``client`` (redis-py loads each on first use)."""
 
     def __init__(self, client: Client) -> None:
-        from redis.cluster import RedisCluster  # the client is redis-py's: it is installed
+        import redis  # the client is redis-py's: it is installed
+        from redis.cluster import RedisCluster
+        from redis.exceptions import AskError, ClusterDownError, TryAgainError
 
         self._client = client
         self._cluster = isinstance(client, RedisCluster)
+        # what sends a script through the cluster client instead (MOVED is an AskError: the
+        # cluster client follows it and looks its table up again)
+        self._reroute: tuple[type[Exception], ...] = (
+            AskError, ClusterDownError, TryAgainError, redis.ConnectionError, redis.TimeoutError
+        )  # fmt: skip
         self._slots: dict[str, int] = {}  # a shard's prefix -> its slot (cluster)
         self._scripts = {name: client.register_script(source) for name, source in SCRIPTS.items()}
 
@@ -66,14 +73,10 @@ class RedisScripts:
             return call(self._client)
         node = self._master(key)
         if node is not None:
-            import redis as redis_module
-            from redis.exceptions import AskError, ClusterDownError, TryAgainError
-
             try:
                 return call(node)
-            except (AskError, ClusterDownError, TryAgainError, redis_module.ConnectionError,
-                    redis_module.TimeoutError):  # fmt: skip
-                pass  # MOVED is an AskError: the cluster client follows it and looks again
+            except self._reroute:
+                pass
         return call(self._client)
 
     def _master(self, key: str) -> Any:

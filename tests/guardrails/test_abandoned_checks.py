@@ -25,12 +25,8 @@ from tests.fixtures.bounds import HANG_BOUND
 
 
 @pytest.fixture
-def no_slots() -> Iterator[None]:
-    """A cap of 0, after the check threads other tests left have ended (the count this test
-    reads then moves only with its own)."""
-    for thread in threading.enumerate():
-        if thread.name.startswith(("agent_sync-tool-", "guardrail-")):
-            thread.join(HANG_BOUND)
+def no_slots(quiet_cap: None) -> Iterator[None]:
+    """A cap of 0, once the threads other tests left have ended (``quiet_cap``)."""
     limit = max_abandoned_tool_threads()
     set_max_abandoned_tool_threads(0)
     try:

@@ -10,8 +10,6 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from agent_sync import Agent, validate_history
 from agent_sync.cancel import CancelScope
 from agent_sync.events import AgentEvent, Done, GuardrailTripped, TextDelta
@@ -65,15 +63,6 @@ class GatedModel:
             self.streamed.set()
         finally:
             unregister()
-
-
-@pytest.fixture
-def quiet_cap() -> None:
-    """Tool and check threads other tests released may still be finishing: let them, so
-    that the abandoned-thread count this test reads moves only with its own checks."""
-    for thread in threading.enumerate():
-        if thread.name.startswith(("agent_sync-tool-", "guardrail-")):
-            thread.join(HANG_BOUND)
 
 
 class Consumer:
