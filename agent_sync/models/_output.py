@@ -18,6 +18,8 @@ text (the loop reads both).
 from __future__ import annotations
 
 import copy
+import threading
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
@@ -83,8 +85,12 @@ def thinking_on(params: dict[str, Any]) -> bool:
 
 
 def response_format(output: OutputSchema) -> dict[str, Any]:
-    """OpenAI's ``response_format`` for ``output``: ``json_schema``, strict where it can be."""
-    strict = strict_schema(output.schema)
+    """OpenAI's ``response_format`` for ``output``: ``json_schema``, strict where it can be.
+
+    The strict form is made once per schema object (:func:`strict_schema` copies it whole:
+    about 30 us for a small model, on every request of a typed run before); the schema and
+    the result are read-only, as :class:`~agent_sync.models.base.ModelRequest` says."""
+    strict = _strict_once(output.schema)
     return {
         "type": "json_schema",
         "json_schema": {
@@ -107,6 +113,31 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any] | None:
     """
     copied = copy.deepcopy(schema)
     return copied if _close(copied) else None
+
+
+_STRICT_KEPT = 256
+_strict_made: OrderedDict[int, tuple[dict[str, Any], dict[str, Any] | None]] = OrderedDict()
+_strict_lock = threading.Lock()
+
+
+def _strict_once(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`strict_schema` of ``schema``, kept for the last few schema objects seen.
+
+    Kept by the object's id, with the object itself: while an entry holds the schema its id
+    cannot be reused by another one. An output type's schema is one object per process
+    (``output_spec`` keeps it), so a typed agent's requests all find theirs."""
+    key = id(schema)
+    with _strict_lock:
+        found = _strict_made.get(key)
+        if found is not None and found[0] is schema:
+            _strict_made.move_to_end(key)
+            return found[1]
+    strict = strict_schema(schema)
+    with _strict_lock:
+        _strict_made[key] = (schema, strict)
+        if len(_strict_made) > _STRICT_KEPT:
+            _strict_made.popitem(last=False)
+    return strict
 
 
 def _close(node: Any) -> bool:

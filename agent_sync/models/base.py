@@ -42,7 +42,8 @@ class OutputSchema:
         name: The output's name (``"final_result"``): the output tool's name, or the
             ``response_format`` schema's.
         description: What the answer is (the output tool's description).
-        schema: The JSON schema of the answer, always an object.
+        schema: The JSON schema of the answer, always an object. Read-only: a provider
+            keeps what it derives from it (OpenAI's strict form) per schema object.
     """
 
     name: str

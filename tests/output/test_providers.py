@@ -4,6 +4,7 @@ afterwards carries none of it and is accepted, re-asks, partials, cancel, fallba
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -17,7 +18,10 @@ import requests
 from agent_sync import Agent, tool, validate_history
 from agent_sync.events import PartialOutput
 from agent_sync.messages import CANCELLED_TEXT
-from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel
+from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel, _output
+from agent_sync.models._output import response_format
+from agent_sync.models.base import OutputSchema
+from agent_sync.output._spec import output_spec
 from agent_sync.testing._output_rules import anthropic_problem, bedrock_problem, openai_problem
 from agent_sync.testing.anthropic_server import AnthropicServer
 from agent_sync.testing.bedrock_server import BedrockServer
@@ -99,6 +103,30 @@ def test_openai_sends_a_schema_it_cannot_make_strict_as_not_strict(
     spec = openai_server.requests[0].body["response_format"]["json_schema"]
     assert spec["strict"] is False and "additionalProperties" not in spec["schema"]
     model.close()
+
+
+def test_the_strict_form_is_made_once_per_schema_object_and_never_shared_by_another() -> None:
+    """A typed agent's requests reuse the strict schema made for the first (it was deep-copied
+    and closed on every request); another schema, equal or not, gets its own; the output
+    type's own schema is never changed."""
+    schema = output_spec(City).schema
+    before = copy.deepcopy(schema)
+
+    def strict_of(schema: dict[str, Any]) -> Any:
+        output = OutputSchema(name="final_result", description="d", schema=schema)
+        return response_format(output)["json_schema"]["schema"]
+
+    first = strict_of(schema)
+    assert strict_of(schema) is first and first["additionalProperties"] is False
+    assert schema == before  # closed in a copy
+    equal = copy.deepcopy(schema)
+    assert strict_of(equal) == first and strict_of(equal) is not first
+    loose = output_spec(Loose).schema
+    assert strict_of(loose) is loose  # not strict: sent as it is
+    for _ in range(300):  # kept for a bounded number of schema objects
+        strict_of({"type": "object", "properties": {}, "required": []})
+    assert len(_output._strict_made) <= _output._STRICT_KEPT
+    assert strict_of(schema) == first
 
 
 def test_openai_falls_back_to_the_output_tool_once_per_model_and_says_so_once(
