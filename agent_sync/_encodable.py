@@ -49,6 +49,7 @@ __all__ = [
     "encoding_problem",
     "load_json",
     "loads_stored",
+    "parse_json",
 ]
 
 MAX_DEPTH = 200
@@ -121,6 +122,18 @@ def load_json(text: str, *, what: str = "the value") -> Any:
             subclasses ``ValueError``: catch it first to tell it from bad syntax).
         ValueError: Not JSON (:class:`json.JSONDecodeError`).
     """
+    return parse_json(text, what=what)[0]
+
+
+def parse_json(text: str, *, what: str = "the value") -> tuple[Any, bool]:
+    """:func:`load_json`, and whether ``text`` is already the JSON of the value it returns
+    (nothing was cleaned): then ``text`` itself can stand for the value as text, where
+    encoding the value again would copy it (a typed answer's closing message).
+
+    Raises:
+        Unencodable: As :func:`load_json`.
+        ValueError: As :func:`load_json`.
+    """
     try:
         try:
             value = _CHECKED.decode(text)
@@ -128,10 +141,10 @@ def load_json(text: str, *, what: str = "the value") -> Any:
             value = json.loads(text)  # the walk below names the place
         else:
             if _clean_text_json(text) and not _deeper_than_max(text):
-                return value
+                return value, True
     except RecursionError:
         raise Unencodable(f"{what} is nested deeper than {MAX_DEPTH} levels") from None
-    return clean_json(value, what=what)
+    return clean_json(value, what=what), False
 
 
 class _NonFinite(Exception):

@@ -17,7 +17,7 @@ import json
 import pytest
 
 from agent_sync import _encodable
-from agent_sync._encodable import Unencodable, load_json
+from agent_sync._encodable import Unencodable, load_json, parse_json
 
 
 def _no_walk(value: object, **_: object) -> object:
@@ -71,6 +71,16 @@ def test_a_surrogate_is_replaced_or_joined(text: str, expected: object) -> None:
     value = load_json(text)
     assert value == expected
     json.dumps(value, ensure_ascii=False).encode("utf-8")  # encodable
+    # and the text is not the value's JSON as it is: it may not stand for the value
+    assert parse_json(text) == (expected, False)
+
+
+def test_a_clean_text_stands_for_its_value() -> None:
+    """parse_json's promise: ``True`` only where the text is the JSON of the very value."""
+    for text in ('{"a": [1, 2.5, "Zoë \\u2713"]}', '  {"b": {}}  ', "[]"):
+        value, as_is = parse_json(text)
+        assert as_is and json.loads(text) == value
+        text.encode("utf-8")  # encodable as it is
 
 
 def test_bad_syntax_and_depth_keep_their_errors() -> None:

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._encodable import Unencodable, clean_text, load_json
+from .._encodable import Unencodable, clean_text, parse_json
 from ..errors import ModelStreamError
 from ..events import ReasoningDelta, TextDelta
 from ..messages import (
@@ -52,12 +52,16 @@ class AssembledMessage:
         stop_reason: The model's stop reason (``"end_turn"`` if it sent none).
         usage: Token usage reported by the stream, if any.
         invalid_tool_inputs: ``toolUseId`` -> why its input could not be used.
+        tool_input_texts: ``toolUseId`` -> the input's JSON text as it streamed, where that
+            text is the JSON of the block's ``input`` as it is (nothing was cleaned): the
+            text of a typed answer without encoding its value again.
     """
 
     message: Message
     stop_reason: str
     usage: Usage | None
     invalid_tool_inputs: dict[str, str] = field(default_factory=dict)
+    tool_input_texts: dict[str, str] = field(default_factory=dict)
 
 
 class _Block:
@@ -105,7 +109,16 @@ class MessageAssembler:
             delta = delta_event["delta"]
             text = delta.get("text")
             if text is None:
-                return self._add_other_delta(delta_event["contentBlockIndex"], delta)
+                piece = delta.get("toolUse")
+                if piece is None:
+                    return self._add_other_delta(delta_event["contentBlockIndex"], delta)
+                # the other hot path: a piece of a tool's input (a typed answer's, say)
+                index = delta_event["contentBlockIndex"]
+                block = self._blocks.get(index)
+                if block is None or block.kind != "toolUse":
+                    raise ModelStreamError(f"tool input delta for block {index} that is not a tool")
+                block.parts.append(piece.get("input", ""))
+                return None
             # the hot path: one text chunk
             index = delta_event["contentBlockIndex"]
             block = self._blocks.get(index)
@@ -144,12 +157,6 @@ class MessageAssembler:
 
     def _add_other_delta(self, index: int, delta: Any) -> ReasoningDelta | None:
         block = self._blocks.get(index)
-        tool = delta.get("toolUse")
-        if tool is not None:
-            if block is None or block.kind != "toolUse":
-                raise ModelStreamError(f"tool input delta for block {index} that is not a tool")
-            block.parts.append(tool.get("input", ""))
-            return None
         reasoning = delta.get("reasoningContent")
         if reasoning is not None:
             if block is None:
@@ -173,12 +180,16 @@ class MessageAssembler:
         """The complete message once the stream has ended normally."""
         content: list[ContentBlock] = []
         invalid: dict[str, str] = {}
+        texts: dict[str, str] = {}
         for index in sorted(self._blocks):
             block = self._blocks[index]
             if block.kind == "toolUse":
-                tool_input, problem = _parse_tool_input("".join(block.parts))
+                raw = "".join(block.parts)
+                tool_input, problem, as_is = _parse_tool_input(raw)
                 if problem is not None:
                     invalid[block.tool_use_id] = problem
+                elif as_is:
+                    texts[block.tool_use_id] = raw
                 content.append(
                     {
                         "toolUse": {
@@ -197,6 +208,7 @@ class MessageAssembler:
             stop_reason=self.stop_reason or "end_turn",
             usage=self.usage,
             invalid_tool_inputs=invalid,
+            tool_input_texts=texts,
         )
 
     def set_text(self, index: int, text: str) -> None:
@@ -241,19 +253,20 @@ def _append_content(content: list[ContentBlock], block: _Block) -> None:
     content.append({"reasoningContent": {"reasoningText": reasoning}})  # type: ignore[typeddict-item]
 
 
-def _parse_tool_input(raw: str) -> tuple[dict[str, Any], str | None]:
+def _parse_tool_input(raw: str) -> tuple[dict[str, Any], str | None, bool]:
+    """The input, why it cannot be used (or ``None``), and whether ``raw`` is its JSON as is."""
     if not raw.strip():
-        return {}, None
+        return {}, None, False
     try:
-        value = load_json(raw, what="the tool input")
+        value, as_is = parse_json(raw, what="the tool input")
     except Unencodable as exc:  # too deep, or NaN
-        return {}, str(exc)
+        return {}, str(exc), False
     except ValueError as exc:
         shown = raw if len(raw) <= 200 else raw[:200] + "..."
-        return {}, f"the tool input is not valid JSON ({exc}): {shown}"
+        return {}, f"the tool input is not valid JSON ({exc}): {shown}", False
     if not isinstance(value, dict):
-        return {}, f"the tool input must be a JSON object, got {type(value).__name__}"
-    return value, None
+        return {}, f"the tool input must be a JSON object, got {type(value).__name__}", False
+    return value, None, as_is
 
 
 def _normalise_usage(usage: Any) -> Usage:

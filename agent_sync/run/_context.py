@@ -33,6 +33,7 @@ from ._settings import RunSettings
 
 if TYPE_CHECKING:
     from ..tools.decorator import Tool
+    from ._assemble import AssembledMessage
 
 __all__ = ["RunAgent", "RunContext", "RunSettings"]
 
@@ -146,14 +147,13 @@ class RunContext(ContextFields):
         if self._first_token is None and first_text_at is not None:
             self._first_token = first_text_at - self.started
 
-    def take_answer(
-        self, message: Message, invalid_tool_inputs: dict[str, str], stop_reason: str | None
-    ) -> None:
+    def take_answer(self, assembled: AssembledMessage) -> None:
         """Append the model's answer to the history, with what the call said of it."""
-        self._messages.append(message)
+        self._messages.append(assembled.message)
         self._phase = "idle"
-        self._invalid_tool_inputs = invalid_tool_inputs
-        self._last_stop_reason = stop_reason
+        self._invalid_tool_inputs = assembled.invalid_tool_inputs
+        self._tool_input_texts = assembled.tool_input_texts
+        self._last_stop_reason = assembled.stop_reason
 
     def await_approval(self, tool_uses: tuple[ToolUse, ...]) -> None:
         """The gated calls of this round that have no decision yet (the approval step's)."""

@@ -65,6 +65,7 @@ class ContextFields:
         "_hooks",
         "_inbox",
         "_invalid_tool_inputs",
+        "_tool_input_texts",
         "_last_stop_reason",
         "_messages",
         "_model_ids",
@@ -150,6 +151,7 @@ class ContextFields:
         self._stop_reason: str | None = None
         self._last_stop_reason: str | None = None  # of the last model call
         self._invalid_tool_inputs: dict[str, str] = {}  # of the last model call
+        self._tool_input_texts: dict[str, str] = {}  # of the last model call
         self._decisions: dict[str, Approve | Deny] = {}  # toolUseId -> a human's answer
         self._approvals: tuple[ApprovalRequest, ...] = ()  # while paused
         self._awaiting: tuple[ToolUse, ...] = ()  # gated calls without a decision
@@ -246,6 +248,12 @@ class ContextFields:
     @property
     def invalid_tool_inputs(self) -> Mapping[str, str]:
         return self._invalid_tool_inputs
+
+    @property
+    def tool_input_texts(self) -> Mapping[str, str]:
+        """The last model call's tool inputs as they streamed, where that text is the
+        input's JSON as is (:attr:`AssembledMessage.tool_input_texts`)."""
+        return self._tool_input_texts
 
     @property
     def decisions(self) -> Mapping[str, Approve | Deny]:

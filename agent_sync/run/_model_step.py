@@ -181,7 +181,7 @@ def model_step(
     if keeper is not None:
         keeper.observe(ctx, request.messages, assembler.usage)
     message = assembled.message
-    ctx.take_answer(message, assembled.invalid_tool_inputs, assembled.stop_reason)
+    ctx.take_answer(assembled)
     follows: StepName
     if settings.output is not None:
         follows = "output"  # the answer is read and validated there (run/_output.py)

@@ -125,7 +125,9 @@ def output_step(ctx: RunContext) -> Generator[AgentEvent, None, StepName | None]
         return _retry_or_fail(ctx, spec, problems)
     # the closing message ends the turn, not the tool call
     ctx.keep_output(output, stop_reason="end_turn")
-    closing: Message = {"role": "assistant", "content": [{"text": _as_text(raw)}]}
+    # the answer's JSON as it streamed, where it is the value's as is: not encoded again
+    as_streamed = ctx.tool_input_texts.get(use["toolUseId"])
+    closing: Message = {"role": "assistant", "content": [{"text": as_streamed or _as_text(raw)}]}
     ctx.messages.append(closing)
     yield MessageComplete(message=closing, run_id=ctx.run_id)
     return "finish"

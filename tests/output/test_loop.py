@@ -54,6 +54,29 @@ def test_the_output_tools_answer_is_the_output_and_the_turn_is_closed() -> None:
     assert request.output.schema["required"] == ["number", "total"]
 
 
+@pytest.mark.parametrize(
+    ("streamed", "closing"),
+    [
+        # the answer's JSON as the model wrote it closes the turn: not encoded again
+        ('{"number":"A-1",  "total": 12.5}', '{"number":"A-1",  "total": 12.5}'),
+        ('{"number": "Zoë \\u2713", "total": 1}', '{"number": "Zoë \\u2713", "total": 1}'),
+        # a lone surrogate escape is cleaned in the input: the closing text is the clean
+        # value's JSON, never the text that held it
+        ('{"number": "A\\ud800", "total": 1}', '{"number": "A\ufffd", "total": 1}'),
+    ],
+)
+def test_the_closing_text_is_the_answers_json_as_streamed_unless_it_was_cleaned(
+    streamed: str, closing: str
+) -> None:
+    answer = {"tool_calls": [{"name": "final_result", "raw_input": streamed}], "chunk_size": 5}
+    agent = Agent(ScriptedModel([answer]), output_type=Invoice)
+    result = agent.invoke("Extract the invoice")
+    assert agent.messages[-1]["content"] == [{"text": closing}]
+    assert json.loads(closing) == agent.messages[1]["content"][0]["toolUse"]["input"]
+    assert result.output == Invoice.model_validate_json(closing)
+    assert validate_history(agent.messages) == []
+
+
 def test_a_text_answer_is_parsed_and_a_wrapped_type_is_unwrapped() -> None:
     agent = Agent(ScriptedModel(['```json\n{"result": [3, 1, 2]}\n```']))
     result = agent.invoke("Numbers?", output_type=list[int])
