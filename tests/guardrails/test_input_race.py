@@ -28,7 +28,7 @@ class GatedModel:
     loop took the call's last event."""
 
     def __init__(self, turns: list[str | dict[str, object]], gate_after: int | None = None) -> None:
-        self.inner = ScriptedModel(turns)  # type: ignore[arg-type]
+        self.inner = ScriptedModel(turns)
         self.gate_after = gate_after
         self.reached, self.gate = threading.Event(), threading.Event()
         self.aborted, self.streamed = threading.Event(), threading.Event()
@@ -117,8 +117,11 @@ def test_nothing_is_released_before_the_check_passes_then_all_in_order() -> None
 def test_held_text_is_released_as_the_check_passes_while_the_model_is_silent() -> None:
     release = threading.Event()
     model = GatedModel([{"text": "one two three four", "chunk_size": 4}], gate_after=2)
-    agent = Agent(model, guardrails=[Guardrail(lambda v: release.wait(HANG_BOUND) and None,
-                                               stage="input", name="slow")])  # fmt: skip
+
+    def slow(view: GuardView) -> None:
+        release.wait(HANG_BOUND)
+
+    agent = Agent(model, guardrails=[Guardrail(slow, stage="input", name="slow")])
     consumer = Consumer(agent, "hi", want=2)
     try:
         assert model.reached.wait(HANG_BOUND)  # two chunks streamed, the model now silent

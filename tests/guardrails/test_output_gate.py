@@ -23,7 +23,7 @@ KEY = r"sk-[A-Za-z0-9]{8,}"
 SECRET = "sk-ABCDEFGH1234"
 
 
-def stream(gate: OutputGate, chunks: list[str]) -> tuple[str, PatternGuard | None]:
+def stream(gate: OutputGate, chunks: list[str]) -> tuple[str, PatternGuard | Guardrail | None]:
     """Feed every chunk, then finish; what was released, and the pattern that tripped."""
     released: list[str] = []
     for chunk in chunks:

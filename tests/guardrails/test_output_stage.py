@@ -260,7 +260,10 @@ def test_a_cancel_keeps_only_released_text() -> None:
             started.set()
 
     turn = {"text": "held back " + SECRET[:10], "chunk_size": 4, "stall_after": 5}
-    guards = [PatternGuard(KEY_PATTERN, max_match=40), Guardrail(watch, stage="output")]
+    guards: list[Guardrail | PatternGuard] = [
+        PatternGuard(KEY_PATTERN, max_match=40),
+        Guardrail(watch, stage="output"),
+    ]
     agent = Agent(ScriptedModel([turn]), guardrails=guards)
     stream = agent.stream("go")
     result_box: list[Any] = []

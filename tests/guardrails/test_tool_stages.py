@@ -47,7 +47,7 @@ def _results(messages: list[Message]) -> dict[str, tuple[str | None, str]]:
         for block in message["content"]:
             if "toolResult" in block:
                 result = block["toolResult"]
-                text = "".join(p.get("text", "") for p in result["content"])  # type: ignore[misc]
+                text = "".join(p.get("text", "") for p in result["content"])
                 found[result["toolUseId"]] = (result.get("status"), text)
     return found
 

@@ -48,7 +48,7 @@ class Gate:
         gate = self
 
         @tool
-        def wait_for_gate(context: ToolContext) -> str:
+        def wait_for_gate(context: ToolContext[object]) -> str:
             """Wait until the test opens the gate."""
             gate.calls += 1
             gate.entered.set()
