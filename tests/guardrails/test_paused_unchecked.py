@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from agent_sync import Agent, Approve, RunState, tool, validate_history
 from agent_sync.guardrails import GuardView, Trip, guardrail
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.stores import MemoryRunStore, RunStore
+from agent_sync.stores._rules import cancelled_while_lost
 from agent_sync.testing import ScriptedModel
 from agent_sync.web._follow import close_log
 
@@ -131,3 +133,16 @@ def test_without_input_checks_a_cancelled_pause_writes_its_input_as_before() -> 
     assert snapshot is not None and snapshot.queued_inputs == ()
     assert close_log(store, run_id, 0, 60.0)
     assert "unchecked_input" not in store.read_events(run_id)[-1].data
+
+
+def test_a_lost_run_cancelled_before_a_recoverer_took_it_keeps_its_input_too() -> None:
+    """A running guarded run whose worker died is cancelled by the store's same rule."""
+    store = MemoryRunStore()
+    _pause_with(_agent(ScriptedModel([ASKS]), store=store, conversation_id="c1"), QUESTION)
+    stored = store.load("c1").run
+    assert stored is not None
+    running = replace(stored.state, status="running", approvals=())  # as its worker left it
+    cancelled = cancelled_while_lost(running, "gave up")
+    assert cancelled.queued_inputs == (({"text": QUESTION},),)
+    assert "meanwhile" not in repr(cancelled.messages)
+    assert validate_history(list(cancelled.messages)) == []
