@@ -175,11 +175,21 @@ class AgentRunner:
 
     def cancel_paused(self, agent: object) -> bool:
         """Drop a paused run: pending calls answered "Cancelled by user", turn closed
-        (``agent`` holds the paused children it waited on)."""
+        (``agent`` holds the paused children it waited on). Queued input its input checks
+        never passed is not written (:meth:`RunState.queued_on_cancel`); without a store
+        nothing records the cancel, so a warning says how much was not delivered."""
         paused = self.slot.drop_paused()
         if paused is None:
             return False
         cancel_subruns(agent, paused.subruns, None, "cancelled")  # the children it waited on
+        _written, kept = paused.queued_on_cancel()
+        if kept:  # never its content: nothing checked it
+            logger.warning(
+                "run_id=<%s>, blocks=<%d> | paused run cancelled: its queued input was not "
+                "delivered (its input guardrails never passed it)",
+                paused.run_id,
+                sum(len(blocks) for blocks in kept),
+            )
         logger.debug("run_id=<%s> | paused run cancelled", paused.run_id)
         return True
 

@@ -183,6 +183,22 @@ class RunState:
     "usage_limit"``, the one that stopped it). With :attr:`usage`, :attr:`cycle` (the
     requests), :attr:`tool_calls` and :attr:`cost_usd`, what a run resumed from this state
     (after a pause, or by a recoverer) goes on counting from: limits count per run."""
+    input_checked: bool = False
+    """The run has input checks (input guardrails): its :attr:`queued_inputs` are unchecked
+    until those pass them. A run resumed from this state checks them, as any inject; a
+    cancel while nobody runs it (paused, or lost) never writes them to the history: the
+    cancelled state keeps them, unsent, in :attr:`queued_inputs`, and the store's done
+    record hands them back (``unchecked_input``). ``False`` in a state of an earlier
+    version: its queued input is written on cancel, as without checks."""
+
+    def queued_on_cancel(self) -> tuple[list[ContentBlock], tuple[tuple[ContentBlock, ...], ...]]:
+        """What a cancel of this run while nobody runs it (paused, or lost) does with its
+        queued input: ``(written, kept)``. Without input checks it is all written to the
+        history before the closing message (DESIGN 5: nothing lost); with them
+        (:attr:`input_checked`) none is: nothing checked it, so it is kept, unsent."""
+        if self.input_checked:
+            return [], self.queued_inputs
+        return [block for blocks in self.queued_inputs for block in blocks], ()
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready ``dict`` (``"format": "agent_sync.run/1"``), independent of the run."""
@@ -215,6 +231,7 @@ class RunState:
             "tool_calls": self.tool_calls,
             "cost_usd": self.cost_usd,
             "usage_limit": self.usage_limit,
+            "input_checked": self.input_checked,
         }
 
     @classmethod
@@ -275,6 +292,10 @@ class RunState:
                 tool_calls=_typed({"tool_calls": data.get("tool_calls", 0)}, "tool_calls", int),
                 cost_usd=_cost(data),
                 usage_limit=_optional(data, "usage_limit"),
+                # absent: a state of an earlier version (its queued input is written on cancel)
+                input_checked=_typed(
+                    {"input_checked": data.get("input_checked", False)}, "input_checked", bool
+                ),
             )
         except KeyError as exc:
             raise UsageError(f"a RunState dict needs the field {exc.args[0]!r}") from None

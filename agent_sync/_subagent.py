@@ -20,10 +20,12 @@ calls and the template's own ``messages`` are never touched. The child run:
 
 The call's result is the child's final text (or ``result.output`` when the template has an
 ``output_type``). A child cancelled with its caller answers the call "Cancelled by user";
-a child that fails answers it with an error result. A child that pauses for approval
-pauses its caller (:class:`~agent_sync.tools._batch.SubRunPaused`): the caller's
-``result.approvals`` carry the child's requests, and the caller's resume resumes the child
-with the decisions for them (:mod:`agent_sync.run._subruns`).
+a child that fails answers it with an error result; a child that handed injected input back
+(``result.unchecked_input``) says so after its answer or error (how much, never what). A
+child that pauses for approval pauses its caller
+(:class:`~agent_sync.tools._batch.SubRunPaused`): the caller's ``result.approvals`` carry
+the child's requests, and the caller's resume resumes the child with the decisions for
+them (:mod:`agent_sync.run._subruns`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from ._encodable import clean_json
 from ._tracing import call_scope
 from .cancel import CancelledError, CancelScope
 from .errors import ToolError, UsageError
@@ -337,18 +340,40 @@ class _SubAgent:
 
 def _answer(result: AgentResult, caller_cancelled: bool) -> Any:
     """The call's result from the child's: its output, its text, or the cancel/failure
-    (a guardrail's trip in the child: an error naming the guardrail)."""
+    (a guardrail's trip in the child: an error naming the guardrail). A child that handed
+    injected input back (``result.unchecked_input``) says so after it
+    (:func:`_undelivered`): nothing injected into it is lost without a word."""
+    undelivered = _undelivered(result)
     if result.stop_reason == "cancelled":
         if caller_cancelled:
             raise CancelledError(result.cancel_reason or "cancelled")
-        raise ToolError(f"the sub-agent's run {result.run_id} was cancelled")
+        raise ToolError(f"the sub-agent's run {result.run_id} was cancelled{undelivered}")
     trip = result.guardrail
     if trip is not None:  # the child's trip ends the child; the caller goes on
         raise ToolError(
             f"the sub-agent's run {result.run_id} was stopped by guardrail {trip.name} "
-            f"({trip.stage}): {trip.reason}"
+            f"({trip.stage}): {trip.reason}{undelivered}"
         )
     output = getattr(result, "output", None)  # with an output_type: the structured output
-    if output is not None:
-        return output
-    return result.text
+    answer = output if output is not None else result.text
+    if not undelivered:
+        return answer
+    piece = (
+        {"text": answer}
+        if isinstance(answer, str)
+        else {"json": clean_json(answer, what="the output", convert=True)}
+    )
+    return {"content": [piece, {"text": undelivered.lstrip(". ")}]}
+
+
+def _undelivered(result: AgentResult) -> str:
+    """The sentence that tells the caller's model a child handed input back: how much,
+    never what (nothing checked it; the child's ``Done``, in the caller's stream and
+    its web log, carries it), or ``""``."""
+    blocks = len(result.unchecked_input)
+    if not blocks:
+        return ""
+    return (
+        f". Input injected into the sub-agent's run {result.run_id} was not delivered to it "
+        f"({blocks} block{'s' if blocks > 1 else ''}: its input guardrails never passed it)"
+    )

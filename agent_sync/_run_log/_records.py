@@ -248,9 +248,14 @@ def done_summary(event: Done) -> dict[str, Any]:
     """A ``Done`` event as the web sends it (the ``done`` SSE frame, the done record):
     :meth:`Done.to_dict`, and ``unchecked_input`` when the run handed injected input back
     (its input guardrails never passed it), as ``input_injected`` shows blocks."""
-    summary = event.to_dict()
-    if event.result.unchecked_input:
-        summary["unchecked_input"] = public_blocks(event.result.unchecked_input)
+    return _handing_back(event.to_dict(), event.result.unchecked_input)
+
+
+def _handing_back(summary: dict[str, Any], unchecked: Sequence[Any]) -> dict[str, Any]:
+    """A run's end summary with the input it handed back (``unchecked_input``, when there
+    is any): the one place both ends of a log (its writer's, the store's) add it."""
+    if unchecked:
+        summary["unchecked_input"] = public_blocks(unchecked)
     return summary
 
 
@@ -327,7 +332,8 @@ _STORE_UNAVAILABLE: Final = {
 
 def closing_record(snapshot: RunSnapshot) -> dict[str, Any]:
     """The last record of a run that ended without its writer telling (it was cancelled
-    while paused, or its worker died): what the store knows of the end."""
+    while paused, or its worker died): what the store knows of the end, and the input it
+    handed back (a cancelled run's queued input that its input checks never passed)."""
     if snapshot.status == "failed":
         # What the store knows: the run failed before its end reached the log. Its worker
         # may have died, or lost the store meanwhile (a live writer that saw the store fail
@@ -348,7 +354,10 @@ def closing_record(snapshot: RunSnapshot) -> dict[str, Any]:
         usage_limit=snapshot.usage_limit,
         guardrail=snapshot.guardrail.to_dict() if snapshot.guardrail is not None else None,
     )
-    return {"type": "done", **summary}
+    # an ended run's queued input was never sent: its input checks never passed it
+    # (RunState.queued_on_cancel): handed back
+    unchecked = [block for blocks in snapshot.queued_inputs for block in blocks]
+    return {"type": "done", **_handing_back(summary, unchecked)}
 
 
 def is_terminal(record: Mapping[str, Any]) -> bool:

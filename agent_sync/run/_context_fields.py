@@ -364,6 +364,7 @@ class ContextFields:
             tool_calls=self._tool_calls,
             cost_usd=self._cost,
             usage_limit=self._usage_limit,
+            input_checked=self.input_checked,
         )
 
     def _output_as_json(self) -> Any:

@@ -194,14 +194,15 @@ class RunSlot:
         self._synced = length
 
     def drop_paused(self) -> RunState | None:
-        """Cancel a paused run while idle: its queued input written, its pending calls
-        answered "Cancelled by user" and the turn closed. Returns it, or ``None``."""
+        """Cancel a paused run while idle: its pending calls answered "Cancelled by user",
+        its queued input written (unless its input checks never passed it:
+        :meth:`RunState.queued_on_cancel`) and the turn closed. Returns it, or ``None``."""
         with self._lock:
             paused = self._paused
             if paused is None or self._driver is not None:
                 return None
             self._paused = None
-            queued = [block for blocks in paused.queued_inputs for block in blocks]
+            queued, _kept = paused.queued_on_cancel()
             close_cancelled_turn(self._messages, results=paused.round_results, queued=queued)
             return paused
 

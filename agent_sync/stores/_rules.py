@@ -111,7 +111,8 @@ def subrun_ids(state: RunState) -> list[str]:
 
 def cancelled_while_paused(state: RunState, reason: str | None) -> RunState:
     """A paused run cancelled: pending calls answered "Cancelled by user", queued input
-    written, a closing assistant message: the history a cancel leaves in a running turn."""
+    written (or kept, unchecked: :meth:`RunState.queued_on_cancel`), a closing assistant
+    message: the history a cancel leaves in a running turn."""
     return _cancelled(state, reason, CANCELLED_TEXT)
 
 
@@ -133,19 +134,19 @@ def cancelled_while_lost(state: RunState, reason: str | None) -> RunState:
 def _cancelled(state: RunState, reason: str | None, unanswered_text: str) -> RunState:
     """A run cancelled while nobody ran it (paused or lost): the calls of its round keep
     the results its owner committed, the others are answered ``unanswered_text``; queued
-    input written, the turn closed, nothing left pending."""
+    input written (input its checks never passed kept, unsent, in ``queued_inputs``), the
+    turn closed, nothing left pending."""
     messages = [_copy(message) for message in state.messages]
     known: list[ToolResult] = from_json_ready(json_ready(list(state.round_results)))
-    close_cancelled_turn(
-        messages, results=known, queued=_queued(state), unanswered_text=unanswered_text
-    )
+    written, kept = state.queued_on_cancel()
+    close_cancelled_turn(messages, results=known, queued=written, unanswered_text=unanswered_text)
     return replace(
         state,
         status="cancelled",
         next_step=None,
         messages=tuple(messages),
         pending_tool_uses=(),
-        queued_inputs=(),
+        queued_inputs=kept,  # unchecked input, never sent: handed back (closing_record)
         approvals=(),
         round_results=(),
         subruns={},

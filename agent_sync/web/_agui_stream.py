@@ -32,7 +32,9 @@ opening                ``RUN_STARTED`` {runId: the run id, threadId: the convers
 ``retry``, ...          ``CUSTOM`` ``{name: "agent_sync.<type>", value: the record}``
 ``done``                calls left open answered as the history answers them, then
                         ``RUN_FINISHED``: outcome ``cancelled`` for a stopped run, else
-                        ``success`` (``result``: the structured output, if any)
+                        ``success`` (``result``: the structured output, if any;
+                        ``metadata.agent_sync``: ``end_metadata``, the stop reason and
+                        what stopped the run, and any ``unchecked_input``)
 ``error``               ``RUN_ERROR`` {message, code: the error's type}
 =====================  ================================================================
 
@@ -82,7 +84,7 @@ from .._run_log._records import event_id
 from ..messages import CANCELLED_TEXT
 from ..stores import RunEvent
 from ._decision_input import DECISION_SCHEMA
-from ._encoders import KEEPALIVE_FRAME, OPEN_FRAME
+from ._encoders import KEEPALIVE_FRAME, OPEN_FRAME, end_metadata
 from ._http import utf8
 
 __all__ = ["AGUIEncoder", "CUSTOM_PREFIX", "INTERRUPT_REASON"]
@@ -320,13 +322,8 @@ class AGUIEncoder:
             return
         limit = record.get("usage_limit") if stop_reason == "usage_limit" else None
         self._close_all(events, seq, not_run_text(str(limit)) if limit else CANCELLED_TEXT)
-        about = {"stop_reason": stop_reason}
-        outcome = "success"
-        if stop_reason == "cancelled":
-            about["cancel_reason"] = record.get("cancel_reason")
-            outcome = "cancelled"
-        elif stop_reason == "guardrail":  # a finished run (status done), not an error
-            about["guardrail"] = record.get("guardrail")
+        # a guardrail's stop is a finished run (status done), not an error
+        outcome = "cancelled" if stop_reason == "cancelled" else "success"
         events.append(
             _event(
                 "RUN_FINISHED",
@@ -334,7 +331,7 @@ class AGUIEncoder:
                 runId=self._run_id,
                 result=record.get("output"),
                 outcome={"type": outcome},
-                metadata={"agent_sync": about},
+                metadata={"agent_sync": end_metadata(record)},
             )
         )
         self._state = "ended"

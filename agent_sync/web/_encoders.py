@@ -13,7 +13,7 @@ from typing import Any, Final, Protocol
 
 from .._run_log._records import native_frame
 
-__all__ = ["KEEPALIVE_FRAME", "OPEN_FRAME", "NativeEncoder", "StreamEncoder"]
+__all__ = ["KEEPALIVE_FRAME", "OPEN_FRAME", "NativeEncoder", "StreamEncoder", "end_metadata"]
 
 OPEN_FRAME: Final = b": stream open\n\n"
 """Sent first, so the response headers go out (werkzeug and gunicorn send them with the
@@ -21,6 +21,24 @@ first body chunk) and the client knows the stream is live."""
 
 KEEPALIVE_FRAME: Final = b": keep-alive\n\n"
 """An SSE comment: every parser skips it; a failed write reveals a client that left."""
+
+
+def end_metadata(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a protocol's end tells a client of the run's end, from its ``done`` record (the
+    one summary of a run's end, whoever wrote it: ``done_record``, ``closing_record``):
+    ``stop_reason``; ``cancel_reason`` if it was cancelled; ``usage_limit`` or
+    ``guardrail`` when one stopped it; ``unchecked_input`` when it handed injected input
+    back (its input guardrails never passed it: the client sends it again). AG-UI's
+    ``RUN_FINISHED`` carries it as ``metadata.agent_sync``, the AI SDK's ``finish`` as
+    ``messageMetadata.agent_sync`` (the native ``done`` frame is the record itself)."""
+    stop_reason = record.get("stop_reason")
+    about: dict[str, Any] = {"stop_reason": stop_reason}
+    if stop_reason == "cancelled":
+        about["cancel_reason"] = record.get("cancel_reason")
+    for key in ("usage_limit", "guardrail", "unchecked_input"):
+        if record.get(key) is not None:
+            about[key] = record[key]
+    return about
 
 
 class StreamEncoder(Protocol):

@@ -29,7 +29,9 @@ Mapping (one encoder per response; it may start at any record of a log):
                         tool_use_id, record}``: the child's record (a grandchild's is a
                         ``subagent`` record in it)
 ``done``                ``finish`` (``stop``, ``length`` or ``other``); cancelled: the
-                        open part closed, ``abort`` ``{reason}``, then ``finish``
+                        open part closed, ``abort`` ``{reason}``, then ``finish``; a
+                        run that handed input back: ``finish`` with ``messageMetadata``
+                        ``{agent_sync: end_metadata}`` (``unchecked_input`` in it)
 ``error``               ``error`` ``{errorText}`` (the client stops reading there; an
                         answer that never validated lists its ``problems`` there)
 =====================  ================================================================
@@ -59,7 +61,7 @@ from typing import Any, Final
 
 from .._limits import not_run_text
 from ..messages import CANCELLED_TEXT
-from ._encoders import KEEPALIVE_FRAME
+from ._encoders import KEEPALIVE_FRAME, end_metadata
 from ._http import utf8
 
 __all__ = ["DONE_FRAME", "UI_STREAM_HEADERS", "UIStreamEncoder", "shown_calls", "ui_part_frame"]
@@ -342,8 +344,13 @@ class UIStreamEncoder:
             if isinstance(reason, str) and reason:
                 abort["reason"] = reason
             parts.append(abort)
-        finish_reason = _FINISH_REASONS.get(str(stop_reason), "other")
-        parts.append({"type": "finish", "finishReason": finish_reason})
+        finish: dict[str, Any] = {
+            "type": "finish",
+            "finishReason": _FINISH_REASONS.get(str(stop_reason), "other"),
+        }
+        if record.get("unchecked_input"):  # the client must send it again: it is told
+            finish["messageMetadata"] = {"agent_sync": end_metadata(record)}
+        parts.append(finish)
         self._finished = True
 
 
