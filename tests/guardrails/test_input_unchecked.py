@@ -182,7 +182,7 @@ def _late(
 ) -> tuple[AgentResult, RunStore]:
     store = make_store()
     held = _EndHeld(store, hold_signals=where == "queued")
-    agent = agent_of(held)  # type: ignore[arg-type]
+    agent = agent_of(held)
     (result,) = held.inject_at_the_held_commit(lambda: agent.invoke("hello"), text, where)
     return result, store
 

@@ -17,7 +17,8 @@ import pytest
 from agent_sync import Agent, Approve, RunState, tool, validate_history
 from agent_sync.guardrails import GuardView, Trip, guardrail
 from agent_sync.messages import CANCELLED_TEXT
-from agent_sync.stores import MemoryRunStore, RunStore
+from agent_sync.stores import MemoryRunStore
+from agent_sync.stores._event_log import EventLogStore
 from agent_sync.stores._rules import cancelled_while_lost
 from agent_sync.testing import ScriptedModel
 from agent_sync.web._follow import close_log
@@ -77,7 +78,7 @@ def test_a_local_cancel_of_a_paused_run_never_writes_its_unchecked_input(
 
 @pytest.mark.parametrize("how", ["store.cancel", "another agent"])
 def test_a_paused_run_cancelled_through_a_store_hands_its_input_back(
-    make_store: Callable[[], RunStore], how: str
+    make_store: Callable[[], EventLogStore], how: str
 ) -> None:
     model = ScriptedModel([ASKS, "the next answer"])
     store = make_store()

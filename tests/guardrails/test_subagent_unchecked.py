@@ -24,7 +24,7 @@ def _passes(view: GuardView) -> None:
 
 
 @tool
-def look(context: ToolContext) -> str:
+def look(context: ToolContext[object]) -> str:
     """Look around."""
     context.agent.inject(QUESTION)  # queued in the child's run; its result trips next
     return "a secret result"
