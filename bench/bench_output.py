@@ -269,10 +269,15 @@ def _wire_row(label: str, server: Any, model: Any, plain: Any, typed: Any, repea
             wall[side].append(time.perf_counter() - start)
     raw, typed_s = statistics.median(wall[0]), statistics.median(wall[1])
     raw_cpu, typed_cpu = statistics.median(cpu[0]), statistics.median(cpu[1])
+    # each round's typed over its own plain, then the median: a drift of the machine's
+    # speed during the run (other load, the clock) moves both of a pair alike
+    paired = statistics.median(t / p for p, t in zip(*wall, strict=True))
+    paired_cpu = statistics.median(t / p for p, t in zip(*cpu, strict=True))
     print(
         f"  {label:<26} wall plain {raw * 1000:6.3f} ms typed {typed_s * 1000:6.3f} ms"
-        f" ratio {typed_s / raw:.3f} | thread CPU plain {raw_cpu * 1000:6.3f} ms"
-        f" typed {typed_cpu * 1000:6.3f} ms ratio {typed_cpu / raw_cpu:.3f}"
+        f" ratio {typed_s / raw:.3f} (paired {paired:.3f}) | thread CPU plain"
+        f" {raw_cpu * 1000:6.3f} ms typed {typed_cpu * 1000:6.3f} ms ratio"
+        f" {typed_cpu / raw_cpu:.3f} (paired {paired_cpu:.3f})"
     )
 
 
