@@ -12,6 +12,8 @@ Each is a real server speaking the real protocol (the ``mcp`` SDK's server API),
   and exits when that ends, as a stdio server does;
 * ``deaf``: never reads its stdin at all: only the client's kill, after its grace period
   (the SDK's 2 s), ends it;
+* ``stubborn``: serves, and when its stdin ends keeps running (as server-everything does
+  while a cancelled long operation runs): only the client's terminate ends it;
 * ``slow``: waits ``SLOW_START`` seconds before it serves (a slow start);
 * ``big``: ``big(size)`` answers a text of ``size`` bytes (a large result);
 * ``odd``: tools whose names are not valid model tool names, each answering its own name:
@@ -102,6 +104,8 @@ def main(mode: str) -> None:
             os._exit(3)
 
     server.run("stdio")
+    if mode == "stubborn":
+        threading.Event().wait()
 
 
 if __name__ == "__main__":
