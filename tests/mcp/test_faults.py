@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +29,13 @@ from tests.mcp.test_list_changed import OWN_SERVER
 SECRET = "open-sesame-4711"  # not shaped like any known key: masked because of its name
 
 
+SILENT_SERVER = str(Path(__file__).with_name("_silent_server.py"))
+
+
 def own(mode: str) -> list[str]:
-    return [sys.executable, OWN_SERVER, mode]
+    """The command of our own server in ``mode`` (``_own_server.py``, or for ``mute`` and
+    ``deaf`` ``_silent_server.py``, which never imports the SDK)."""
+    return [sys.executable, SILENT_SERVER if mode in ("mute", "deaf") else OWN_SERVER, mode]
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
