@@ -16,20 +16,34 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from bench import import_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_package_has_no_import_cycle_between_its_parts() -> None:
-    graph = import_graph.build()
+@pytest.fixture(scope="module")
+def graph() -> import_graph.Graph:
+    """The package's graph at import time, read once for the tests that only look at it
+    (each read parses every module: a fifth of a second)."""
+    return import_graph.build()
+
+
+@pytest.fixture(scope="module")
+def every_graph() -> import_graph.Graph:
+    """The same, counting every import."""
+    return import_graph.build(every=True)
+
+
+def test_the_package_has_no_import_cycle_between_its_parts(graph: import_graph.Graph) -> None:
     assert graph.find_cycle() is None, "\n".join(import_graph.describe(graph))
 
 
-def test_the_stores_sit_below_the_run_and_the_run_below_the_agent() -> None:
-    layer = {
-        node: number for number, nodes in enumerate(import_graph.build().layers()) for node in nodes
-    }
+def test_the_stores_sit_below_the_run_and_the_run_below_the_agent(
+    graph: import_graph.Graph,
+) -> None:
+    layer = {node: number for number, nodes in enumerate(graph.layers()) for node in nodes}
     assert (
         layer["agent_sync._run_state"]
         < layer["agent_sync.stores"]
@@ -40,16 +54,18 @@ def test_the_stores_sit_below_the_run_and_the_run_below_the_agent() -> None:
     assert layer["agent_sync.run"] < layer["agent_sync._run_log"] < layer["agent_sync.web"]
 
 
-def test_counting_every_import_no_part_is_in_a_cycle_nor_climbs_a_layer() -> None:
+def test_counting_every_import_no_part_is_in_a_cycle_nor_climbs_a_layer(
+    every_graph: import_graph.Graph,
+) -> None:
     # Lazy and type-only imports count: the stores' recover() reaches the agent through a
     # Protocol verb, the run log sits below the web, MCP's serve above the agent. A part
     # missing from LAYERS counts as a climb, so the table lists every part.
-    report = import_graph.describe_every(import_graph.build(every=True))
+    report = import_graph.describe_every(every_graph)
     assert report == ["0 cycles, 0 climbing imports"], "\n".join(report)
 
 
-def test_the_layer_table_names_only_parts_that_exist() -> None:
-    parts = set(import_graph.build(every=True).edges)
+def test_the_layer_table_names_only_parts_that_exist(every_graph: import_graph.Graph) -> None:
+    parts = set(every_graph.edges)
     stale = {
         name
         for name in import_graph.LAYERS

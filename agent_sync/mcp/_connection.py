@@ -294,7 +294,12 @@ class Connection:
                 command=command, args=args, env=endpoint.env, cwd=endpoint.cwd
             )
             # ours, not the SDK's stdio_client: linear in a long message, and bounded
-            return stdio_transport(parameters, self._stderr.writer, endpoint.max_result_bytes)
+            return stdio_transport(
+                parameters,
+                self._stderr.writer,
+                endpoint.max_result_bytes,
+                grace=endpoint.shutdown_timeout,
+            )
         http = await stack.enter_async_context(create_mcp_http_client(headers=endpoint.headers))
         return streamable_http_client(endpoint.url, http_client=http)
 

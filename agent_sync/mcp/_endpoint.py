@@ -14,12 +14,13 @@ from typing import Literal
 
 from .._redact import MASK, redact
 
-__all__ = ["MAX_RESULT_BYTES", "Endpoint", "StderrTail"]
+__all__ = ["MAX_RESULT_BYTES", "SHUTDOWN_TIMEOUT", "Endpoint", "StderrTail"]
 
 logger = logging.getLogger(__name__)
 
 _STDERR_TAIL = 4096  # bytes of the child's stderr kept for errors
 MAX_RESULT_BYTES = 16 * 1024 * 1024  # the default bound of one message from a stdio server
+SHUTDOWN_TIMEOUT = 2.0  # a stdio child's grace after its stdin is closed (the SDK's)
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "AUTHORIZATION")
 
 
@@ -35,6 +36,7 @@ class Endpoint:
     url: str = ""
     headers: dict[str, str] | None = None
     max_result_bytes: int = MAX_RESULT_BYTES  # stdio: the largest message read (_stdio)
+    shutdown_timeout: float = SHUTDOWN_TIMEOUT  # stdio: the child's grace at close (_stdio)
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
     @staticmethod

@@ -16,11 +16,15 @@ the session as a transport error (its call then ends at ``call_timeout``).
 
 The rest is the SDK's: spawning the child in its own process group, and its shutdown
 (stdin closed, a grace period, then the process tree terminated and killed), run shielded
-so a cancelled caller never leaves the child running.
+so a cancelled caller never leaves the child running. Only the grace is ours to set
+(``shutdown_timeout``; the SDK's is a module constant of 2 s): a server that keeps working
+after its stdin closes, as server-everything does while a cancelled long operation runs,
+holds ``close()`` for the whole grace.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -37,6 +41,8 @@ from mcp.client.stdio import (
     _drain_stdout,
     _get_executable_command,
     _stop_server_process,
+    _terminate_process_tree,
+    _wait_for_process_exit,
     get_default_environment,
 )
 from mcp.os.win32.utilities import ServerProcess
@@ -134,10 +140,11 @@ class Lines:
 
 @asynccontextmanager
 async def stdio_transport(
-    parameters: StdioServerParameters, errlog: TextIO, max_message: int
+    parameters: StdioServerParameters, errlog: TextIO, max_message: int, *, grace: float
 ) -> AsyncIterator[TransportStreams]:
     """Start the server (as the SDK's ``stdio_client`` does) and yield the streams the
-    SDK's client reads and writes; on leaving, stop it (shielded, every wait bounded).
+    SDK's client reads and writes; on leaving, stop it (shielded, every wait bounded), the
+    child given ``grace`` seconds to exit after its stdin is closed.
 
     Raises:
         OSError: The server could not be spawned.
@@ -192,12 +199,26 @@ async def stdio_transport(
                 to_server.close()
                 with anyio.move_on_after(_FLUSH_S):
                     await written.wait()
-                await _stop_server_process(process)
+                await _stop(process, grace)
                 await _reaped(process)
                 for stream in (from_server, to_server, to_client, from_client):
                     await stream.aclose()
                 await anyio.lowlevel.checkpoint()
             group.cancel_scope.cancel()
+
+
+async def _stop(process: ServerProcess, grace: float) -> None:
+    """The SDK's shutdown with a grace of ``grace`` seconds: stdin closed, then the
+    process tree terminated (SIGTERM, then SIGKILL) if the child has not exited by then."""
+    stdin = process.stdin
+    assert stdin is not None
+    with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await stdin.aclose()
+    if not await _wait_for_process_exit(process, grace):
+        await _terminate_process_tree(process)
+    # the rest of the SDK's (its own grace starts with the child already gone, or ended):
+    # the pipes and the transport closed, and a child that survived killed again
+    await _stop_server_process(process)
 
 
 async def _reaped(process: ServerProcess) -> None:

@@ -19,7 +19,7 @@ from ..errors import MCPError, UsageError
 from ..messages import ToolUse
 from ..tools.context import ToolContext
 from ._connection import CallTimedOut, Connection, ConnectionLost
-from ._endpoint import MAX_RESULT_BYTES, Endpoint
+from ._endpoint import MAX_RESULT_BYTES, SHUTDOWN_TIMEOUT, Endpoint
 from ._results import tool_result
 from ._stdio import TOO_LARGE
 from ._tool import MCPTool, tool_name
@@ -136,6 +136,7 @@ class MCPServer:
         call_timeout: float | None = 60.0,
         startup_timeout: float = 30.0,
         max_result_bytes: int = MAX_RESULT_BYTES,
+        shutdown_timeout: float = SHUTDOWN_TIMEOUT,
     ) -> MCPServer:
         """A server started as a child process, speaking MCP over its stdin and stdout.
 
@@ -154,6 +155,10 @@ class MCPServer:
                 default): a larger answer is dropped as it arrives, never held, and its
                 call ends with an error result naming its size; the connection and the
                 other calls on it go on.
+            shutdown_timeout: Seconds the child has to exit once its stdin is closed (at
+                ``close()``, or when its connection ends) before it gets SIGTERM, then
+                SIGKILL; 2 s by default, as in the SDK. A server that keeps working after
+                its stdin closes (a cancelled long call, say) holds ``close()`` this long.
         """
         if isinstance(command, (str, bytes)) or not isinstance(command, Sequence):
             raise UsageError(
@@ -169,6 +174,12 @@ class MCPServer:
             isinstance(max_result_bytes, int) and max_result_bytes > 0
         ):
             raise UsageError(f"max_result_bytes must be a positive int, got {max_result_bytes!r}")
+        if isinstance(shutdown_timeout, bool) or not (
+            isinstance(shutdown_timeout, (int, float)) and 0 <= shutdown_timeout < float("inf")
+        ):
+            raise UsageError(
+                f"shutdown_timeout must be finite, >= 0 (seconds), got {shutdown_timeout!r}"
+            )
         endpoint = Endpoint(
             name=name or os.path.basename(command[0]),
             kind="stdio",
@@ -176,6 +187,7 @@ class MCPServer:
             env=dict(env) if env is not None else None,
             cwd=os.fspath(cwd) if cwd is not None else None,
             max_result_bytes=max_result_bytes,
+            shutdown_timeout=float(shutdown_timeout),
             secrets=Endpoint.secret_values(env),
         )
         return cls(

@@ -14,7 +14,10 @@ abortable transports. Proxy passwords (given or from the environment) are regist
 
 from __future__ import annotations
 
+import os
 import socket
+import ssl
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,6 +69,8 @@ def abortable_http_client(**kwargs: Any) -> httpx2.Client:
         for key in ("verify", "cert", "proxy", "limits", "socket_options", "http1", "http2")
         if key in kwargs
     }
+    if not {"verify", "cert", "http2"} & transport_args.keys():
+        transport_args["verify"] = _default_verify()
     transport_args.setdefault("socket_options", _keepalive_options())
     limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
     transport_args.setdefault("limits", limits)
@@ -81,6 +86,27 @@ def abortable_http_client(**kwargs: Any) -> httpx2.Client:
         if mounts:
             kwargs["mounts"] = mounts
     return httpx2.Client(transport=AbortableTransport(**transport_args), **kwargs)
+
+
+_VERIFY_LOCK = threading.Lock()
+_VERIFY: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+
+
+def _default_verify() -> ssl.SSLContext:
+    """httpx2's default certificate check (``verify=True``: the system's CAs, or
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``), made once per process and per value of those two.
+
+    Making one reads the whole CA bundle (20-25 ms), and each model paid it, a chat route
+    that builds a model per request at every request. Clients share it safely: nothing
+    changes it once made but the ALPN protocols each new connection sets, the same
+    ``http/1.1`` for every client that shares it (one asking for HTTP/2, or for its own
+    ``verify`` or ``cert``, gets a context of its own, as before)."""
+    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    with _VERIFY_LOCK:
+        context = _VERIFY.get(key)
+        if context is None:
+            context = _VERIFY[key] = httpx2.create_ssl_context()
+        return context
 
 
 def _environment_proxy_mounts(

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, TypeVar, Union
 
+from ._serve_loop import ServeLoop
+
 __all__ = ["RecordedRequest", "ScriptedServer", "ServerTurn", "TurnSpec", "WireHandler"]
 
 WAIT_TIMEOUT_S = 30.0
@@ -278,7 +280,7 @@ class ScriptedServer:
         self.requests: list[RecordedRequest] = []
         self.closing = threading.Event()
         self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._loop: ServeLoop | None = None
 
     # -- lifecycle --
 
@@ -287,23 +289,16 @@ class ScriptedServer:
         httpd = _Server((self._host, 0), WireHandler)
         httpd.owner = self
         self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"agent_sync-{self.provider}-server",
-            daemon=True,
-        )
-        self._thread.start()
+        self._loop = ServeLoop(httpd, f"agent_sync-{self.provider}-server").start()
         return self
 
     def close(self) -> None:
         """Release stalled handlers, stop serving and join the server thread."""
         self.closing.set()
+        if self._loop is not None:
+            self._loop.stop(timeout=5)
         if self._httpd is not None:
-            self._httpd.shutdown()
             self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
     def __enter__(self: _S) -> _S:
         return self.start() if self._httpd is None else self

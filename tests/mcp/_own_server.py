@@ -8,16 +8,15 @@ Each is a real server speaking the real protocol (the ``mcp`` SDK's server API),
   (on a ``subscriptions/listen`` stream, and as ``notifications/tools/list_changed``);
 * ``hang``: ``hang()`` never answers (until cancelled);
 * ``crash``: ``crash()`` writes its ``API_KEY`` and a last words line to stderr, then exits 3;
-* ``mute``: never answers ``initialize`` (a server that does not start); it reads its stdin
-  and exits when that ends, as a stdio server does;
-* ``deaf``: never reads its stdin at all: only the client's kill, after its grace period
-  (the SDK's 2 s), ends it;
+* ``stubborn``: serves, and when its stdin ends keeps running (as server-everything does
+  while a cancelled long operation runs): only the client's terminate ends it;
 * ``slow``: waits ``SLOW_START`` seconds before it serves (a slow start);
 * ``big``: ``big(size)`` answers a text of ``size`` bytes (a large result);
 * ``odd``: tools whose names are not valid model tool names, each answering its own name:
   ``a.b`` next to ``a_b``, and two names of only non-ASCII letters (:data:`ODD_NAMES`).
 
-Every mode also has ``ping() -> "pong"`` and ``fail(why)`` (an ``isError`` result).
+Every mode also has ``ping() -> "pong"`` and ``fail(why)`` (an ``isError`` result). Servers
+that never speak MCP (``mute``, ``deaf``) are in ``_silent_server.py``.
 """
 
 from __future__ import annotations
@@ -35,12 +34,6 @@ ODD_NAMES = ("a.b", "a_b", "天气", "名前", "x" * 70)
 
 
 def main(mode: str) -> None:
-    if mode == "mute":
-        for _ in sys.stdin.buffer:  # never answers: the client's startup_timeout ends it
-            pass
-        return
-    if mode == "deaf":
-        threading.Event().wait()
     if mode == "slow":
         time.sleep(float(os.environ["SLOW_START"]))
     server = MCPServer(f"own-{mode}")
@@ -102,6 +95,8 @@ def main(mode: str) -> None:
             os._exit(3)
 
     server.run("stdio")
+    if mode == "stubborn":
+        threading.Event().wait()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from agent_sync.testing._serve_loop import ServeLoop
+from tests.fixtures.bounds import HANG_BOUND
+
 __all__ = ["RecordingProxy", "TeeRecorder"]
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
@@ -146,18 +149,14 @@ class RecordingProxy(_Messages):
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        # close() waits for the loop to see shutdown: at its default 0.5 s poll, every test
-        # with a proxy paid up to half a second in its teardown
-        serve = {"poll_interval": 0.05}
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs=serve, daemon=True
-        )
-        self._thread.start()
+        # stopped at once by close(): serve_forever's poll made every test with a proxy
+        # wait for its next look in its teardown
+        self._loop = ServeLoop(self._server, "test-mcp-proxy").start()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     def close(self) -> None:
-        self._server.shutdown()
+        self._loop.stop(HANG_BOUND)
         self._server.server_close()

@@ -148,7 +148,12 @@ def everything(
 ) -> Iterator[tuple[MCPServer, TeeRecorder | RecordingProxy]]:
     """server-everything on each transport, with what it received recorded."""
     if request.param == "stdio":
-        server = MCPServer.stdio(recorder.wrap(everything_cmd), name="everything")
+        # no grace at close: server-everything does not exit on stdin close while a
+        # cancelled long operation runs, and the grace is not what these tests are about
+        # (test_faults.py's are); it is terminated at once, as it would be after it
+        server = MCPServer.stdio(
+            recorder.wrap(everything_cmd), name="everything", shutdown_timeout=0
+        )
         seen: TeeRecorder | RecordingProxy = recorder
     else:
         seen = request.getfixturevalue("proxy")

@@ -8,14 +8,18 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent_sync import Agent, validate_history
-from agent_sync.errors import MCPError
+from agent_sync.errors import MCPError, UsageError
 from agent_sync.mcp import MCPServer
+from agent_sync.mcp._endpoint import SHUTDOWN_TIMEOUT
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.bounds import cut_short_of
 from tests.fixtures.garbage import collect_garbage
 from tests.mcp._recording import RecordingProxy, TeeRecorder
 from tests.mcp.conftest import HttpEverything
@@ -25,8 +29,13 @@ from tests.mcp.test_list_changed import OWN_SERVER
 SECRET = "open-sesame-4711"  # not shaped like any known key: masked because of its name
 
 
+SILENT_SERVER = str(Path(__file__).with_name("_silent_server.py"))
+
+
 def own(mode: str) -> list[str]:
-    return [sys.executable, OWN_SERVER, mode]
+    """The command of our own server in ``mode`` (``_own_server.py``, or for ``mute`` and
+    ``deaf`` ``_silent_server.py``, which never imports the SDK)."""
+    return [sys.executable, SILENT_SERVER if mode in ("mute", "deaf") else OWN_SERVER, mode]
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -105,7 +114,9 @@ def test_a_server_that_never_starts_is_an_error_and_leaves_no_process(
     recorder: TeeRecorder,
 ) -> None:
     # deaf: it does not even see its stdin close, so only the kill ends it
-    server = MCPServer.stdio(recorder.wrap(own("deaf")), startup_timeout=1.0, name="mute")
+    server = MCPServer.stdio(
+        recorder.wrap(own("deaf")), startup_timeout=1.0, shutdown_timeout=0, name="mute"
+    )
     agent = Agent(ScriptedModel(["never"]), tools=[server])
     with pytest.raises(MCPError, match=r"'mute' could not be started: .*1 s \(startup_timeout\)"):
         agent.invoke("go")
@@ -116,6 +127,25 @@ def test_a_server_that_never_starts_is_an_error_and_leaves_no_process(
     recorder.wait_for(lambda m: m.get("method") in ("initialize", "server/discover"), 30)
     (processes,) = recorder.processes
     assert gone(processes["tee_pid"]) and gone(processes["server_pid"])
+
+
+def test_close_gives_a_server_that_does_not_exit_shutdown_timeout_then_terminates_it(
+    recorder: TeeRecorder,
+) -> None:
+    server = MCPServer.stdio(recorder.wrap(own("stubborn")), shutdown_timeout=0)
+    with server:
+        assert {t.name for t in server.tools()} >= {"ping"}
+        started = time.perf_counter()
+    # it ignores its stdin's end: the SDK's 2 s grace would be waited in full
+    assert time.perf_counter() - started < cut_short_of(SHUTDOWN_TIMEOUT)
+    (processes,) = recorder.processes
+    assert gone(processes["tee_pid"]) and gone(processes["server_pid"])
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), True, "2"])
+def test_shutdown_timeout_must_be_finite_seconds(bad: Any) -> None:
+    with pytest.raises(UsageError, match="shutdown_timeout"):
+        MCPServer.stdio(["my-server"], shutdown_timeout=bad)
 
 
 def test_a_slow_start_within_startup_timeout_works() -> None:

@@ -28,7 +28,9 @@ def test_stop_in_the_chat_routes_reaches_the_mcp_server(
     everything_cmd: list[str], recorder: TeeRecorder
 ) -> None:
     store = MemoryRunStore()
-    server = MCPServer.stdio(recorder.wrap(everything_cmd), name="everything")
+    # no grace at close: the stopped long operation keeps server-everything from exiting
+    # on its stdin's end, and the grace is test_faults.py's case, not this one's
+    server = MCPServer.stdio(recorder.wrap(everything_cmd), name="everything", shutdown_timeout=0)
     model = ScriptedModel([SLOW_STEPS, "never"])
 
     def make_agent(cid: str) -> Agent:

@@ -10,7 +10,6 @@ import json
 import socket
 import socketserver
 import struct
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from wsgiref import simple_server
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
+from agent_sync.testing._serve_loop import ServeLoop
 from tests.fixtures.bounds import HANG_BOUND
 
 __all__ = ["Frame", "SSEConnection", "frames_until", "request_json", "serve", "serve_wsgiref"]
@@ -44,16 +44,12 @@ class _QuietHandler(WSGIRequestHandler):
 def serve(app: Any) -> Iterator[BaseWSGIServer]:
     """Serve a WSGI app on 127.0.0.1 with werkzeug's threaded server, in a named thread."""
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_QuietHandler)
-    thread = threading.Thread(
-        target=server.serve_forever, args=(0.02,), name="test-wsgi-server", daemon=True
-    )
-    thread.start()
+    loop = ServeLoop(server, "test-wsgi-server").start()  # stopped at once, never polled
     try:
         yield server
     finally:
-        server.shutdown()
+        loop.stop(HANG_BOUND)
         server.server_close()
-        thread.join(HANG_BOUND)
 
 
 class _ThreadingWSGIServer(socketserver.ThreadingMixIn, simple_server.WSGIServer):
@@ -71,16 +67,12 @@ def serve_wsgiref(app: Any) -> Iterator[int]:
     server = simple_server.make_server(
         "127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietWSGIRefHandler
     )
-    thread = threading.Thread(
-        target=server.serve_forever, args=(0.02,), name="test-wsgiref", daemon=True
-    )
-    thread.start()
+    loop = ServeLoop(server, "test-wsgiref").start()
     try:
         yield server.server_address[1]
     finally:
-        server.shutdown()
+        loop.stop(HANG_BOUND)
         server.server_close()
-        thread.join(HANG_BOUND)
 
 
 class SSEConnection:

@@ -183,8 +183,9 @@ def test_one_watcher_thread_serves_every_follower_and_ends_with_the_last(store: 
         thread.join(WAIT)
     many = [follow(store, new_log(store)) for _ in range(5)]
     assert len(watcher_threads()) == 1
+    for followed in many:  # all leave, then each is seen gone: their waits overlap (the
+        followed.peer.close()  # memory store's cannot be cut short: up to 1 s each)
     for followed in many:
-        followed.peer.close()
         assert followed.gone.wait(WAIT) and followed.ended()
     for thread in watcher_threads():  # nothing left to watch: the thread ends
         thread.join(WAIT)
@@ -208,6 +209,7 @@ def test_a_forked_child_watches_its_own_clients_with_its_own_thread() -> None:
     if pid == 0:  # the child: report over the pipe, and never return into pytest
         code = 1
         try:
+            parents.peer.close()  # the child's copy: the parent's client leaves with its own
             before = len(watcher_threads())
             own = follow(store, new_log(store))
             own.peer.close()
@@ -217,10 +219,11 @@ def test_a_forked_child_watches_its_own_clients_with_its_own_thread() -> None:
         finally:
             os._exit(code)
     os.close(write_end)
+    parents.peer.close()  # the parent's watcher still serves the parent (while the child
+    # waits for its own client: the two waits overlap, each up to 1 s on the memory store)
     with os.fdopen(read_end, "rb") as reader:
         report = json.loads(reader.read() or b"{}")
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert report == {"before": 0, "gone": True}
-    parents.peer.close()  # the parent's watcher still serves the parent
     assert parents.gone.wait(WAIT) and parents.ended()
