@@ -30,6 +30,7 @@ from agent_sync.testing import ScriptedModel
 from tests.deploy.test_deployments import PROBE_SOCKET, TOLD, Probe, wait_for_stop
 from tests.fixtures.bounds import COOPERATIVE_GRACE
 from tests.fixtures.gunicorn import gunicorn
+from tests.fixtures.gunicorn_ready import IMPORTS
 from tests.web._client import Frame, SSEConnection, frames_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,9 +168,12 @@ def workers(
         STORE_URL: f"sqlite:///{folder / 'agent_sync.db'}",
     }
     app = "tests.deploy.test_chat_workers:create_app()"
+    imports = ["tests.deploy.test_chat_workers", "agent_sync.web.flask", "flask"]
     if framework == "django":
         env["DJANGO_SETTINGS_MODULE"] = "tests.deploy.chat_django"
         app = "django.core.wsgi:get_wsgi_application()"
+        imports = ["tests.deploy.test_chat_workers", "agent_sync.web.django", "django.core.wsgi"]
+    env[IMPORTS] = ",".join(imports)  # once, in the master: each worker still loads the app
     if kind == "redis":
         pytest.importorskip("redis", reason="pip install -e '.[redis]'")
         server = request.getfixturevalue("redis_server")

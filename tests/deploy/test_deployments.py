@@ -37,6 +37,7 @@ from agent_sync.testing import ScriptedModel
 from tests.fixtures.bounds import COOPERATIVE_GRACE
 from tests.fixtures.doubles import history_texts, tool_result_texts
 from tests.fixtures.gunicorn import gunicorn
+from tests.fixtures.gunicorn_ready import IMPORTS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "examples" / "deployments"
@@ -194,10 +195,13 @@ def deployment(
         env["AGENT_SYNC_KEY_PREFIX"] = f"deploy-{uuid.uuid4().hex[:8]}:"
     if framework == "flask":
         app = "tests.deploy.test_deployments:probe_flask_app()"
+        imports = ["tests.deploy.test_deployments", "agent_sync.web.flask", "flask"]
     else:
         (folder / "probe_settings.py").write_text(PROBE_DJANGO_SETTINGS)
         env["DJANGO_SETTINGS_MODULE"] = "probe_settings"
         app = "django_site.wsgi:application"
+        imports = ["tests.deploy.test_deployments", "agent_sync.web.django", "django.core.wsgi"]
+    env[IMPORTS] = ",".join(imports)  # once, in the master: each worker still loads the app
     probe = Probe(folder / "probe.sock")
     options = ("--workers", "3", "--chdir", str(DEPLOY))
     try:
