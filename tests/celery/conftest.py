@@ -21,6 +21,7 @@ import pytest
 from agent_sync.stores._event_log import EventLogStore
 from tests.celery import agents, stores
 from tests.deploy.test_deployments import Probe  # the test's end of wait_for_stop
+from tests.fixtures.at_once import params_in_module
 from tests.fixtures.bounds import HANG_BOUND
 
 celery = pytest.importorskip("celery", reason="pip install -e '.[celery]'")
@@ -129,14 +130,8 @@ def started_workers(
     stopped at once: a start is mostly imports (the cores share them) and a warm shutdown
     mostly Celery's sleeps, so together they take about what one takes alone. Each has its
     own queue, store (key prefix or file) and probe socket."""
-    wanted = {
-        str(params["worker"])
-        for item in request.session.items
-        if getattr(item, "module", None) is request.module
-        and "worker" in (params := getattr(getattr(item, "callspec", None), "params", {}))
-    }
     started: dict[str, _Started] = {}
-    for param in [p for p in POOLS if p in wanted] or POOLS:
+    for param in params_in_module(request, "worker", POOLS):
         pool, kind = param.split("-")
         folder = tmp_path_factory.mktemp("celery")
         env = _environment(pool, kind, folder, redis_server)
