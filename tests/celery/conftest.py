@@ -11,6 +11,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 from agent_sync.stores._event_log import EventLogStore
 from tests.celery import agents, stores
 from tests.deploy.test_deployments import Probe  # the test's end of wait_for_stop
+from tests.fixtures.at_once import params_in_module
 from tests.fixtures.bounds import HANG_BOUND
 
 celery = pytest.importorskip("celery", reason="pip install -e '.[celery]'")
@@ -75,10 +77,14 @@ def start_worker(
     return process
 
 
-def stop_worker(process: subprocess.Popen[str]) -> None:
-    """A warm shutdown (SIGTERM), then SIGKILL if it lingers."""
-    if process.poll() is None:
+def stop_worker(*processes: subprocess.Popen[str]) -> None:
+    """A warm shutdown (SIGTERM) of each, then SIGKILL for any that lingers. Sent to all
+    before waiting for any: a warm shutdown is mostly Celery's own sleeps (a pool process
+    sleeps a second before it exits), which so overlap."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
         process.send_signal(signal.SIGTERM)
+    for process in running:
         try:
             process.wait(20)
         except subprocess.TimeoutExpired:
@@ -86,19 +92,24 @@ def stop_worker(process: subprocess.Popen[str]) -> None:
             process.wait(HANG_BOUND)
 
 
-@pytest.fixture(
-    scope="module", params=["prefork-redis", "prefork-sqlite", "threads-redis", "solo-redis"]
-)
-def worker(
-    request: pytest.FixtureRequest, redis_server: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Worker]:
-    """A worker with one pool process (prefork), one thread, or solo, on a Redis or SQLite
-    store (the threads worker learns its store at its first task: ``configure`` is not
-    given it)."""
-    pool, kind = str(request.param).split("-")
-    folder = tmp_path_factory.mktemp("celery")
+POOLS = ["prefork-redis", "prefork-sqlite", "threads-redis", "solo-redis"]
+
+
+@dataclass
+class _Started:
+    """A worker started for a module, and the folder, queue and environment it was given."""
+
+    pool: str
+    kind: str
+    folder: Path
+    env: dict[str, str]
+    lines: list[str]
+    process: subprocess.Popen[str] | None = None
+
+
+def _environment(pool: str, kind: str, folder: Path, redis_server: Any) -> dict[str, str]:
     queue = f"agent-sync-tests-{uuid.uuid4().hex[:8]}"
-    env = {
+    return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "AGENT_SYNC_TEST_BROKER": f"redis://127.0.0.1:{redis_server.port}/1",
@@ -109,17 +120,64 @@ def worker(
         agents.PROBE_SOCKET: str(folder / "probe.sock"),
         "AGENT_SYNC_TEST_NAMED_STORE": "0" if pool == "threads" else "1",
     }
+
+
+@pytest.fixture(scope="module")
+def started_workers(
+    request: pytest.FixtureRequest, redis_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, _Started]]:
+    """The workers the module's selected tests use (:data:`POOLS`), started at once and
+    stopped at once: a start is mostly imports (the cores share them) and a warm shutdown
+    mostly Celery's sleeps, so together they take about what one takes alone. Each has its
+    own queue, store (key prefix or file) and probe socket."""
+    started: dict[str, _Started] = {}
+    for param in params_in_module(request, "worker", POOLS):
+        pool, kind = param.split("-")
+        folder = tmp_path_factory.mktemp("celery")
+        env = _environment(pool, kind, folder, redis_server)
+        started[param] = _Started(pool, kind, folder, env, [])
+
+    def start(worker: _Started) -> subprocess.Popen[str]:
+        args = ["-A", "tests.celery.worker_app", "worker", f"--pool={worker.pool}"]
+        args += ["--concurrency=1", "-Q", worker.env["AGENT_SYNC_TEST_QUEUE"]]
+        return start_worker(args, worker.env, worker.lines)
+
+    try:
+        with ThreadPoolExecutor(len(started), thread_name_prefix="test-celery-start") as executor:
+            futures = {param: executor.submit(start, worker) for param, worker in started.items()}
+        # each start is bounded (start_worker); every one has ended here, so none is left
+        # running unknown to the finally below when another failed
+        for param, future in futures.items():
+            if future.exception() is None:
+                started[param].process = future.result()
+        for future in futures.values():
+            future.result()  # a failed start fails the tests that use the workers
+        yield started
+    finally:
+        stop_worker(*[w.process for w in started.values() if w.process is not None])
+
+
+@pytest.fixture(scope="module", params=POOLS)
+def worker(
+    request: pytest.FixtureRequest, started_workers: dict[str, _Started]
+) -> Iterator[Worker]:
+    """A worker with one pool process (prefork), one thread, or solo, on a Redis or SQLite
+    store (the threads worker learns its store at its first task: ``configure`` is not
+    given it); its app is this process's default while its tests run."""
+    started = started_workers[str(request.param)]
+    env = started.env
+    assert started.process is not None
     app = celery.Celery(
         "agent_sync_tests_client",
         broker=env["AGENT_SYNC_TEST_BROKER"],
         backend=env["AGENT_SYNC_TEST_BACKEND"],
         set_as_current=True,
     )
-    app.conf.task_default_queue = queue
+    app.conf.task_default_queue = env["AGENT_SYNC_TEST_QUEUE"]
     app.conf.broker_connection_retry_on_startup = True
     previous_default = celery_state.default_app
     app.set_default()  # the web server's threads send with it too (as docs/deployments.md)
-    probe = Probe(folder / "probe.sock")
+    probe = Probe(started.folder / "probe.sock")
     old = {name: os.environ.get(name) for name in (stores.STORE, stores.PREFIX)}
     os.environ[stores.STORE], os.environ[stores.PREFIX] = env[stores.STORE], env[stores.PREFIX]
     try:
@@ -130,17 +188,9 @@ def worker(
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    lines: list[str] = []
-    process = start_worker(
-        ["-A", "tests.celery.worker_app", "worker", f"--pool={pool}", "--concurrency=1"]
-        + ["-Q", queue],
-        env,
-        lines,
-    )
     try:
-        yield Worker(pool, app, store, probe, process, env, lines)
+        yield Worker(started.pool, app, store, probe, started.process, env, started.lines)
     finally:
-        stop_worker(process)
         probe.close()
         celery_state.set_default_app(previous_default)
         app.close()

@@ -8,6 +8,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from agent_sync.messages import validate_history
 from tests.celery.conftest import start_worker, stop_worker
 from tests.fixtures.gunicorn import gunicorn
+from tests.fixtures.gunicorn_ready import IMPORTS
 from tests.web._client import SSEConnection, frames_until, request_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,14 +39,32 @@ def site(redis_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "AGENT_SYNC_KEY_PREFIX": f"example-{uuid.uuid4().hex[:8]}:",
     }
     lines: list[str] = []
-    worker = start_worker(["-A", "tasks", "worker", "--concurrency=1"], env, lines, EXAMPLE)
-    try:
-        options = ("--worker-class", "gthread", "--workers", "2", "--threads", "4")
-        log = folder / "gunicorn.log"
-        with gunicorn("web:create_app()", env=env, log=log, options=options, cwd=EXAMPLE) as port:
-            yield port
-    finally:
-        stop_worker(worker)
+    options = ("--worker-class", "gthread", "--workers", "2", "--threads", "4")
+    log = folder / "gunicorn.log"
+    # gunicorn's master imports the package and the framework once (not the example's
+    # modules: they make its Celery app and store), each worker loads the app after the fork
+    web_env = {**env, IMPORTS: "flask,agent_sync.web.flask,agent_sync.celery"}
+    # the Celery worker boots while gunicorn does, and stops while gunicorn does: a boot is
+    # mostly imports, a warm shutdown mostly Celery's sleeps
+    with ThreadPoolExecutor(1, thread_name_prefix="test-celery-example") as executor:
+        starting = executor.submit(
+            start_worker, ["-A", "tasks", "worker", "--concurrency=1"], env, lines, EXAMPLE
+        )
+        stopping = None
+        try:
+            with gunicorn(
+                "web:create_app()", env=web_env, log=log, options=options, cwd=EXAMPLE
+            ) as port:
+                starting.result()  # bounded: start_worker waits at most 60 s
+                try:
+                    yield port
+                finally:
+                    stopping = executor.submit(stop_worker, starting.result())
+        finally:
+            if stopping is not None:
+                stopping.result()
+            elif starting.exception() is None:  # gunicorn did not boot
+                stop_worker(starting.result())
     assert "Traceback" not in "".join(lines), "".join(lines)
 
 

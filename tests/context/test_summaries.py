@@ -15,7 +15,6 @@ import pytest
 from agent_sync import Agent, validate_history
 from agent_sync.context import SUMMARY_HEADING, Summarizing
 from agent_sync.messages import CANCELLED_TEXT, Message
-from agent_sync.models import AnthropicModel
 from agent_sync.result import AgentResult
 from agent_sync.stores import RunStore, SQLiteRunStore
 from agent_sync.testing import ScriptedModel
@@ -111,6 +110,10 @@ def test_a_summary_of_a_replaced_log_is_not_used(make_store: Callable[[], RunSto
 
 
 def test_cancel_during_the_summary_call_leaves_a_valid_history_with_the_prompt() -> None:
+    # Imported here, not at the top: the worker processes below import this module (their
+    # target) and would each spend ~0.8 s importing the Anthropic SDK they never use.
+    from agent_sync.models import AnthropicModel
+
     with AnthropicServer([{"stall_headers": True}] + ["the summary"] * 10) as server:
         summarizer = AnthropicModel(
             "claude-test", client_args={"base_url": server.base_url, "api_key": "sk-sum"}

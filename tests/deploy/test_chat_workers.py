@@ -9,6 +9,7 @@ HTTP answers and the probe socket of tests/deploy/test_deployments.py.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -16,7 +17,8 @@ import random
 import signal
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +29,20 @@ from agent_sync import Agent, tool
 from agent_sync.messages import validate_history
 from agent_sync.stores import RunStore
 from agent_sync.testing import ScriptedModel
-from tests.deploy.test_deployments import PROBE_SOCKET, TOLD, Probe, wait_for_stop
+from tests.deploy.test_deployments import (
+    DEPLOYMENTS,
+    PROBE_SOCKET,
+    TOLD,
+    Probe,
+    installed,
+    serving,
+    skip_unless_installed,
+    wait_for_stop,
+)
+from tests.fixtures.at_once import params_in_module
 from tests.fixtures.bounds import COOPERATIVE_GRACE
 from tests.fixtures.gunicorn import gunicorn
+from tests.fixtures.gunicorn_ready import IMPORTS
 from tests.web._client import Frame, SSEConnection, frames_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,37 +163,51 @@ class Workers:
         )
 
 
-@pytest.fixture(scope="module", params=["flask-sqlite", "django-sqlite", "flask-redis"])
-def workers(
+@pytest.fixture(scope="module")
+def deployments(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Workers]:
-    """gunicorn, three sync workers, serving the routes (Flask's :func:`create_app` or
-    Django's :mod:`tests.deploy.chat_django`) on one store."""
-    pytest.importorskip("gunicorn", reason="pip install gunicorn")
-    framework, kind = str(request.param).split("-")
-    pytest.importorskip(framework, reason=f"pip install -e '.[{framework}]'")
-    folder = tmp_path_factory.mktemp(kind)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        PROBE_SOCKET: str(folder / "probe.sock"),
-        STORE_URL: f"sqlite:///{folder / 'agent_sync.db'}",
-    }
-    app = "tests.deploy.test_chat_workers:create_app()"
-    if framework == "django":
-        env["DJANGO_SETTINGS_MODULE"] = "tests.deploy.chat_django"
-        app = "django.core.wsgi:get_wsgi_application()"
-    if kind == "redis":
-        pytest.importorskip("redis", reason="pip install -e '.[redis]'")
-        server = request.getfixturevalue("redis_server")
-        env[STORE_URL] = f"redis://127.0.0.1:{server.port}/0"
-        env["AGENT_SYNC_KEY_PREFIX"] = f"chat-{uuid.uuid4().hex[:8]}:"
-    probe = Probe(folder / "probe.sock")
-    try:
-        with gunicorn(app, env=env, log=folder / "gunicorn.log", cwd=ROOT) as port:
-            yield Workers(port, probe)
-    finally:
-        probe.close()
+) -> Iterator[dict[str, Workers]]:
+    """Each deployment the module's selected tests use: gunicorn, three sync workers,
+    serving the routes (Flask's :func:`create_app` or Django's :mod:`tests.deploy.chat_django`)
+    on one store of its own; all booted at once and stopped at once (``entered_at_once``)."""
+    probes: dict[str, Probe] = {}
+    servers: dict[str, Callable[[], AbstractContextManager[int]]] = {}
+    for deployment in filter(installed, params_in_module(request, "workers", DEPLOYMENTS)):
+        framework, kind = deployment.split("-")
+        folder = tmp_path_factory.mktemp(kind)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            PROBE_SOCKET: str(folder / "probe.sock"),
+            STORE_URL: f"sqlite:///{folder / 'agent_sync.db'}",
+        }
+        app = "tests.deploy.test_chat_workers:create_app()"
+        imports = ["tests.deploy.test_chat_workers", "agent_sync.web.flask", "flask"]
+        if framework == "django":
+            env["DJANGO_SETTINGS_MODULE"] = "tests.deploy.chat_django"
+            app = "django.core.wsgi:get_wsgi_application()"
+            imports = [
+                "tests.deploy.test_chat_workers",
+                "agent_sync.web.django",
+                "django.core.wsgi",
+            ]
+        env[IMPORTS] = ",".join(imports)  # once, in the master: each worker still loads the app
+        if kind == "redis":
+            server = request.getfixturevalue("redis_server")
+            env[STORE_URL] = f"redis://127.0.0.1:{server.port}/0"
+            env["AGENT_SYNC_KEY_PREFIX"] = f"chat-{uuid.uuid4().hex[:8]}:"
+        probes[deployment] = Probe(folder / "probe.sock")
+        log = folder / "gunicorn.log"
+        servers[deployment] = functools.partial(gunicorn, app, env=env, log=log, cwd=ROOT)
+    with serving(servers, probes) as served:
+        yield {name: Workers(port, probe) for name, (port, probe) in served.items()}
+
+
+@pytest.fixture(scope="module", params=DEPLOYMENTS)
+def workers(request: pytest.FixtureRequest, deployments: dict[str, Workers]) -> Workers:
+    """One of the :func:`deployments`."""
+    skip_unless_installed(str(request.param))
+    return deployments[str(request.param)]
 
 
 def _seq(frame: Frame) -> int:

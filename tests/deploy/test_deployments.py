@@ -14,7 +14,9 @@ cancelled. Everything is ordered by that report and by HTTP answers; nothing sle
 
 from __future__ import annotations
 
+import functools
 import http.client
+import importlib.util
 import json
 import os
 import re
@@ -22,8 +24,9 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,9 +37,11 @@ from agent_sync import Agent, ToolContext, tool
 from agent_sync.messages import CANCELLED_TEXT, validate_history
 from agent_sync.stores import MemoryRunStore, RunStore, SQLiteRunStore
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.at_once import entered_at_once, params_in_module
 from tests.fixtures.bounds import COOPERATIVE_GRACE
 from tests.fixtures.doubles import history_texts, tool_result_texts
 from tests.fixtures.gunicorn import gunicorn
+from tests.fixtures.gunicorn_ready import IMPORTS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "examples" / "deployments"
@@ -168,43 +173,87 @@ def _redis_store_or_skip() -> None:
     pytest.importorskip("redis", reason="pip install -e '.[redis]'")
 
 
-@pytest.fixture(scope="module", params=["flask-sqlite", "django-sqlite", "flask-redis"])
-def deployment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    """gunicorn, three sync workers, serving one example on one store."""
+DEPLOYMENTS = ["flask-sqlite", "django-sqlite", "flask-redis"]
+
+
+def installed(deployment: str) -> bool:
+    """Whether what a ``<framework>-<store>`` deployment runs on is installed."""
+    framework, kind = deployment.split("-")
+    needed = [framework, "gunicorn"] + (["redis"] if kind == "redis" else [])
+    return all(importlib.util.find_spec(name) for name in needed)
+
+
+@contextmanager
+def serving(
+    servers: dict[str, Callable[[], AbstractContextManager[int]]], probes: dict[str, Probe]
+) -> Iterator[dict[str, tuple[int, Probe]]]:
+    """Every server booted at once and stopped at once (``entered_at_once``): each one's
+    port and probe; the probes are closed after."""
+    try:
+        with entered_at_once(servers) as ports:
+            yield {name: (port, probes[name]) for name, port in ports.items()}
+    finally:
+        for probe in probes.values():
+            probe.close()
+
+
+def skip_unless_installed(deployment: str) -> None:
+    """Skip the test if what the deployment runs on is not installed (as :func:`installed`)."""
+    framework, kind = deployment.split("-")
     pytest.importorskip("gunicorn", reason="pip install gunicorn")
-    framework, kind = str(request.param).split("-")
     pytest.importorskip(framework, reason=f"pip install -e '.[{framework}]'")
-    folder = tmp_path_factory.mktemp(kind)
-    env = {
-        **os.environ,
-        # the checkout (agent_sync, and tests.deploy for the probe) and the test settings
-        "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(ROOT), str(folder), os.environ.get("PYTHONPATH")])
-        ),
-        PROBE_SOCKET: str(folder / "probe.sock"),
-        "DJANGO_SECRET_KEY": uuid.uuid4().hex,
-        "AGENT_SYNC_STORE": f"sqlite:///{folder / 'agent_sync.db'}",  # sqlite:////tmp/...
-    }
     if kind == "redis":
         _redis_store_or_skip()
-        server = request.getfixturevalue("redis_server")
-        env["AGENT_SYNC_STORE"] = f"redis://127.0.0.1:{server.port}/0"
-        env["AGENT_SYNC_KEY_PREFIX"] = f"deploy-{uuid.uuid4().hex[:8]}:"
-    if framework == "flask":
-        app = "tests.deploy.test_deployments:probe_flask_app()"
-    else:
-        (folder / "probe_settings.py").write_text(PROBE_DJANGO_SETTINGS)
-        env["DJANGO_SETTINGS_MODULE"] = "probe_settings"
-        app = "django_site.wsgi:application"
-    probe = Probe(folder / "probe.sock")
-    options = ("--workers", "3", "--chdir", str(DEPLOY))
-    try:
-        with gunicorn(app, env=env, log=folder / "gunicorn.log", options=options) as port:
-            yield Deployment(str(request.param), port, probe)
-    finally:
-        probe.close()
+
+
+@pytest.fixture(scope="module")
+def deployments(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Deployment]]:
+    """Each deployment the module's selected tests use: gunicorn, three sync workers,
+    serving one example on one store of its own; all booted at once and stopped at once
+    (``entered_at_once``)."""
+    probes: dict[str, Probe] = {}
+    servers: dict[str, Callable[[], AbstractContextManager[int]]] = {}
+    for name in filter(installed, params_in_module(request, "deployment", DEPLOYMENTS)):
+        framework, kind = name.split("-")
+        folder = tmp_path_factory.mktemp(kind)
+        env = {
+            **os.environ,
+            # the checkout (agent_sync, and tests.deploy for the probe) and the test settings
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(ROOT), str(folder), os.environ.get("PYTHONPATH")])
+            ),
+            PROBE_SOCKET: str(folder / "probe.sock"),
+            "DJANGO_SECRET_KEY": uuid.uuid4().hex,
+            "AGENT_SYNC_STORE": f"sqlite:///{folder / 'agent_sync.db'}",  # sqlite:////tmp/...
+        }
+        if kind == "redis":
+            server = request.getfixturevalue("redis_server")
+            env["AGENT_SYNC_STORE"] = f"redis://127.0.0.1:{server.port}/0"
+            env["AGENT_SYNC_KEY_PREFIX"] = f"deploy-{uuid.uuid4().hex[:8]}:"
+        if framework == "flask":
+            app = "tests.deploy.test_deployments:probe_flask_app()"
+            imports = ["tests.deploy.test_deployments", "agent_sync.web.flask", "flask"]
+        else:
+            (folder / "probe_settings.py").write_text(PROBE_DJANGO_SETTINGS)
+            env["DJANGO_SETTINGS_MODULE"] = "probe_settings"
+            app = "django_site.wsgi:application"
+            imports = ["tests.deploy.test_deployments", "agent_sync.web.django", "django.core.wsgi"]
+        env[IMPORTS] = ",".join(imports)  # once, in the master: each worker still loads the app
+        probes[name] = Probe(folder / "probe.sock")
+        options = ("--workers", "3", "--chdir", str(DEPLOY))
+        log = folder / "gunicorn.log"
+        servers[name] = functools.partial(gunicorn, app, env=env, log=log, options=options)
+    with serving(servers, probes) as served:
+        yield {name: Deployment(name, port, probe) for name, (port, probe) in served.items()}
+
+
+@pytest.fixture(scope="module", params=DEPLOYMENTS)
+def deployment(request: pytest.FixtureRequest, deployments: dict[str, Deployment]) -> Deployment:
+    """One of the :func:`deployments`."""
+    skip_unless_installed(str(request.param))
+    return deployments[str(request.param)]
 
 
 def test_every_worker_sees_the_same_history(deployment: Deployment) -> None:

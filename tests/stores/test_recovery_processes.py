@@ -5,7 +5,7 @@ call in flight answered "worker stopped; effect unknown", a finished call never 
 the event log one run with no hole and no duplicate, and exactly one of racing recoverers.
 
 Children are spawned; they report through queues and files, never by timing. The lease is
-what is tested, so the parent lets it run out (``_wait_past``).
+what is tested, so the parent lets it run out (``wait_until_lost``).
 """
 
 from __future__ import annotations
@@ -25,16 +25,21 @@ from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.stores import RunStore
 from agent_sync.stores._rules import WORKER_STOPPED_TEXT
 from agent_sync.testing import ScriptedModel
-from agent_sync.testing.run_store_contract import _wait_past
 from agent_sync.testing.run_store_contract._base import events_of
 from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.processes import child_context
-from tests.fixtures.recovered import join_recovered
+from tests.fixtures.recovered import join_recovered, wait_until_lost
 from tests.stores.test_processes import Spec, open_store
 
 pytestmark = pytest.mark.timeout(120)
 
-LEASE_S = 0.5
+# The dying worker's lease: what the parent waits out after the kill. Short, and safe so: a
+# worker descheduled past it before its kill only lets the run look lost for a moment (its
+# next renewal and commits are its owner's, accepted), and nothing recovers before the kill.
+LEASE_S = 0.25
+# A dying *web* worker recovers lost runs itself (its routes do): one descheduled past its
+# lease could take its own run over before the kill, so its lease leaves it more room.
+WEB_LEASE_S = 0.5
 SILENT = {"text": "thinking", "chunk_size": 1, "stall_after": 1}  # blocks until cancelled
 
 
@@ -134,7 +139,7 @@ def dying_worker(spec: Spec, case: str, ready: Any, folder: str, web: bool) -> N
             store=store,
             conversation_id=conversation_id,
             hooks=hooks,
-            lease_s=LEASE_S,
+            lease_s=WEB_LEASE_S if web else LEASE_S,
             on_owner_lost="resume",
         )
 
@@ -185,7 +190,7 @@ def _kill_after_ready(spec: Spec, case: str, folder: Path, *, web: bool = False)
     run_id: str = ready.get(timeout=60)
     os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
     worker.join(30)
-    _wait_past(time.time() + LEASE_S + 0.1)  # the lease is what is tested
+    wait_until_lost(open_store(spec), run_id)  # the lease is what is tested
     return run_id
 
 
@@ -363,9 +368,9 @@ def test_a_worker_that_stood_still_stops_the_run_another_took_over(
     run_id = ready.get(timeout=60)
     _stop_outside_a_write(spec, worker.pid)  # type: ignore[arg-type]
     try:
-        _wait_past(time.time() + LEASE_S + 0.1)
         monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tools.log"))
         store = open_store(spec)
+        wait_until_lost(store, run_id)  # its lease ran out while it stood still
         assert store.recover(_make_recovering_agent(store, "tool")) == [run_id]
         join_recovered(run_id)
     finally:

@@ -112,16 +112,16 @@ def test_a_reader_of_a_run_the_blocked_read_does_not_cover_ends_it(
 
 
 def test_idle_readers_cost_no_command_while_they_wait(own_server: RedisServer) -> None:
-    """40 readers of 40 silent logs, each waiting 3 s: before, each sent an XREAD BLOCK of
-    1 s three times over; now each costs what registering costs (a read and a wake), and
-    the store's one blocked command covers all of them."""
+    """40 readers of 40 silent logs, each waiting 1.5 s: before, each sent an XREAD BLOCK
+    of 1 s twice over (80 in all); now each costs what registering costs (a read and a
+    wake), and the store's one blocked command covers all of them."""
     store, other = _stores(own_server)
     run_ids = [f"r{n}" for n in range(40)]
     for run_id in run_ids:
         other.append_events(run_id, [{"n": 1}], after=0)
     admin = redis.Redis(port=own_server.port)
     admin.config_resetstat()
-    readers = [_read_in_thread(store, run_id, after=1, timeout=3.0) for run_id in run_ids]
+    readers = [_read_in_thread(store, run_id, after=1, timeout=1.5) for run_id in run_ids]
     assert all(reader.get(timeout=WAIT) == [] for reader in readers)
     calls = {
         name.removeprefix("cmdstat_"): int(stats["calls"])
