@@ -206,8 +206,17 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 
 def _handler_missing() -> bool:
     return threading.get_ident() == _MAIN_THREAD and (
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        _raw_handler(_SIGINT) is signal.default_int_handler
     )
+
+
+# signal.getsignal turns the handler into a Handlers enum member when it can, trying and
+# failing for a function: 2.4 us, twice per invoke(). The C function it wraps answers the
+# question asked here (which function is installed) in 0.03 us.
+_raw_handler: Callable[[int], object] = getattr(
+    getattr(signal, "_signal", None), "getsignal", signal.getsignal
+)
+_SIGINT = int(signal.SIGINT)
 
 
 def _install() -> None:
