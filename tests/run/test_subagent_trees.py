@@ -167,8 +167,8 @@ def test_a_dropped_paused_lead_frees_its_paused_children() -> None:
         ScriptedModel([{"tool_calls": [{"name": "clean", "input": {"prompt": "tidy"}}]}]),
         tools=[janitor.as_tool(name="clean", description="Clean up")],
     )
-    collect_garbage()
-    # Agents other tests left for the collector are not this run's: only a new one is the copy.
+    # Agents other tests left for the collector are not this run's: only a new one is the
+    # copy (held here, so no id of theirs is reused; collected after the test).
     earlier = {id(o): o for o in gc.get_objects() if type(o) is Agent}
     paused = lead.invoke("go")
     assert paused.stop_reason == "paused"

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from agent_sync.messages import CANCELLED_TEXT, StreamEvent
 from agent_sync.models.base import ModelRequest
 from agent_sync.stores import MemoryRunStore, RunStore
 from agent_sync.testing import ScriptedModel
+from tests.fixtures.bounds import HANG_BOUND
 from tests.fixtures.doubles import texts
 from tests.fixtures.processes import child_context
 from tests.stores.test_processes import Spec, open_store
@@ -329,22 +331,40 @@ STATES = ["child", "tool", "grandchild"]
 @pytest.mark.parametrize("state", STATES)
 @pytest.mark.parametrize("means", ["thread", "token", "timeout"])
 def test_cancel_reaches_every_level(state: str, means: str) -> None:
-    store = MemoryRunStore()
-    tree = Tree(state, store)
-    token = CancelToken()
-    timeout = 1.0 if means == "timeout" else None
-    thread, out = _run_in_thread(lambda: tree.boss.invoke("go", cancel=token, timeout=timeout))
-    if means != "timeout":
+    if means == "timeout":
+        store, tree, result = _timed_out_in(state)
+    else:
+        store = MemoryRunStore()
+        tree = Tree(state, store)
+        token = CancelToken()
+        thread, out = _run_in_thread(lambda: tree.boss.invoke("go", cancel=token))
         assert tree.reached.wait(30)
-    cancelled_at = time.perf_counter()
+        cancelled_at = time.perf_counter()
+        if means == "thread":
+            assert tree.boss.cancel("stop") is True
+        else:
+            assert token.cancel("client left") is True
+        result = _finish(thread, out, cancelled_at)
     reason = {"thread": "stop", "token": "client left", "timeout": "timeout"}[means]
-    if means == "thread":
-        assert tree.boss.cancel("stop") is True
-    elif means == "token":
-        assert token.cancel("client left") is True
-    result = _finish(thread, out, cancelled_at)
     assert result.stop_reason == "cancelled" and result.cancel_reason == reason
     tree.check_after_cancel(store, reason)
+
+
+def _timed_out_in(state: str) -> tuple[MemoryRunStore, Tree, Any]:
+    """A tree whose ``invoke(timeout=...)`` ran out once the level under test (``state``)
+    had started. A timeout is a duration from the call, not an event: it starts short and
+    is doubled, on a fresh tree, until it ran out after that level started (a busy machine
+    takes longer to get there; no speed is assumed)."""
+    timeout = 0.05
+    while True:
+        store = MemoryRunStore()
+        tree = Tree(state, store)
+        thread, out = _run_in_thread(partial(tree.boss.invoke, "go", timeout=timeout))
+        result = _finish(thread, out, time.perf_counter())
+        if tree.reached.is_set():
+            return store, tree, result
+        assert timeout < HANG_BOUND, f"the tree never reached {state} within {timeout} s"
+        timeout *= 2
 
 
 @pytest.mark.parametrize("state", STATES)

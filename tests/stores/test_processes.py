@@ -34,9 +34,8 @@ from agent_sync.stores import RunStore, SQLiteRunStore
 from agent_sync.stores._rules import WORKER_STOPPED_TEXT
 from agent_sync.testing import ScriptedModel
 from agent_sync.testing.redis_server import RedisServer
-from agent_sync.testing.run_store_contract import _wait_past
 from tests.conftest import Spec  # the fixture "spec" is there
-from tests.fixtures.bounds import COOPERATIVE_GRACE
+from tests.fixtures.bounds import COOPERATIVE_GRACE, HANG_BOUND
 from tests.fixtures.doubles import texts
 from tests.fixtures.garbage import collect_garbage
 from tests.fixtures.processes import child_context
@@ -200,13 +199,18 @@ def test_cancel_from_another_process_stops_the_owner(
     assert here.invoke("now me").text == "my turn"
 
 
-def _watchers_stopped(earlier: set[threading.Thread]) -> None:
+def _watchers_stopped(earlier: set[threading.Thread], store: RunStore) -> None:
     """Wait until this process has no store watcher thread but those of ``earlier`` (other
-    tests' stores not yet collected): the test's own ends when its runs do."""
+    tests' stores not yet collected): the test's own ends when its runs do, at the end of
+    its running wait, which the store's own wake ends at once (a Redis store's safety
+    poll lasts ``IDLE_S``, how it ends is not the case here)."""
     pause = threading.Event()
+    wake = getattr(store, "_wake_watcher", None)  # a store that can be woken
     while any(
         t.name == "agent_sync-store-watcher" and t not in earlier for t in threading.enumerate()
     ):
+        if wake is not None:
+            wake()
         pause.wait(0.005)
 
 
@@ -223,7 +227,7 @@ def test_a_store_made_before_a_fork_works_in_the_child(spec: Spec) -> None:
     parent = Agent(ScriptedModel(["first", "second"]), store=store, conversation_id="parent")
     assert parent.invoke("hi").text == "first"  # connections open, the watcher has run
     store.wait_signals(["nothing"], 0.01)
-    _watchers_stopped(earlier)  # gunicorn forks from a master with no other thread running
+    _watchers_stopped(earlier, store)  # gunicorn forks from a master with no other thread running
     context = multiprocessing.get_context("fork")
     ready, out = context.Queue(), context.Queue()
     child = context.Process(target=forked_owner, args=(store, ready, out))
@@ -246,9 +250,11 @@ def test_a_killed_owner_is_failed_after_its_lease(spec: Spec, tmp_path: Path) ->
     os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
     worker.join(30)
     store = open_store(spec)
-    _wait_past(time.time() + 0.6)  # the lease is what is tested
-    record = store.load("c1")
-    assert record.run is None
+    deadline = time.monotonic() + HANG_BOUND  # the lease (0.5 s, by the store's clock)
+    pause = threading.Event()  # is what is tested: the first read past it fails the run
+    while (record := store.load("c1")).run is not None:
+        assert time.monotonic() < deadline, "the killed owner's lease never ran out"
+        pause.wait(0.005)
     logged = list(record.messages)
     assert validate_history(logged) == []
     assert WORKER_STOPPED_TEXT in str(logged[-1])  # the call in flight: effect unknown

@@ -196,7 +196,10 @@ def test_read_events_waits_within_the_clients_socket_timeout(
 ) -> None:
     client = redis.Redis(port=redis_server.port, socket_timeout=socket_timeout, retry=NO_RETRY)
     store = RedisRunStore(client, prefix=f"x{uuid.uuid4().hex[:12]}:")
-    assert store.read_events("r1", timeout=0.6) == []  # no TimeoutError: shorter blocks
+    # A wait past the socket timeout (and past one block of at most half of it): no
+    # TimeoutError, shorter blocks.
+    wait_s = min(0.6, socket_timeout + 0.1)
+    assert store.read_events("r1", timeout=wait_s) == []
     barrier = threading.Barrier(2)
 
     def append() -> None:

@@ -13,9 +13,11 @@ Subclass :class:`RunStoreContract` in a pytest module and override :meth:`make_s
             return MemoryRunStore()
 
 Every test builds its states with :func:`make_state`, so the suite needs nothing but the
-store. Lease tests wait for a short lease (``LEASE_S``) to pass, and the event-log test of
-``keep_s`` for a complete log kept that long: that is the behaviour under test, bounded by
-the test's timeout. The ``process_factory`` store is also used in this process, as a second
+store. A lease that ran out is made without waiting (a run begun with ``lease_s=0`` is past
+its lease at the store's next look); one lease test lets a short lease (``LEASE_S``) pass as
+time, for a renewed run and a run beside it, and the event-log test of ``keep_s`` waits for
+a complete log kept that long: that is the behaviour under test, bounded by the test's
+timeout. The ``process_factory`` store is also used in this process, as a second
 store object on the same data (a reader must wake for its appends as for another process's).
 
 The suite is one class per concern, combined in :class:`RunStoreContract`: runs

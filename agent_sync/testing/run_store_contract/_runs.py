@@ -170,13 +170,11 @@ class RunsContract(ContractBase):
 
     # -- leases --
 
-    @pytest.mark.timeout(30)
     def test_an_expired_lease_fails_the_run_and_frees_the_conversation(
         self, store: RunStore
     ) -> None:
         state = make_state(messages=_asking(), next_step="tools")
-        store.begin("c1", state, owner=OWNER, lease_s=LEASE_S, expected_length=0)
-        _wait_past(time.time() + LEASE_S)
+        store.begin("c1", state, owner=OWNER, lease_s=0, expected_length=0)  # ran out
         record = store.load("c1")
         assert record.run is None
         answer = record.messages[2]["content"][0]["toolResult"]
@@ -194,15 +192,23 @@ class RunsContract(ContractBase):
 
     @pytest.mark.timeout(30)
     def test_renew_keeps_a_run_alive(self, store: RunStore) -> None:
+        """The one lease test that lets a lease pass as time (``LEASE_S``): the run renewed
+        within it is alive after it, the run beside it that was not renewed has run out."""
         state = make_state()
         started = time.monotonic()
         store.begin("c1", state, owner=OWNER, lease_s=LEASE_S, expected_length=0)
         renewed = store.renew(state.run_id, owner=OWNER, lease_s=30)
-        if not _within(started, LEASE_S):  # the lease ran out before the renew came
+        within = _within(started, LEASE_S)
+        left = make_state(messages=_asking(), next_step="tools")
+        store.begin("c2", left, owner=OWNER, lease_s=LEASE_S, expected_length=0)
+        _wait_past(time.time() + LEASE_S)
+        assert store.load("c2").run is None  # a lease of LEASE_S ran out in LEASE_S
+        snap = store.get(left.run_id)
+        assert snap is not None and snap.status == "failed"
+        if not within:  # the first lease ran out before the renew came
             pytest.skip("the machine took longer than LEASE_S between two calls")
         assert renewed is True
         assert store.renew(state.run_id, owner=OTHER, lease_s=30) is False
-        _wait_past(time.time() + LEASE_S)
         record = store.load("c1")
         assert record.run is not None and record.run.state.status == "running"
 
