@@ -36,6 +36,7 @@ import pydantic  # noqa: E402
 
 from agent_sync import Agent  # noqa: E402
 from agent_sync.models import AnthropicModel, BedrockModel, OpenAIModel  # noqa: E402
+from agent_sync.models._bedrock_stream import stream_events  # noqa: E402
 from agent_sync.output._partial import PartialJSON  # noqa: E402
 from agent_sync.output._spec import output_spec  # noqa: E402
 from agent_sync.run._assemble import MessageAssembler  # noqa: E402
@@ -185,6 +186,64 @@ def wire_overhead(repeats: int) -> None:
         model = BedrockModel("test-model", endpoint_url=bserver.base_url, boto_session=session)
         _wire_row("bedrock (output tool)", bserver, model, plain, typed, repeats)
         model.close()
+
+
+def bedrock_floor(repeats: int) -> None:
+    """The Bedrock wire's own cost of a typed answer, with no agent: botocore's request
+    (the output tool's schema in ``toolConfig``, validated and serialized by botocore) and
+    agent_sync's frame reader over the answer (``toolUse`` deltas, larger frames than text
+    deltas), against the same for a plain answer: the floor under the agent's figure."""
+    order = _order(42)
+    text = json.dumps(order)
+    spec = output_spec(Order)
+    tool_config = {
+        "tools": [
+            {
+                "toolSpec": {
+                    "name": spec.name,
+                    "description": spec.description,
+                    "inputSchema": {"json": spec.schema},
+                }
+            }
+        ],
+        "toolChoice": {"tool": {"name": spec.name}},
+    }
+    messages = [{"role": "user", "content": [{"text": "go"}]}]
+    with BedrockServer() as server:
+        session = boto3.Session(
+            aws_access_key_id="AKIDBENCH", aws_secret_access_key="bench", region_name="us-east-1"
+        )
+        client = session.client("bedrock-runtime", endpoint_url=server.base_url)
+
+        def plain() -> None:
+            server.add_turns({"text": text, "chunk_size": 12})
+            response = client.converse_stream(modelId="m", messages=messages)
+            for _event in stream_events(response["stream"]):
+                pass
+
+        def typed() -> None:
+            server.add_turns({**_final(order), "chunk_size": 12})
+            response = client.converse_stream(
+                modelId="m", messages=messages, toolConfig=tool_config
+            )
+            for _event in stream_events(response["stream"]):
+                pass
+
+        for _ in range(5):
+            plain()
+            typed()
+        cpu: tuple[list[float], list[float]] = ([], [])
+        for _ in range(repeats):
+            for side, run in enumerate((plain, typed)):
+                start = time.thread_time()
+                run()
+                cpu[side].append(time.thread_time() - start)
+    raw, typed_cpu = statistics.median(cpu[0]), statistics.median(cpu[1])
+    paired = statistics.median(t / p for p, t in zip(*cpu, strict=True))
+    print(
+        f"  {'bedrock, no agent (floor)':<26} thread CPU plain {raw * 1000:6.3f} ms typed "
+        f"{typed_cpu * 1000:6.3f} ms ratio {typed_cpu / raw:.3f} (paired {paired:.3f})"
+    )
 
 
 def answer_handling(repeats: int) -> None:
@@ -343,11 +402,13 @@ def main() -> None:
     if args.wires_only:
         answer_handling(args.repeats)
         wire_overhead(args.repeats)
+        bedrock_floor(args.repeats)
         return
     calls_per_answer(10)
     validation_overhead(200, args.repeats)
     answer_handling(args.repeats)
     wire_overhead(args.repeats)
+    bedrock_floor(args.repeats)
     partial_cost(max(3, args.repeats // 5))
 
 
