@@ -16,6 +16,7 @@ import pytest
 
 from agent_sync import Agent, AgentResult, CancelToken, validate_history
 from agent_sync._deadlines import schedule
+from agent_sync.events import Done, ToolProgress
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.stores import SQLiteRunStore
 from agent_sync.testing import ScriptedModel
@@ -172,20 +173,26 @@ def test_after_turn_lets_the_call_finish_and_tells_the_server_nothing(
     everything: tuple[MCPServer, Any],
 ) -> None:
     server, seen = everything
+    # ten steps of 30 ms: asked at the first step's progress, the cancel comes while the
+    # server still runs the call, and always before the run has taken its answer in
     short = {
         "tool_calls": [
-            {"name": "trigger-long-running-operation", "input": {"duration": 1, "steps": 2}}
+            {"name": "trigger-long-running-operation", "input": {"duration": 0.3, "steps": 10}}
         ]
     }
     model = ScriptedModel([short, "never"])
     agent = Agent(model, tools=[server])
-    run = Invoke(agent)
-    call_of(seen, "trigger-long-running-operation")
-    assert agent.cancel("after this", mode="after_turn") is True
-    result = run.result()
+    result: AgentResult | None = None
+    for event in agent.stream("go"):
+        if isinstance(event, ToolProgress) and event.progress == 1:
+            assert agent.cancel("after this", mode="after_turn") is True
+        elif isinstance(event, Done):
+            result = event.result
+    assert result is not None
     assert result.stop_reason == "cancelled" and result.cancel_reason == "after this"
     (piece,) = agent.messages[2]["content"][0]["toolResult"]["content"]
     assert piece["text"].startswith("Long running operation completed")
     assert len(model.calls) == 1  # stopped before the next model call
+    call_of(seen, "trigger-long-running-operation")
     assert "notifications/cancelled" not in seen.methods()
     assert validate_history(agent.messages) == []
