@@ -201,9 +201,9 @@ def test_a_server_echoing_its_secret_env_gets_it_masked(everything_cmd: list[str
 
 
 def test_a_server_dropped_without_close_ends_its_connection_and_child(
-    recorder: TeeRecorder,
+    everything_cmd: list[str], recorder: TeeRecorder
 ) -> None:
-    server = MCPServer.stdio(recorder.wrap(own("grow")))
+    server = MCPServer.stdio(recorder.wrap(everything_cmd))
     server.connect()
     assert server._connection is not None
     loop_thread = server._connection._thread  # not a reference to the server
