@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,18 +143,22 @@ def proxy(http_everything: HttpEverything) -> Iterator[RecordingProxy]:
     found.close()
 
 
+def everything_stdio(command: list[str], **options: Any) -> MCPServer:
+    """server-everything over stdio (``command``: ``everything_cmd``, perhaps under
+    ``recorder.wrap``), with no grace at close: it exits ~0.35 s after its stdin closes at
+    the end of a session, and not at all while a cancelled long operation runs, and the
+    grace is not what the tests using this are about (test_faults.py's are): it is
+    terminated at once, as it would be after it."""
+    return MCPServer.stdio(command, shutdown_timeout=0, **options)
+
+
 @pytest.fixture(params=["stdio", "http"])
 def everything(
     request: pytest.FixtureRequest, everything_cmd: list[str], recorder: TeeRecorder
 ) -> Iterator[tuple[MCPServer, TeeRecorder | RecordingProxy]]:
     """server-everything on each transport, with what it received recorded."""
     if request.param == "stdio":
-        # no grace at close: server-everything does not exit on stdin close while a
-        # cancelled long operation runs, and the grace is not what these tests are about
-        # (test_faults.py's are); it is terminated at once, as it would be after it
-        server = MCPServer.stdio(
-            recorder.wrap(everything_cmd), name="everything", shutdown_timeout=0
-        )
+        server = everything_stdio(recorder.wrap(everything_cmd), name="everything")
         seen: TeeRecorder | RecordingProxy = recorder
     else:
         seen = request.getfixturevalue("proxy")

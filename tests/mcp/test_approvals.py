@@ -12,6 +12,7 @@ from agent_sync import Agent, Approve, Deny, validate_history
 from agent_sync.mcp import MCPServer
 from agent_sync.testing import ScriptedModel
 from tests.mcp._recording import TeeRecorder
+from tests.mcp.conftest import everything_stdio
 from tests.mcp.test_list_changed import OWN_SERVER
 
 TWO_CALLS = {
@@ -56,7 +57,7 @@ def tool_calls(seen: TeeRecorder, count: int) -> list[str]:
 def test_a_gated_call_waits_for_the_decision_before_reaching_the_server(
     everything_cmd: list[str], recorder: TeeRecorder, gate: Any
 ) -> None:
-    server = MCPServer.stdio(recorder.wrap(everything_cmd), requires_approval=gate)
+    server = everything_stdio(recorder.wrap(everything_cmd), requires_approval=gate)
     try:
         agent = Agent(ScriptedModel([TWO_CALLS, "done"]), tools=[server])
         paused = agent.invoke("go")
@@ -77,7 +78,7 @@ def test_a_gated_call_waits_for_the_decision_before_reaching_the_server(
 def test_a_denied_call_never_reaches_the_server(
     everything_cmd: list[str], recorder: TeeRecorder
 ) -> None:
-    with MCPServer.stdio(recorder.wrap(everything_cmd), requires_approval={"echo"}) as server:
+    with everything_stdio(recorder.wrap(everything_cmd), requires_approval={"echo"}) as server:
         echo = {"tool_calls": [{"name": "echo", "input": {"message": "no"}}]}
         agent = Agent(ScriptedModel([echo, "fine"]), tools=[server])
         (request,) = agent.invoke("go").approvals

@@ -22,7 +22,7 @@ from agent_sync.testing import ScriptedModel
 from tests.fixtures.bounds import cut_short_of
 from tests.fixtures.garbage import collect_garbage
 from tests.mcp._recording import RecordingProxy, TeeRecorder
-from tests.mcp.conftest import HttpEverything
+from tests.mcp.conftest import HttpEverything, everything_stdio
 from tests.mcp.test_cancel import LONG, Invoke, call_of, cancelled_notice
 from tests.mcp.test_list_changed import OWN_SERVER
 
@@ -193,7 +193,7 @@ def test_an_http_server_that_goes_away_fails_the_call_and_is_reached_again(node:
 
 
 def test_a_server_echoing_its_secret_env_gets_it_masked(everything_cmd: list[str]) -> None:
-    with MCPServer.stdio(everything_cmd, env={"API_KEY": SECRET}) as server:
+    with everything_stdio(everything_cmd, env={"API_KEY": SECRET}) as server:
         agent = Agent(ScriptedModel([call("get-env"), "ok"]), tools=[server])
         agent.invoke("show me your environment")
         shown = str(only_result(agent)["content"])
@@ -203,7 +203,7 @@ def test_a_server_echoing_its_secret_env_gets_it_masked(everything_cmd: list[str
 def test_a_server_dropped_without_close_ends_its_connection_and_child(
     everything_cmd: list[str], recorder: TeeRecorder
 ) -> None:
-    server = MCPServer.stdio(recorder.wrap(everything_cmd))
+    server = everything_stdio(recorder.wrap(everything_cmd))
     server.connect()
     assert server._connection is not None
     loop_thread = server._connection._thread  # not a reference to the server
