@@ -51,10 +51,10 @@ def _child(server: Any, out: Any) -> None:
 def test_a_server_connected_before_a_fork_connects_anew_in_the_child(
     everything_cmd: list[str],
 ) -> None:
-    from tests.mcp.conftest import everything_stdio
+    from tests.mcp.conftest import stdio_no_grace
 
     # server-everything: each of the two starts is ~0.25 s, our own SDK server's ~0.5 s
-    with everything_stdio(everything_cmd) as server:
+    with stdio_no_grace(everything_cmd) as server:
         parent_connection = server._connection
         context = multiprocessing.get_context("fork")
         out = context.Queue()

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from agent_sync import Agent, validate_history
 from agent_sync.mcp import MCPServer
 from agent_sync.testing import ScriptedModel
-
-OWN_SERVER = str(Path(__file__).with_name("_own_server.py"))
+from tests.mcp.conftest import own_stdio
 
 
 def test_a_tool_the_server_adds_is_there_at_the_next_run() -> None:
-    server = MCPServer.stdio([sys.executable, OWN_SERVER, "grow"], name="grow")
+    server = own_stdio("grow", name="grow")
     model = ScriptedModel(
         [
             {"tool_calls": [{"name": "add_tool", "input": {"name": "fresh"}}]},
@@ -49,7 +46,7 @@ def test_a_tool_the_server_adds_is_there_at_the_next_run() -> None:
 def unchanged() -> Iterator[MCPServer]:
     """One ``grow`` server for the tests that never add a tool (a start is ~0.5 s, mostly
     the SDK's import); not connected until the first of them uses it."""
-    with MCPServer.stdio([sys.executable, OWN_SERVER, "grow"]) as server:
+    with own_stdio("grow") as server:
         yield server
 
 

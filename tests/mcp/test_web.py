@@ -13,7 +13,7 @@ from agent_sync.stores import MemoryRunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.web.flask import chat_blueprint
 from tests.mcp._recording import TeeRecorder
-from tests.mcp.conftest import everything_stdio
+from tests.mcp.conftest import stdio_no_grace
 from tests.mcp.test_cancel import call_of, cancelled_notice
 from tests.web._client import SSEConnection, frames_until, request_json, serve
 
@@ -28,7 +28,7 @@ def test_stop_in_the_chat_routes_reaches_the_mcp_server(
     everything_cmd: list[str], recorder: TeeRecorder
 ) -> None:
     store = MemoryRunStore()
-    server = everything_stdio(recorder.wrap(everything_cmd), name="everything")
+    server = stdio_no_grace(recorder.wrap(everything_cmd), name="everything")
     model = ScriptedModel([SLOW_STEPS, "never"])
 
     def make_agent(cid: str) -> Agent:
