@@ -10,7 +10,7 @@ Each is a real server speaking the real protocol (the ``mcp`` SDK's server API),
 * ``crash``: ``crash()`` writes its ``API_KEY`` and a last words line to stderr, then exits 3;
 * ``stubborn``: serves, and when its stdin ends keeps running (as server-everything does
   while a cancelled long operation runs): only the client's terminate ends it;
-* ``slow``: waits ``SLOW_START`` seconds before it serves (a slow start);
+* ``slow``: serves ``SLOW_START`` seconds after it started, not sooner (a slow start);
 * ``big``: ``big(size)`` answers a text of ``size`` bytes (a large result);
 * ``odd``: tools whose names are not valid model tool names, each answering its own name:
   ``a.b`` next to ``a_b``, and two names of only non-ASCII letters (:data:`ODD_NAMES`).
@@ -26,16 +26,18 @@ import sys
 import threading
 import time
 
-import anyio
-from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, TextContent
+STARTED = time.monotonic()  # before the SDK's import, which a slow start's wait overlaps
+
+import anyio  # noqa: E402
+from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
+from mcp_types import CallToolResult, TextContent  # noqa: E402
 
 ODD_NAMES = ("a.b", "a_b", "天气", "名前", "x" * 70)
 
 
 def main(mode: str) -> None:
-    if mode == "slow":
-        time.sleep(float(os.environ["SLOW_START"]))
+    if mode == "slow":  # silent for SLOW_START seconds from the process's start
+        time.sleep(max(0.0, STARTED + float(os.environ["SLOW_START"]) - time.monotonic()))
     server = MCPServer(f"own-{mode}")
 
     @server.tool()

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,8 @@ if importlib.util.find_spec("mcp") is None and not os.environ.get("CI"):
 else:
     from agent_sync.mcp import MCPServer
 
+OWN_SERVER = str(Path(__file__).with_name("_own_server.py"))
+"""Our own SDK servers (``_own_server.py MODE``), for faults the real servers cannot show."""
 SERVERS = Path(__file__).resolve().parent.parent / "mcp_servers"
 EVERYTHING_JS = (
     SERVERS / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
@@ -142,18 +145,27 @@ def proxy(http_everything: HttpEverything) -> Iterator[RecordingProxy]:
     found.close()
 
 
+def stdio_no_grace(command: list[str], **options: Any) -> MCPServer:
+    """A stdio server with no grace at close, for the tests that are not about its shutdown
+    (test_faults.py's are): it is terminated at once, as it would be after the grace.
+    server-everything exits ~0.35 s after its stdin closes at the end of a session (not at
+    all while a cancelled long operation runs), our own SDK server ~0.12 s: each close
+    waited for that."""
+    return MCPServer.stdio(command, shutdown_timeout=0, **options)
+
+
+def own_stdio(mode: str, **options: Any) -> MCPServer:
+    """Our own server in ``mode`` (see ``_own_server.py``), as :func:`stdio_no_grace`."""
+    return stdio_no_grace([sys.executable, OWN_SERVER, mode], **options)
+
+
 @pytest.fixture(params=["stdio", "http"])
 def everything(
     request: pytest.FixtureRequest, everything_cmd: list[str], recorder: TeeRecorder
 ) -> Iterator[tuple[MCPServer, TeeRecorder | RecordingProxy]]:
     """server-everything on each transport, with what it received recorded."""
     if request.param == "stdio":
-        # no grace at close: server-everything does not exit on stdin close while a
-        # cancelled long operation runs, and the grace is not what these tests are about
-        # (test_faults.py's are); it is terminated at once, as it would be after it
-        server = MCPServer.stdio(
-            recorder.wrap(everything_cmd), name="everything", shutdown_timeout=0
-        )
+        server = stdio_no_grace(recorder.wrap(everything_cmd), name="everything")
         seen: TeeRecorder | RecordingProxy = recorder
     else:
         seen = request.getfixturevalue("proxy")

@@ -3,7 +3,6 @@ server before the decision (what it received is recorded)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ from agent_sync import Agent, Approve, Deny, validate_history
 from agent_sync.mcp import MCPServer
 from agent_sync.testing import ScriptedModel
 from tests.mcp._recording import TeeRecorder
-from tests.mcp.test_list_changed import OWN_SERVER
+from tests.mcp.conftest import own_stdio, stdio_no_grace
 
 TWO_CALLS = {
     "tool_calls": [
@@ -56,7 +55,7 @@ def tool_calls(seen: TeeRecorder, count: int) -> list[str]:
 def test_a_gated_call_waits_for_the_decision_before_reaching_the_server(
     everything_cmd: list[str], recorder: TeeRecorder, gate: Any
 ) -> None:
-    server = MCPServer.stdio(recorder.wrap(everything_cmd), requires_approval=gate)
+    server = stdio_no_grace(recorder.wrap(everything_cmd), requires_approval=gate)
     try:
         agent = Agent(ScriptedModel([TWO_CALLS, "done"]), tools=[server])
         paused = agent.invoke("go")
@@ -77,7 +76,7 @@ def test_a_gated_call_waits_for_the_decision_before_reaching_the_server(
 def test_a_denied_call_never_reaches_the_server(
     everything_cmd: list[str], recorder: TeeRecorder
 ) -> None:
-    with MCPServer.stdio(recorder.wrap(everything_cmd), requires_approval={"echo"}) as server:
+    with stdio_no_grace(recorder.wrap(everything_cmd), requires_approval={"echo"}) as server:
         echo = {"tool_calls": [{"name": "echo", "input": {"message": "no"}}]}
         agent = Agent(ScriptedModel([echo, "fine"]), tools=[server])
         (request,) = agent.invoke("go").approvals
@@ -88,7 +87,7 @@ def test_a_denied_call_never_reaches_the_server(
 
 
 def test_an_is_error_result_is_an_error_result() -> None:
-    with MCPServer.stdio([sys.executable, OWN_SERVER, "grow"]) as server:
+    with own_stdio("grow") as server:
         fail = {"tool_calls": [{"name": "fail", "input": {"why": "the disk is full"}}]}
         agent = Agent(ScriptedModel([fail, "sorry"]), tools=[server])
         agent.invoke("go")

@@ -7,18 +7,24 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from agent_sync import Agent, AgentResult, CancelToken, validate_history
-from agent_sync.mcp import MCPServer
+from agent_sync._deadlines import schedule
+from agent_sync.events import Done, ToolProgress
 from agent_sync.messages import CANCELLED_TEXT
 from agent_sync.stores import SQLiteRunStore
 from agent_sync.testing import ScriptedModel
-from tests.fixtures.bounds import cut_short_of
+from tests.fixtures.bounds import HANG_BOUND, cut_short_of
 from tests.fixtures.processes import child_context
+
+if TYPE_CHECKING:  # not at run time: the store's child process imports this module
+    from agent_sync.mcp import MCPServer
 
 LONG = {
     "tool_calls": [
@@ -66,6 +72,28 @@ def cancelled_notice(seen: Any, request_id: Any) -> dict[str, Any]:
     )
 
 
+@contextmanager
+def deadlines_held() -> Iterator[threading.Event]:
+    """Hold the process's deadline thread until the event is set (or the block ends).
+
+    Its callbacks run one at a time, so a run's ``timeout=`` that falls due meanwhile fires
+    at the release, never before: the deadline a test gives a run can then be short and
+    still cannot fire before the call it is about reached the server, however slow the
+    machine is."""
+    release, holding = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        release.wait(HANG_BOUND)
+
+    schedule(0, hold)
+    assert holding.wait(HANG_BOUND), "the deadline thread did not run the hold"
+    try:
+        yield release
+    finally:
+        release.set()
+
+
 def assert_cancelled_and_usable(agent: Agent, server: MCPServer, result: AgentResult) -> None:
     assert result.stop_reason == "cancelled"
     turn = agent.messages[-2]["content"]
@@ -86,9 +114,12 @@ def test_a_cancel_reaches_the_server_and_the_run_returns_at_once(
     server.connect()
     agent = Agent(ScriptedModel([LONG, "never"]), tools=[server])
     token = CancelToken()
-    kwargs: dict[str, Any] = {"timeout": 3.0} if how == "timeout" else {"cancel": token}
-    run = Invoke(agent, **kwargs)
-    request = call_of(seen, "trigger-long-running-operation")
+    # the deadline falls due at once but fires only once the call is at the server
+    kwargs: dict[str, Any] = {"timeout": 0.01} if how == "timeout" else {"cancel": token}
+    with deadlines_held() as release:
+        run = Invoke(agent, **kwargs)
+        request = call_of(seen, "trigger-long-running-operation")
+        release.set()
     cancelled_at = time.perf_counter()
     if how == "thread":
         assert agent.cancel("stop") is True
@@ -142,20 +173,26 @@ def test_after_turn_lets_the_call_finish_and_tells_the_server_nothing(
     everything: tuple[MCPServer, Any],
 ) -> None:
     server, seen = everything
+    # ten steps of 30 ms: asked at the first step's progress, the cancel comes while the
+    # server still runs the call, and always before the run has taken its answer in
     short = {
         "tool_calls": [
-            {"name": "trigger-long-running-operation", "input": {"duration": 1, "steps": 2}}
+            {"name": "trigger-long-running-operation", "input": {"duration": 0.3, "steps": 10}}
         ]
     }
     model = ScriptedModel([short, "never"])
     agent = Agent(model, tools=[server])
-    run = Invoke(agent)
-    call_of(seen, "trigger-long-running-operation")
-    assert agent.cancel("after this", mode="after_turn") is True
-    result = run.result()
+    result: AgentResult | None = None
+    for event in agent.stream("go"):
+        if isinstance(event, ToolProgress) and event.progress == 1:
+            assert agent.cancel("after this", mode="after_turn") is True
+        elif isinstance(event, Done):
+            result = event.result
+    assert result is not None
     assert result.stop_reason == "cancelled" and result.cancel_reason == "after this"
     (piece,) = agent.messages[2]["content"][0]["toolResult"]["content"]
     assert piece["text"].startswith("Long running operation completed")
     assert len(model.calls) == 1  # stopped before the next model call
+    call_of(seen, "trigger-long-running-operation")
     assert "notifications/cancelled" not in seen.methods()
     assert validate_history(agent.messages) == []

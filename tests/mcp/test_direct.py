@@ -13,6 +13,7 @@ import pytest
 from agent_sync import Agent
 from agent_sync.mcp import MCPServer
 from agent_sync.testing import ScriptedModel
+from tests.mcp.conftest import stdio_no_grace
 from tests.mcp.test_cancel import (
     LONG,
     Invoke,
@@ -39,7 +40,7 @@ def test_a_call_in_flight_holds_no_tool_thread(everything: tuple[MCPServer, Any]
 
 
 def test_more_calls_than_workers_run_in_workers_in_order(everything_cmd: list[str]) -> None:
-    server = MCPServer.stdio(everything_cmd, name="everything")
+    server = stdio_no_grace(everything_cmd, name="everything")
     try:
         calls = [{"name": "echo", "input": {"message": m}} for m in ("one", "two", "three")]
         agent = Agent(

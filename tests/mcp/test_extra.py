@@ -42,17 +42,19 @@ def test_without_the_extra_the_import_error_names_it() -> None:
 
 
 def _child(server: Any, out: Any) -> None:
-    echo = server.tools(include=["ping"])[0]
-    out.put((echo()["content"], server._connection.pid == os.getpid()))
+    echo = server.tools(include=["echo"])[0]
+    out.put((echo(message="hi")["content"], server._connection.pid == os.getpid()))
     server.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
-def test_a_server_connected_before_a_fork_connects_anew_in_the_child() -> None:
-    from agent_sync.mcp import MCPServer
-    from tests.mcp.test_list_changed import OWN_SERVER
+def test_a_server_connected_before_a_fork_connects_anew_in_the_child(
+    everything_cmd: list[str],
+) -> None:
+    from tests.mcp.conftest import stdio_no_grace
 
-    with MCPServer.stdio([sys.executable, OWN_SERVER, "grow"]) as server:
+    # server-everything: each of the two starts is ~0.25 s, our own SDK server's ~0.5 s
+    with stdio_no_grace(everything_cmd) as server:
         parent_connection = server._connection
         context = multiprocessing.get_context("fork")
         out = context.Queue()
@@ -63,6 +65,6 @@ def test_a_server_connected_before_a_fork_connects_anew_in_the_child() -> None:
         content, own = out.get(timeout=60)
         child.join(60)
         assert child.exitcode == 0
-        assert content == [{"json": {"result": "pong"}}] and own
+        assert content == [{"text": "Echo: hi"}] and own
         assert server._connection is parent_connection  # the parent's, untouched
-        assert server.tools(include=["ping"])[0]()["status"] == "success"
+        assert server.tools(include=["echo"])[0](message="hi")["status"] == "success"

@@ -22,9 +22,8 @@ from agent_sync.testing import ScriptedModel
 from tests.fixtures.bounds import cut_short_of
 from tests.fixtures.garbage import collect_garbage
 from tests.mcp._recording import RecordingProxy, TeeRecorder
-from tests.mcp.conftest import HttpEverything
+from tests.mcp.conftest import OWN_SERVER, HttpEverything, own_stdio, stdio_no_grace
 from tests.mcp.test_cancel import LONG, Invoke, call_of, cancelled_notice
-from tests.mcp.test_list_changed import OWN_SERVER
 
 SECRET = "open-sesame-4711"  # not shaped like any known key: masked because of its name
 
@@ -57,7 +56,7 @@ def gone(pid: int) -> bool:
 
 
 def test_a_child_that_exits_mid_call_answers_with_its_stderr_and_is_restarted() -> None:
-    server = MCPServer.stdio(own("crash"), env={"API_KEY": SECRET}, name="crashy")
+    server = own_stdio("crash", env={"API_KEY": SECRET}, name="crashy")
     try:
         agent = Agent(
             ScriptedModel([call("crash"), "it died", call("ping"), "back"]), tools=[server]
@@ -98,7 +97,7 @@ def test_a_killed_child_fails_the_call_in_flight_and_close_leaves_no_process(
 
 
 def test_a_call_never_answered_times_out_and_the_server_is_told(recorder: TeeRecorder) -> None:
-    with MCPServer.stdio(recorder.wrap(own("hang")), call_timeout=1.0, name="hang") as server:
+    with stdio_no_grace(recorder.wrap(own("hang")), call_timeout=1.0, name="hang") as server:
         agent = Agent(
             ScriptedModel([call("hang"), "gave up", call("ping"), "pong"]), tools=[server]
         )
@@ -149,7 +148,7 @@ def test_shutdown_timeout_must_be_finite_seconds(bad: Any) -> None:
 
 
 def test_a_slow_start_within_startup_timeout_works() -> None:
-    server = MCPServer.stdio(own("slow"), env={"SLOW_START": "1.5"}, startup_timeout=30)
+    server = own_stdio("slow", env={"SLOW_START": "1.5"}, startup_timeout=30)
     with server:
         assert {t.name for t in server.tools()} >= {"ping"}
 
@@ -193,7 +192,7 @@ def test_an_http_server_that_goes_away_fails_the_call_and_is_reached_again(node:
 
 
 def test_a_server_echoing_its_secret_env_gets_it_masked(everything_cmd: list[str]) -> None:
-    with MCPServer.stdio(everything_cmd, env={"API_KEY": SECRET}) as server:
+    with stdio_no_grace(everything_cmd, env={"API_KEY": SECRET}) as server:
         agent = Agent(ScriptedModel([call("get-env"), "ok"]), tools=[server])
         agent.invoke("show me your environment")
         shown = str(only_result(agent)["content"])
@@ -201,9 +200,9 @@ def test_a_server_echoing_its_secret_env_gets_it_masked(everything_cmd: list[str
 
 
 def test_a_server_dropped_without_close_ends_its_connection_and_child(
-    recorder: TeeRecorder,
+    everything_cmd: list[str], recorder: TeeRecorder
 ) -> None:
-    server = MCPServer.stdio(recorder.wrap(own("grow")))
+    server = stdio_no_grace(recorder.wrap(everything_cmd))
     server.connect()
     assert server._connection is not None
     loop_thread = server._connection._thread  # not a reference to the server

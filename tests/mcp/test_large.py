@@ -5,7 +5,6 @@ it go on."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import mcp_types as types
@@ -16,15 +15,13 @@ from agent_sync.errors import MCPError, UsageError
 from agent_sync.mcp import MCPServer
 from agent_sync.mcp._stdio import TOO_LARGE, Lines
 from agent_sync.testing import ScriptedModel
-from tests.mcp.test_list_changed import OWN_SERVER
+from tests.mcp.conftest import own_stdio
 
 MB = 1024 * 1024
 
 
 def big_server(**options: Any) -> MCPServer:
-    return MCPServer.stdio(
-        [sys.executable, OWN_SERVER, "big"], name="big", startup_timeout=120, **options
-    )
+    return own_stdio("big", name="big", startup_timeout=120, **options)
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:

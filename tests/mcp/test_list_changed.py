@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from collections.abc import Iterator
+
+import pytest
 
 from agent_sync import Agent, validate_history
 from agent_sync.mcp import MCPServer
 from agent_sync.testing import ScriptedModel
-
-OWN_SERVER = str(Path(__file__).with_name("_own_server.py"))
+from tests.mcp.conftest import own_stdio
 
 
 def test_a_tool_the_server_adds_is_there_at_the_next_run() -> None:
-    server = MCPServer.stdio([sys.executable, OWN_SERVER, "grow"], name="grow")
+    server = own_stdio("grow", name="grow")
     model = ScriptedModel(
         [
             {"tool_calls": [{"name": "add_tool", "input": {"name": "fresh"}}]},
@@ -42,14 +42,20 @@ def test_a_tool_the_server_adds_is_there_at_the_next_run() -> None:
         server.close()
 
 
-def test_the_same_tool_objects_while_the_list_is_unchanged() -> None:
-    with MCPServer.stdio([sys.executable, OWN_SERVER, "grow"]) as server:
-        first = server.agent_tools()
-        assert server.agent_tools() is first
+@pytest.fixture(scope="module")
+def unchanged() -> Iterator[MCPServer]:
+    """One ``grow`` server for the tests that never add a tool (a start is ~0.5 s, mostly
+    the SDK's import); not connected until the first of them uses it."""
+    with own_stdio("grow") as server:
+        yield server
 
 
-def test_a_server_in_an_iterator_of_tools_is_kept() -> None:
-    with MCPServer.stdio([sys.executable, OWN_SERVER, "grow"]) as server:
-        model = ScriptedModel(["ok"])
-        Agent(model, tools=iter([server])).invoke("hi")
-        assert "ping" in [spec["name"] for spec in model.calls[0].tool_specs]
+def test_a_server_in_an_iterator_of_tools_is_kept(unchanged: MCPServer) -> None:
+    model = ScriptedModel(["ok"])
+    Agent(model, tools=iter([unchanged])).invoke("hi")
+    assert "ping" in [spec["name"] for spec in model.calls[0].tool_specs]
+
+
+def test_the_same_tool_objects_while_the_list_is_unchanged(unchanged: MCPServer) -> None:
+    first = unchanged.agent_tools()
+    assert unchanged.agent_tools() is first

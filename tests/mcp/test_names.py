@@ -5,7 +5,6 @@ the same on every connection and in every process (a stored history's names reso
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +14,7 @@ from agent_sync import Agent, validate_history
 from agent_sync.mcp import MCPServer
 from agent_sync.testing import ScriptedModel
 from tests.mcp._own_server import ODD_NAMES
-from tests.mcp.test_list_changed import OWN_SERVER
+from tests.mcp.conftest import own_stdio
 
 PROVIDER_RULE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # Bedrock's, Anthropic's and OpenAI's
 
@@ -35,7 +34,7 @@ def server() -> Iterator[MCPServer]:
     """One odd server for the module: each test uses the connection it finds (or makes) and
     closes it where its case is a new connection (each child costs the ``mcp`` SDK's imports,
     seconds on two busy cores)."""
-    odd = MCPServer.stdio([sys.executable, OWN_SERVER, "odd"], name="odd")
+    odd = own_stdio("odd", name="odd")
     yield odd
     odd.close()
 

@@ -27,7 +27,7 @@ def test_an_mcp_servers_progress_notifications_are_events(
     server, _ = everything
     steps = {
         "tool_calls": [
-            {"name": "trigger-long-running-operation", "input": {"duration": 0.4, "steps": 4}}
+            {"name": "trigger-long-running-operation", "input": {"duration": 0.04, "steps": 4}}
         ]
     }
     agent = Agent(ScriptedModel([steps, "done"]), tools=[server])

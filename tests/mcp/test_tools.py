@@ -13,7 +13,7 @@ from agent_sync import Agent, validate_history
 from agent_sync.errors import UsageError
 from agent_sync.mcp import MCPServer, MCPTool
 from agent_sync.testing import ScriptedModel
-from tests.mcp.conftest import EVERYTHING_JS
+from tests.mcp.conftest import EVERYTHING_JS, stdio_no_grace
 
 EVERYTHING_TOOLS = {
     "echo",
@@ -130,7 +130,7 @@ def test_close_then_use_again_reconnects(everything: tuple[MCPServer, Any]) -> N
 
 def test_a_python_server_from_pypi(time_cmd: list[str]) -> None:
     """mcp-server-time: another real server, another SDK (the Python one) behind it."""
-    with MCPServer.stdio(time_cmd) as server:
+    with stdio_no_grace(time_cmd) as server:
         names = {t.name for t in server.tools()}
         assert names == {"get_current_time", "convert_time"}
         agent = Agent(

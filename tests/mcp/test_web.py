@@ -9,11 +9,11 @@ from typing import Any
 import flask
 
 from agent_sync import Agent, validate_history
-from agent_sync.mcp import MCPServer
 from agent_sync.stores import MemoryRunStore
 from agent_sync.testing import ScriptedModel
 from agent_sync.web.flask import chat_blueprint
 from tests.mcp._recording import TeeRecorder
+from tests.mcp.conftest import stdio_no_grace
 from tests.mcp.test_cancel import call_of, cancelled_notice
 from tests.web._client import SSEConnection, frames_until, request_json, serve
 
@@ -28,9 +28,7 @@ def test_stop_in_the_chat_routes_reaches_the_mcp_server(
     everything_cmd: list[str], recorder: TeeRecorder
 ) -> None:
     store = MemoryRunStore()
-    # no grace at close: the stopped long operation keeps server-everything from exiting
-    # on its stdin's end, and the grace is test_faults.py's case, not this one's
-    server = MCPServer.stdio(recorder.wrap(everything_cmd), name="everything", shutdown_timeout=0)
+    server = stdio_no_grace(recorder.wrap(everything_cmd), name="everything")
     model = ScriptedModel([SLOW_STEPS, "never"])
 
     def make_agent(cid: str) -> Agent:
