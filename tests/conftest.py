@@ -6,6 +6,7 @@ import compileall
 import gc
 import ipaddress
 import re
+import signal
 import socket
 import sys
 import threading
@@ -30,6 +31,23 @@ __all__ = ["root_records"]  # fixture, shared with every test
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C as a terminal delivers it, and the package compiled once (below)."""
+    _deliver_ctrl_c()
+    _compile_once()
+
+
+def _deliver_ctrl_c() -> None:
+    """Put Python's own SIGINT handler back where the suite started with SIGINT ignored.
+
+    A shell without job control starts its background jobs (``cmd &`` in a script, say)
+    with SIGINT ignored, and Python then leaves it ignored: every test that presses Ctrl-C
+    (``os.kill(pid, SIGINT)``) waited out its bounds and failed, and the serial suite took
+    minutes longer. The tests are about Ctrl-C as it reaches an interactive program."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _compile_once() -> None:
     """Compile the package and the tests' helpers once, for the processes tests start.
 
     Hundreds of tests start Python processes (gunicorn and Celery workers, spawned owners
