@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import selectors
 import socket
 import threading
 import time
@@ -201,8 +201,13 @@ class RedisSignals:
             return self._wake_pending
         if getattr(sock, "pending", lambda: 0)():  # TLS: decrypted bytes already read in
             return False
-        readable, _, _ = select.select([sock, self._waker[0]], [], [], timeout)
-        if self._waker[0] in readable:
+        # a selector, not select.select: a busy server's sockets go past fd 1024, where
+        # select() refuses the set (epoll and kqueue have no such bound)
+        with selectors.DefaultSelector() as selector:
+            selector.register(sock, selectors.EVENT_READ)
+            selector.register(self._waker[0], selectors.EVENT_READ)
+            ready = selector.select(timeout)
+        if any(key.fileobj is self._waker[0] for key, _ in ready):
             self._drain_wakes()
             return True
         return False

@@ -3,8 +3,11 @@ reply decodings and RESP3, prefixes, key expiry, and a server that is down (fail
 
 from __future__ import annotations
 
+import os
+import resource
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
 from multiprocessing.context import ForkServerContext
@@ -285,3 +288,38 @@ def test_each_verb_of_a_run_is_one_round_trip(redis_server: RedisServer) -> None
     done = replace(state, status="done", next_step=None, stop_reason="end_turn")
     assert sent(lambda: store.commit(done, owner="o", version=2)) == ["write"]
     assert sent(lambda: store.replace_log("c1", [])) == ["replace"]
+
+
+@pytest.fixture
+def descriptors_past_1024() -> Iterator[None]:
+    """The process's next descriptors are numbered past 1024 (a busy server's are):
+    ``select()`` refuses a set with one of them, ``epoll`` does not."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"at most {hard} descriptors")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    fillers = []
+    try:
+        while not fillers or fillers[-1] <= 1030:
+            fillers.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for descriptor in fillers:
+            os.close(descriptor)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.usefixtures("descriptors_past_1024")
+def test_a_listener_whose_sockets_are_past_descriptor_1024_waits_and_hears(
+    redis_server: RedisServer,
+) -> None:
+    """The listener's wait for its pub/sub socket or a wake went through ``select()``,
+    which raised ``ValueError`` for a descriptor past 1024 (any busy web server's)."""
+    store = _store(redis_server)
+    state = make_state()
+    store.begin("c1", state, owner="o", lease_s=30, expected_length=0)
+    assert store.wait_signals(["nothing"], timeout=0.05) == []  # waited on both sockets
+    store.inject(state.run_id, "queued")
+    assert [s.kind for s in store.wait_signals([state.run_id], timeout=5)] == ["inject"]
